@@ -1,0 +1,54 @@
+// Device helpers shared by the kernel templates: 16-byte bf16 vectors and block reductions.
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include "attnplan/params.h"
+
+namespace attnplan::kernels {
+
+// The largest vector width in {8, 4, 2, 1} bf16 elements that divides `extent`: 8 means 16-byte accesses.
+__host__ __device__ constexpr int vector_width_for(int extent) {
+  return extent % 8 == 0 ? 8 : extent % 4 == 0 ? 4 : extent % 2 == 0 ? 2 : 1;
+}
+
+// N bf16 values moved as one aligned access of 2N bytes.
+template <int N>
+struct alignas(2 * N) BF16Vector {
+  __nv_bfloat16 values[N];
+
+  __device__ static BF16Vector load(const bf16_bits* base, long long index) {
+    return *reinterpret_cast<const BF16Vector*>(base + index);
+  }
+  __device__ void store(bf16_bits* base, long long index) const {
+    *reinterpret_cast<BF16Vector*>(base + index) = *this;
+  }
+};
+
+__device__ __forceinline__ float warp_sum(float value) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) value += __shfl_xor_sync(0xffffffffu, value, offset);
+  return value;
+}
+
+// Sum over all threads of a block of kThreads (a multiple of 32); every thread gets the total.
+template <int kThreads>
+__device__ __forceinline__ float block_sum(float value) {
+  static_assert(kThreads % 32 == 0 && kThreads <= 1024, "block_sum needs whole warps");
+  constexpr int kWarps = kThreads / 32;
+  value = warp_sum(value);
+  if constexpr (kWarps == 1) {
+    return value;
+  } else {
+    __shared__ float partial[kWarps];
+    const int lane = threadIdx.x % 32;
+    const int warp = threadIdx.x / 32;
+    if (lane == 0) partial[warp] = value;
+    __syncthreads();
+    float total = lane < kWarps ? partial[lane] : 0.0f;
+    total = warp_sum(total);
+    return total;
+  }
+}
+
+}  // namespace attnplan::kernels

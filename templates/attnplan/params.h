@@ -1,0 +1,48 @@
+// Kernel parameter blocks: plain data passed by value to each kernel, the same header compiled by
+// the host (C++20) and by NVRTC. No toolkit headers, no std:: — only builtin types, so NVRTC needs
+// nothing to parse it and the host sees exactly the layout the device sees.
+#pragma once
+
+namespace attnplan {
+
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+#define ATTNPLAN_HOST_DEVICE __host__ __device__
+#else
+#define ATTNPLAN_HOST_DEVICE
+#endif
+
+// A bf16 value as 16 raw bits. Kernels reinterpret it as __nv_bfloat16; the host never does arithmetic on it.
+struct alignas(2) bf16_bits {
+  unsigned short bits;
+};
+
+// Input RMSNorm: output = input * rsqrt(mean(input^2) + epsilon) * (weight + weight_offset), in fp32,
+// rounded once to bf16. weight_offset is a compile-time trait (0 or 1).
+struct RmsNormParams {
+  const bf16_bits* input;   // [num_tokens, hidden_size], rows contiguous
+  const bf16_bits* weight;  // [hidden_size]
+  bf16_bits* output;        // [num_tokens, hidden_size]
+  int num_tokens;
+  float epsilon;
+};
+
+// Paged KV store: the chunk's k and v rows written to their cache slots (NHD layout).
+// Token t of sequence s (query_starts[s] <= t < query_starts[s + 1]) has position
+// p = context_lens[s] + t - query_starts[s] and slot block_tables[s][p / block_size] * block_size + p % block_size.
+struct KvStoreParams {
+  const bf16_bits* key;    // [num_tokens, kv_heads, head_dim], row stride key_row_stride elements
+  const bf16_bits* value;  // [num_tokens, kv_heads, value_head_dim], row stride value_row_stride elements
+  bf16_bits* key_cache;    // [num_blocks, block_size, kv_heads, head_dim]
+  bf16_bits* value_cache;  // [num_blocks, block_size, kv_heads, value_head_dim]
+  const int* block_tables;  // [num_seqs, max_blocks_per_seq]
+  const int* query_starts;  // [num_seqs + 1], non-decreasing, query_starts[num_seqs] == num_tokens
+  const int* context_lens;  // [num_seqs]
+  long long key_row_stride;
+  long long value_row_stride;
+  int num_tokens;
+  int num_seqs;
+  int max_blocks_per_seq;
+  int num_blocks;  // pages in the pool; a block table entry outside [0, num_blocks) is never written
+};
+
+}  // namespace attnplan
