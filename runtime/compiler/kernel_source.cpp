@@ -24,10 +24,12 @@ std::string KernelSource::render_stub() const {
       "#include \"{header}\"\n"
       "using Traits = {traits};\n"
       "template __global__ void {kernel}<Traits>(const Traits::Params);\n",
-      fmt::arg("family", family), fmt::arg("header", header), fmt::arg("traits", traits_instance(*this, true)),
-      fmt::arg("kernel", kernel));
+      fmt::arg("family", family), fmt::arg("header", header),
+      fmt::arg("traits", traits_instance(*this, true)), fmt::arg("kernel", kernel));
 }
 
-std::string KernelSource::name_expression() const { return kernel + "<Traits>"; }
+std::string KernelSource::name_expression() const {
+  return kernel + "<Traits>";
+}
 
 }  // namespace attnplan::compiler

@@ -18,6 +18,7 @@ struct InputNorm {
   double epsilon = 1e-5;
   // 0: y = x_hat * w (Llama, Qwen); 1: y = x_hat * (1 + w) (Gemma stores w around zero).
   double weight_offset = 0.0;
+  friend bool operator==(const InputNorm&, const InputNorm&) = default;
 };
 
 // Per-head RMSNorm applied before RoPE. q and k use a [head_dim] weight shared by all heads;
@@ -28,6 +29,7 @@ struct QkvNorm {
   bool value = false;
   double weight_offset = 0.0;
   std::optional<double> epsilon;  // unset: input_norm.epsilon
+  friend bool operator==(const QkvNorm&, const QkvNorm&) = default;
 };
 
 enum class RopeScalingType { none, linear, llama3, yarn };
@@ -41,7 +43,8 @@ struct RopeScaling {
   double beta_fast = 32.0;                  // yarn
   double beta_slow = 1.0;                   // yarn
   bool truncate = true;                     // yarn
-  std::optional<double> attention_factor;   // yarn; unset: 0.1 ln(factor) + 1
+  std::optional<double> attention_factor;   // yarn; unset: 0.1 ln(factor) + 1 (1 if factor <= 1)
+  friend bool operator==(const RopeScaling&, const RopeScaling&) = default;
 };
 
 struct Rotary {
@@ -50,6 +53,7 @@ struct Rotary {
   std::optional<int> pairing_dim;  // P2; unset: R (rotate_half). 2 = interleaved (GPT-J).
   double theta = 10000.0;
   RopeScaling scaling;
+  friend bool operator==(const Rotary&, const Rotary&) = default;
 };
 
 enum class WeightFormat { bf16, fp8, mxfp8, mxfp4, nvfp4, packed_integer, affine };
@@ -69,12 +73,14 @@ struct WeightEncoding {
   int bits = 4;            // packed_integer: 4 | 8; affine: 2 | 3 | 4 | 5 | 6 | 8
   int group_size = 128;    // packed_integer: -1 = per channel; affine: 32 | 64 | 128
   bool act_order = false;  // packed_integer (GPTQ g_idx)
+  friend bool operator==(const WeightEncoding&, const WeightEncoding&) = default;
 };
 
 struct Projection {
   WeightEncoding qkv;     // q_proj, k_proj, v_proj (or the fused qkv_proj)
   WeightEncoding output;  // o_proj; defaults to the qkv encoding
   bool fused_qkv = false;  // one [q; k; v] tensor (Phi-3 `qkv_proj`)
+  friend bool operator==(const Projection&, const Projection&) = default;
 };
 
 enum class KvCacheDtype { bf16, fp8_e4m3 };
@@ -82,6 +88,7 @@ enum class KvCacheDtype { bf16, fp8_e4m3 };
 struct KvCache {
   int block_size = 16;  // tokens per page
   KvCacheDtype dtype = KvCacheDtype::bf16;
+  friend bool operator==(const KvCache&, const KvCache&) = default;
 };
 
 struct AttentionConfig {
@@ -111,6 +118,8 @@ struct AttentionConfig {
   int pairing_dim() const { return rotary.pairing_dim.value_or(rotary_dim()); }
   double qkv_norm_epsilon() const { return qkv_norm.epsilon.value_or(input_norm.epsilon); }
   int group_size() const { return query_heads / kv_heads; }  // query heads per kv head
+
+  friend bool operator==(const AttentionConfig&, const AttentionConfig&) = default;
 };
 
 std::string_view to_string(RopeScalingType);

@@ -27,6 +27,8 @@ inline constexpr Arch kDefaultArch{9, 0, true};
 
 struct Target {
   std::optional<Arch> arch;  // unset: "auto" (the device's arch, or kDefaultArch without a device)
+
+  friend bool operator==(const Target&, const Target&) = default;
 };
 
 }  // namespace attnplan::config

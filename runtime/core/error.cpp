@@ -6,12 +6,18 @@ namespace attnplan {
 
 std::string_view to_string(Stage stage) {
   switch (stage) {
-    case Stage::config: return "config";
-    case Stage::input: return "input";
-    case Stage::cache: return "cache";
-    case Stage::compile: return "compile";
-    case Stage::driver: return "driver";
-    case Stage::internal: return "internal";
+    case Stage::config:
+      return "config";
+    case Stage::input:
+      return "input";
+    case Stage::cache:
+      return "cache";
+    case Stage::compile:
+      return "compile";
+    case Stage::driver:
+      return "driver";
+    case Stage::internal:
+      return "internal";
   }
   return "unknown";
 }

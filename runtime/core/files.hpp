@@ -28,7 +28,8 @@ inline void write_file_atomic(const std::filesystem::path& path, std::string_vie
 class FileLock {
  public:
   // Waits up to `timeout`; returns nullopt on timeout. Throws Error(cache) if the file cannot be opened.
-  static std::optional<FileLock> acquire(const std::filesystem::path& path, std::chrono::milliseconds timeout);
+  static std::optional<FileLock> acquire(const std::filesystem::path& path,
+                                         std::chrono::milliseconds timeout);
   FileLock(FileLock&& other) noexcept;
   FileLock& operator=(FileLock&& other) noexcept;
   FileLock(const FileLock&) = delete;

@@ -1,5 +1,6 @@
 #include "core/sha256.hpp"
 
+#include <algorithm>
 #include <cstring>
 
 namespace attnplan::core {
@@ -15,12 +16,15 @@ constexpr std::uint32_t kRound[64] = {
     0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
     0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2};
 
-constexpr std::uint32_t rotr(std::uint32_t x, int n) { return (x >> n) | (x << (32 - n)); }
+constexpr std::uint32_t rotr(std::uint32_t x, int n) {
+  return (x >> n) | (x << (32 - n));
+}
 
 }  // namespace
 
 Sha256::Sha256()
-    : state_{0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19} {}
+    : state_{0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19} {
+}
 
 void Sha256::compress(const std::uint8_t* block) {
   std::uint32_t w[64];
@@ -112,6 +116,8 @@ std::string Sha256::hex_digest() {
   return hex;
 }
 
-std::string sha256_hex(const void* data, std::size_t size) { return Sha256().update(data, size).hex_digest(); }
+std::string sha256_hex(const void* data, std::size_t size) {
+  return Sha256().update(data, size).hex_digest();
+}
 
 }  // namespace attnplan::core

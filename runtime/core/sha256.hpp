@@ -28,6 +28,8 @@ class Sha256 {
 };
 
 std::string sha256_hex(const void* data, std::size_t size);
-inline std::string sha256_hex(std::string_view text) { return sha256_hex(text.data(), text.size()); }
+inline std::string sha256_hex(std::string_view text) {
+  return sha256_hex(text.data(), text.size());
+}
 
 }  // namespace attnplan::core

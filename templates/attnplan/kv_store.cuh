@@ -51,8 +51,10 @@ __global__ void __launch_bounds__(Traits::threads) kv_store_kernel(const KvStore
   for (int token = first; token < min(first + Traits::tokens_per_block, params.num_tokens); ++token) {
     const int seq = sequence_of_token(params.query_starts, params.num_seqs, token);
     const int position = params.context_lens[seq] + token - params.query_starts[seq];
+    // Batches the host could not check (device-side tables) must still never write outside the pool.
+    if (position < 0) continue;
     const int logical_block = position / Traits::block_size;
-    if (logical_block >= params.max_blocks_per_seq) continue;  // rejected on the host; never write outside
+    if (logical_block >= params.max_blocks_per_seq) continue;
     const int page = params.block_tables[static_cast<long long>(seq) * params.max_blocks_per_seq + logical_block];
     if (page < 0 || page >= params.num_blocks) continue;
     const long long slot = static_cast<long long>(page) * Traits::block_size + position % Traits::block_size;

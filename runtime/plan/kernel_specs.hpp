@@ -1,0 +1,30 @@
+// Typed kernel specs: every compile-time choice of one kernel, as named fields. A spec renders the
+// instantiation stub (compiler::KernelSource) that the JIT compiles and the cache keys on.
+#pragma once
+
+#include <string>
+
+#include "compiler/kernel_source.hpp"
+#include "plan/heuristics.hpp"
+
+namespace attnplan::plan {
+
+struct RmsNormSpec {
+  int hidden_size = 0;
+  bool unit_offset = false;  // weight_offset == 1 (Gemma)
+  RmsNormTiling tiling;
+
+  compiler::KernelSource source() const;
+};
+
+struct KvStoreSpec {
+  int kv_heads = 0;
+  int head_dim = 0;
+  int value_head_dim = 0;
+  int block_size = 0;  // tokens per cache page
+  KvStoreTiling tiling;
+
+  compiler::KernelSource source() const;
+};
+
+}  // namespace attnplan::plan

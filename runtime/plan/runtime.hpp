@@ -1,0 +1,70 @@
+// The entry point of the library: a Runtime owns the options (read once), the cubin cache and the
+// NVRTC compiler, and turns AttentionConfigs into plans.
+//
+//   attnplan::Runtime runtime(attnplan::RuntimeOptions::from_environment());
+//   auto config = attnplan::config::load_file("plans/llama-3.1-8b.json");
+//   attnplan::plan::CompiledPlan compiled = runtime.compile(config);     // no GPU needed
+//   attnplan::plan::PrefillPlan plan = runtime.load(compiled);           // needs a GPU
+//
+// Thread safety: compile() may be called from several threads at once (the cache and the compiler are
+// thread-safe); a PrefillPlan is immutable after load and may launch on several streams at once.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "cache/cubin_cache.hpp"
+#include "compiler/compiler.hpp"
+#include "config/attention_config.hpp"
+#include "plan/compiled_plan.hpp"
+#include "plan/prefill_plan.hpp"
+#include "plan/runtime_options.hpp"
+
+namespace attnplan {
+
+// Reported while a plan compiles: once when a kernel starts compiling, once when it finishes.
+struct CompileProgress {
+  std::string kernel;
+  std::size_t finished = 0;  // kernels done so far (hits included)
+  std::size_t total = 0;
+  bool started = false;   // true: `kernel` just started compiling; false: it just finished
+  double elapsed_ms = 0;  // since compile() began
+};
+using ProgressCallback = std::function<void(const CompileProgress&)>;
+
+class Runtime {
+ public:
+  // `warn` receives the warnings worth a user's attention (cache degraded, bad entry quarantined...).
+  // The default writes them to stderr, prefixed "attnplan: warning: ".
+  explicit Runtime(RuntimeOptions options, cache::WarningSink warn = {});
+  ~Runtime();
+
+  // The arch a config compiles for: RuntimeOptions::arch, else the config's target.arch, else the device's
+  // (when a driver and device are present), else sm_90a.
+  config::Arch resolve_arch(const config::AttentionConfig& config) const;
+
+  // Compiles (or finds in the cache) every kernel of the config's plan. Needs no GPU and no driver.
+  plan::CompiledPlan compile(const config::AttentionConfig& config, const ProgressCallback& progress = {});
+
+  // Loads a compiled plan on the device of RuntimeOptions::device. Needs a driver and a device whose
+  // arch matches the plan's.
+  plan::PrefillPlan load(const plan::CompiledPlan& compiled);
+
+  cache::CubinCache& cache() { return cache_; }
+  // The compiler, created on first use (it locates the CUDA toolkit headers).
+  const compiler::Compiler& compiler();
+  compiler::CompileOptions compile_options(const config::Arch& arch) const;
+  const RuntimeOptions& options() const { return options_; }
+
+ private:
+  RuntimeOptions options_;
+  cache::WarningSink warn_;
+  cache::CubinCache cache_;
+  std::mutex compiler_mutex_;
+  std::unique_ptr<compiler::Compiler> compiler_;
+};
+
+}  // namespace attnplan

@@ -1,0 +1,67 @@
+#include "gpu_support.hpp"
+
+#include <cstdio>
+
+#include "config/parse.hpp"
+#include "core/bf16.hpp"
+#include "driver/device.hpp"
+
+// Exit 77 (CTest: skipped) before any test runs when no CUDA device is usable.
+bool attnplan_tests_device_available() {
+  std::string reason;
+  if (attnplan::driver::device_available(&reason)) return true;
+  std::fprintf(stderr, "GPU tests skipped: %s\n", reason.c_str());
+  return false;
+}
+
+namespace attnplan::gpu_testing {
+
+namespace {
+RuntimeOptions options_for(const std::filesystem::path& cache_dir) {
+  RuntimeOptions options = RuntimeOptions::from_environment();
+  options.cache_dir = cache_dir;
+  return options;
+}
+}  // namespace
+
+Gpu::Gpu() : runtime(options_for(cache_dir.path())), context(runtime.options().device) {
+  context.make_current();
+}
+
+plan::PrefillPlan Gpu::load(const config::AttentionConfig& config) {
+  context.make_current();
+  return runtime.load(runtime.compile(config));
+}
+
+Gpu& gpu() {
+  static Gpu instance;
+  instance.context.make_current();
+  return instance;
+}
+
+config::AttentionConfig make_config(int hidden_size, int query_heads, int kv_heads, int head_dim,
+                                    int value_head_dim, int block_size) {
+  nlohmann::json json = {{"schema", "attnplan/v1"},
+                         {"hidden_size", hidden_size},
+                         {"query_heads", query_heads},
+                         {"kv_heads", kv_heads},
+                         {"head_dim", head_dim},
+                         {"value_head_dim", value_head_dim},
+                         {"kv_cache", {{"block_size", block_size}}}};
+  return config::parse(json);
+}
+
+std::vector<std::uint16_t> random_bf16(std::size_t count, std::mt19937_64& rng, double mean, double stddev) {
+  std::normal_distribution<double> normal(mean, stddev);
+  std::vector<std::uint16_t> bits(count);
+  for (auto& value : bits) value = core::double_to_bf16(normal(rng));
+  return bits;
+}
+
+std::vector<double> to_doubles(const std::vector<std::uint16_t>& bits) {
+  std::vector<double> values(bits.size());
+  for (std::size_t i = 0; i < bits.size(); ++i) values[i] = core::bf16_to_float(bits[i]);
+  return values;
+}
+
+}  // namespace attnplan::gpu_testing

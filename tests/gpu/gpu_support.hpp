@@ -1,0 +1,42 @@
+// Shared pieces of the GPU tests: one Runtime over a private cache, the device's primary context, random
+// bf16 data, and poison patterns. Every GPU result is compared with the CPU reference.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "config/attention_config.hpp"
+#include "driver/context.hpp"
+#include "plan/runtime.hpp"
+#include "support/temp_dir.hpp"
+
+namespace attnplan::gpu_testing {
+
+// bf16 0xFFFF is a NaN: a poisoned element that a kernel forgot to write can never look valid.
+inline constexpr std::uint8_t kPoisonByte = 0xFF;
+inline constexpr std::uint16_t kPoisonBits = 0xFFFF;
+
+struct Gpu {
+  testing::TempDir cache_dir{"attnplan-gpu-cache"};
+  Runtime runtime;
+  driver::Context context;
+
+  Gpu();
+  plan::PrefillPlan load(const config::AttentionConfig& config);
+};
+
+// The process-wide GPU fixture (one context, one cache, created on first use).
+Gpu& gpu();
+
+// A config with the given shapes and defaults for everything else (validated).
+config::AttentionConfig make_config(int hidden_size, int query_heads, int kv_heads, int head_dim,
+                                    int value_head_dim, int block_size);
+
+// `count` bf16 values drawn from N(mean, stddev), as raw bits.
+std::vector<std::uint16_t> random_bf16(std::size_t count, std::mt19937_64& rng, double mean = 0.0,
+                                       double stddev = 1.0);
+std::vector<double> to_doubles(const std::vector<std::uint16_t>& bits);
+
+}  // namespace attnplan::gpu_testing

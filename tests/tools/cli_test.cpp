@@ -1,0 +1,243 @@
+// The attnplan CLI end to end, as a user runs it: real processes, a temporary cache, no GPU.
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "support/catch.hpp"
+#include "support/temp_dir.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Result {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+
+std::string slurp(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return buffer.str();
+}
+
+std::string quote(const std::string& text) {
+  std::string quoted = "'";
+  for (char c : text) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return quoted + "'";
+}
+
+// Runs `attnplan ARGS` with ATTNPLAN_CACHE_DIR=cache (unless empty), capturing stdout and stderr.
+Result run(const fs::path& scratch, const std::string& cache, const std::vector<std::string>& args) {
+  static int counter = 0;
+  const fs::path out = scratch / ("out" + std::to_string(counter));
+  const fs::path err = scratch / ("err" + std::to_string(counter++));
+  std::string command = cache.empty() ? "" : "ATTNPLAN_CACHE_DIR=" + quote(cache) + " ";
+  command += quote(ATTNPLAN_CLI_PATH);
+  for (const std::string& arg : args) command += " " + quote(arg);
+  command += " >" + quote(out.string()) + " 2>" + quote(err.string());
+  const int status = std::system(command.c_str());
+  Result result;
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  result.out = slurp(out);
+  result.err = slurp(err);
+  return result;
+}
+
+std::string plan(const std::string& name) {
+  return std::string(ATTNPLAN_SOURCE_DIR) + "/plans/" + name;
+}
+
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+}  // namespace
+
+TEST_CASE("every command has --help and bad usage exits 1", "[cli]") {
+  attnplan::testing::TempDir scratch;
+  CHECK(run(scratch.path(), "", {"--help"}).exit_code == 0);
+  for (const std::string command : {"compile", "validate", "cache"}) {
+    const Result help = run(scratch.path(), "", {command, "--help"});
+    INFO(command);
+    CHECK(help.exit_code == 0);
+    CHECK(contains(help.out, "usage: attnplan " + command));
+  }
+  CHECK(run(scratch.path(), "", {"frobnicate"}).exit_code == 1);
+  const Result unknown = run(scratch.path(), "", {"compile", plan("llama-3.1-8b.json"), "--no-such-flag"});
+  CHECK(unknown.exit_code == 1);
+  CHECK(contains(unknown.err, "unknown option --no-such-flag"));
+  CHECK(run(scratch.path(), "", {"compile"}).exit_code == 1);
+  const Result bad_arch = run(scratch.path(), (scratch / "cache").string(),
+                              {"compile", plan("llama-3.1-8b.json"), "--arch", "sm_7x"});
+  CHECK(bad_arch.exit_code == 1);
+  CHECK(contains(bad_arch.err, "--arch sm_7x"));
+}
+
+TEST_CASE("compile then compile again: all misses, then all hits", "[cli]") {
+  attnplan::testing::TempDir scratch;
+  const std::string cache = (scratch / "cache").string();
+  const Result first = run(scratch.path(), cache, {"compile", plan("llama-3.1-8b.json"), "--json"});
+  REQUIRE(first.exit_code == 0);
+  const nlohmann::json cold = nlohmann::json::parse(first.out);
+  CHECK(cold["arch"] == "sm_90a");  // no device here: auto means sm_90a
+  REQUIRE(cold["kernels"].size() == 2);
+  for (const auto& kernel : cold["kernels"]) {
+    CHECK(kernel["cache"] == "miss");
+    CHECK(kernel["key"].get<std::string>().size() == 64);
+    CHECK(kernel["registers"].get<int>() > 0);
+    CHECK(kernel["spill_bytes"].get<int>() == 0);
+    CHECK(kernel["compile_ms"].get<double>() > 0);
+    CHECK(kernel.contains("shared_bytes"));
+  }
+  CHECK(contains(first.err, "compiling input_rmsnorm"));  // progress goes to stderr
+
+  const Result second = run(scratch.path(), cache, {"compile", plan("llama-3.1-8b.json"), "--json"});
+  REQUIRE(second.exit_code == 0);
+  const nlohmann::json warm = nlohmann::json::parse(second.out);
+  for (std::size_t i = 0; i < warm["kernels"].size(); ++i) {
+    CHECK(warm["kernels"][i]["cache"] == "hit");
+    CHECK(warm["kernels"][i]["key"] == cold["kernels"][i]["key"]);
+  }
+
+  const Result table = run(scratch.path(), cache, {"compile", plan("llama-3.1-8b.json")});
+  REQUIRE(table.exit_code == 0);
+  CHECK(contains(table.out, "input_rmsnorm"));
+  CHECK(contains(table.out, "kv_store"));
+  CHECK(contains(table.out, "2 cached, 0 compiled"));
+
+  const Result other_arch =
+      run(scratch.path(), cache, {"compile", plan("llama-3.1-8b.json"), "--json", "--arch", "sm_80"});
+  REQUIRE(other_arch.exit_code == 0);
+  CHECK(nlohmann::json::parse(other_arch.out)["kernels"][0]["cache"] == "miss");
+}
+
+TEST_CASE("bad configs exit 1 with every problem and its JSON path", "[cli]") {
+  attnplan::testing::TempDir scratch;
+  const fs::path bad = scratch / "bad.json";
+  std::ofstream(bad) << R"({"schema": "attnplan/v1", "hidden_size": 4096, "query_heads": 32, "kv_heads": 5,
+                            "rotary": {"dim": 64, "pairing_dim": 6}, "sliding_windw": 4096})";
+  for (const std::string command : {"validate", "compile"}) {
+    const Result result = run(scratch.path(), (scratch / "cache").string(), {command, bad.string()});
+    INFO(command << "\n" << result.err);
+    CHECK(result.exit_code == 1);
+    CHECK(contains(result.err, "/kv_heads"));
+    CHECK(contains(result.err, "/rotary/pairing_dim"));
+    CHECK(contains(result.err, "/sliding_windw"));
+  }
+  CHECK_FALSE(fs::exists(scratch / "cache" / "v1"));  // nothing compiled, nothing written
+
+  const Result missing = run(scratch.path(), "", {"validate", (scratch / "nope.json").string()});
+  CHECK(missing.exit_code == 1);
+  const Result good = run(scratch.path(), "", {"validate", plan("qwen3-8b.json")});
+  CHECK(good.exit_code == 0);
+  CHECK(contains(good.out, "valid"));
+}
+
+TEST_CASE("cache tools: path, list, show, verify, a corrupted entry rebuilt, prune, clear", "[cli]") {
+  attnplan::testing::TempDir scratch;
+  const std::string cache = (scratch / "cache").string();
+  const Result compiled =
+      run(scratch.path(), cache, {"compile", plan("mistral-7b.json"), "--json", "--keep-ptx"});
+  REQUIRE(compiled.exit_code == 0);
+  const std::string key = nlohmann::json::parse(compiled.out)["kernels"][0]["key"];
+
+  CHECK(run(scratch.path(), cache, {"cache", "path"}).out == cache + "\n");
+  const Result list = run(scratch.path(), cache, {"cache", "list"});
+  CHECK(list.exit_code == 0);
+  CHECK(contains(list.out, key.substr(0, 16)));
+  CHECK(contains(list.out, "2 entries"));
+
+  const Result manifest = run(scratch.path(), cache, {"cache", "show", key.substr(0, 10), "--manifest"});
+  REQUIRE(manifest.exit_code == 0);
+  const nlohmann::json parsed = nlohmann::json::parse(manifest.out);
+  CHECK(parsed["key"] == key);
+  CHECK(parsed.contains("lowered_name"));
+  CHECK(parsed.contains("resources"));
+  const Result ptx = run(scratch.path(), cache, {"cache", "show", key, "--ptx"});
+  CHECK(ptx.exit_code == 0);
+  CHECK(contains(ptx.out, ".version"));
+  const Result summary = run(scratch.path(), cache, {"cache", "show", key});
+  CHECK(contains(summary.out, "registers"));
+  CHECK(run(scratch.path(), cache, {"cache", "show", "ffffffffffff"}).exit_code == 1);
+  const Result sass = run(scratch.path(), cache, {"cache", "show", key, "--sass"});
+  CHECK((sass.exit_code == 0 || contains(sass.err, "no SASS disassembler found")));
+
+  CHECK(run(scratch.path(), cache, {"cache", "verify"}).exit_code == 0);
+
+  // Flip one byte of a cubin: verify reports it, the next compile warns, rebuilds it, and all is clean.
+  fs::path cubin;
+  for (const auto& file : fs::recursive_directory_iterator(cache)) {
+    if (file.path().filename() == key + ".cubin") cubin = file.path();
+  }
+  REQUIRE_FALSE(cubin.empty());
+  {
+    std::fstream stream(cubin, std::ios::in | std::ios::out | std::ios::binary);
+    stream.seekg(100);
+    const char original = static_cast<char>(stream.get());
+    stream.seekp(100);
+    stream.put(static_cast<char>(original ^ 0x5a));
+  }
+  const Result bad = run(scratch.path(), cache, {"cache", "verify"});
+  CHECK(bad.exit_code == 1);
+  CHECK(contains(bad.out, key));
+  const Result rebuilt = run(scratch.path(), cache, {"compile", plan("mistral-7b.json"), "--json"});
+  REQUIRE(rebuilt.exit_code == 0);
+  CHECK(nlohmann::json::parse(rebuilt.out)["kernels"][0]["cache"] == "miss");
+  CHECK(contains(rebuilt.err, key));  // the warning names the entry it quarantined
+  CHECK(run(scratch.path(), cache, {"cache", "verify"}).exit_code == 0);
+
+  CHECK(run(scratch.path(), cache, {"cache", "prune", "--max-bytes", "0"}).exit_code == 0);
+  CHECK(contains(run(scratch.path(), cache, {"cache", "list"}).out, "0 entries"));
+  REQUIRE(run(scratch.path(), cache, {"compile", plan("mistral-7b.json")}).exit_code == 0);
+  CHECK(run(scratch.path(), cache, {"cache", "clear"}).exit_code == 0);
+  CHECK(contains(run(scratch.path(), cache, {"cache", "list"}).out, "0 entries"));
+}
+
+TEST_CASE("several processes compiling one config into an empty cache all succeed", "[cli][concurrency]") {
+  attnplan::testing::TempDir scratch;
+  const std::string cache = (scratch / "cache").string();
+  const std::string command_prefix = "ATTNPLAN_CACHE_DIR=" + quote(cache) + " " + quote(ATTNPLAN_CLI_PATH) +
+                                     " compile " + quote(plan("qwen3-8b.json")) + " --json";
+  std::vector<FILE*> processes;
+  for (int i = 0; i < 4; ++i) processes.push_back(popen((command_prefix + " 2>/dev/null").c_str(), "r"));
+  std::set<std::string> keys;
+  for (FILE* process : processes) {
+    REQUIRE(process != nullptr);
+    std::string output;
+    char buffer[4096];
+    while (std::size_t n = fread(buffer, 1, sizeof buffer, process)) output.append(buffer, n);
+    const int status = pclose(process);
+    CHECK(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 0);
+    const nlohmann::json result = nlohmann::json::parse(output);
+    for (const auto& kernel : result["kernels"]) keys.insert(kernel["key"]);
+  }
+  CHECK(keys.size() == 2);
+  CHECK(run(scratch.path(), cache, {"cache", "verify"}).exit_code == 0);
+  CHECK(contains(run(scratch.path(), cache, {"cache", "list"}).out, "2 entries"));
+}
+
+TEST_CASE("an unwritable cache directory degrades to in-memory compiles with one warning", "[cli]") {
+  attnplan::testing::TempDir scratch;
+  std::ofstream(scratch / "a-file") << "not a directory";
+  const std::string cache = (scratch / "a-file" / "cache").string();
+  const Result result = run(scratch.path(), cache, {"compile", plan("llama-3.1-8b.json"), "--json"});
+  REQUIRE(result.exit_code == 0);
+  CHECK(nlohmann::json::parse(result.out)["kernels"].size() == 2);
+  std::size_t warnings = 0;
+  for (std::size_t at = result.err.find("warning"); at != std::string::npos;
+       at = result.err.find("warning", at + 1)) {
+    ++warnings;
+  }
+  CHECK(warnings == 1);
+}

@@ -1,0 +1,12 @@
+// The attnplan subcommands. Each returns its Command (synopsis, options, handler); main dispatches.
+#pragma once
+
+#include "cli.hpp"
+
+namespace attnplan::cli {
+
+Command compile_command();
+Command validate_command();
+Command cache_command();
+
+}  // namespace attnplan::cli
