@@ -21,6 +21,7 @@ namespace {
 constexpr const char* kLanguageStandard = "-std=c++20";
 constexpr const char* kArchOptionPrefix = "--gpu-architecture=";
 constexpr const char* kPtxasVerbose = "--ptxas-options=-v";
+constexpr const char* kNoDriverCache = "--no-cache";
 
 [[noreturn]] void throw_nvrtc(const KernelSource& source, const char* call, nvrtcResult result) {
   throw Error(Stage::compile,
@@ -143,7 +144,11 @@ std::vector<std::string> CompileOptions::nvrtc_options(const Toolkit& toolkit) c
   std::vector<std::string> list{
       kArchOptionPrefix + real_arch_name(arch), kLanguageStandard,
       // Unannotated helpers in the templates are device code; there is no host pass.
-      "-default-device", kPtxasVerbose};
+      "-default-device", kPtxasVerbose,
+      // NVRTC otherwise consults the driver's compute cache when a driver is present, and on a hit skips
+      // ptxas entirely: no resource report, and a compile time that measures a cache read. attnplan's own
+      // cache already keeps every cubin, so NVRTC always compiles for real.
+      kNoDriverCache};
   if (line_info) list.emplace_back("-lineinfo");
   for (const auto& dir : toolkit.include_dirs) list.push_back("-I" + dir.string());
   list.insert(list.end(), extra.begin(), extra.end());

@@ -148,8 +148,8 @@ TEST_CASE("key inputs name what went into the key", "[cache_key]") {
   CHECK(inputs.arch == "sm_90a");
   CHECK(inputs.stub == base.source.render_stub());
   CHECK(inputs.options == std::vector<std::string>{"--gpu-architecture=sm_90a", "-std=c++20",
-                                                   "-default-device", "--ptxas-options=-v", "-lineinfo",
-                                                   "-I<cuda>/include", "-I<cuda>/include/cccl"});
+                                                   "-default-device", "--ptxas-options=-v", "--no-cache",
+                                                   "-lineinfo", "-I<cuda>/include", "-I<cuda>/include/cccl"});
   REQUIRE(inputs.headers.size() == 3);
   CHECK(inputs.headers[0].first == "attnplan/common.cuh");
   CHECK(inputs.headers[1].first == "attnplan/params.h");

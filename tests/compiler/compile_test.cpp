@@ -103,7 +103,7 @@ TEST_CASE("the option list is deterministic and complete", "[compile]") {
   CompileOptions options{kSm90a};
   options.extra = {"-DATTNPLAN_TEST=1"};
   std::vector<std::string> expected{"--gpu-architecture=sm_90a", "-std=c++20", "-default-device",
-                                    "--ptxas-options=-v", "-lineinfo"};
+                                    "--ptxas-options=-v",        "--no-cache", "-lineinfo"};
   for (const auto& dir : toolkit.include_dirs) expected.push_back("-I" + dir.string());
   expected.push_back("-DATTNPLAN_TEST=1");
   CHECK(options.nvrtc_options(toolkit) == expected);
