@@ -1,0 +1,88 @@
+// The whole prefill layer on the CPU in double precision (spec sections 1-8), stage by stage. Written
+// from the spec alone; shares no code with the kernels. The source of truth for the GPU tests and
+// `attnplan verify`.
+//
+// Storage precision: the GPU keeps activations in bf16 between stages. With `round_between_stages`
+// (the default) the reference rounds each stage's output to bf16 where the GPU stores one, so a GPU
+// stage is compared with the exact result of the same stored inputs, and per-stage errors stay tight.
+// The arithmetic inside a stage is always double.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "config/attention_config.hpp"
+#include "reference/batch.hpp"
+#include "reference/kv_store.hpp"
+#include "reference/tensor.hpp"
+
+namespace attnplan::reference {
+
+// The layer's weights as HF stores them (a projection weight is [out, in]). A fused qkv_proj is split
+// into q/k/v by the loader before it gets here. Empty vectors mean "absent" (no bias, no norm weight).
+struct LayerWeights {
+  std::vector<double> input_norm;  // [hidden]
+  Tensor q_proj;                   // [Hq * D, hidden]
+  Tensor k_proj;                   // [Hkv * D, hidden]
+  Tensor v_proj;                   // [Hkv * Dv, hidden]
+  std::vector<double> q_bias;      // [Hq * D] or empty
+  std::vector<double> k_bias;      // [Hkv * D] or empty
+  std::vector<double> v_bias;      // [Hkv * Dv] or empty
+  std::vector<double> q_norm;      // [D] or empty (qkv_norm.query)
+  std::vector<double> k_norm;      // [D] or empty (qkv_norm.key)
+  Tensor o_proj;                   // [hidden, Hq * Dv]
+  std::vector<double> o_bias;      // [hidden] or empty
+  std::vector<double> sinks;       // [Hq] or empty (config.sinks)
+};
+
+// Bidirectional spans as CSR (spec section 8): sequence s owns spans [offsets[s], offsets[s + 1]) of
+// `bounds`, each [start, end) in absolute positions of that sequence. Empty `offsets` means no spans.
+struct Spans {
+  std::vector<int> offsets;                // [num_seqs + 1] or empty
+  std::vector<std::array<int, 2>> bounds;  // [num_spans]
+};
+
+// Throws Error(input) naming the field: spans unsorted or overlapping within a sequence, empty or
+// negative, or straddling that sequence's context_len (start < context_len < end).
+void validate_spans(const Spans& spans, const Batch& batch);
+
+// x W^T + b for x [M, K], W [N, K], b [N] or empty -> [M, N].
+Tensor linear(const Tensor& x, const Tensor& weight, std::span<const double> bias);
+
+// The RoPE frequencies f_i, i in [0, R/2), after the config's scaling (spec section 4), and the factor
+// that multiplies cos and sin (yarn's attention_factor; 1 otherwise).
+std::vector<double> rope_frequencies(const config::AttentionConfig& config);
+double rope_attention_factor(const config::AttentionConfig& config);
+
+// Rotates x [T, heads, D] in place: token t at positions[t], pairs per spec section 4.
+void apply_rope(Tensor& x, std::span<const std::int64_t> positions, const config::AttentionConfig& config);
+
+// Attention of q [T, Hq, D] over the paged cache (which already holds this chunk's k and v), spec
+// section 6: scale, softcap, causal, sliding window, bidirectional spans, GQA, sinks. -> [T, Hq, Dv].
+Tensor attention(const Tensor& q, const PagedKvCache& cache, const Batch& batch, const Spans& spans,
+                 const config::AttentionConfig& config, std::span<const double> sinks);
+
+// Every stage's output, for per-stage comparison.
+struct LayerStages {
+  Tensor normed;     // [T, hidden]        input RMSNorm
+  Tensor q, k, v;    // [T, H, D|Dv]       after the projection (+ bias)
+  Tensor q_final;    // [T, Hq, D]         after q norm and RoPE
+  Tensor k_final;    // [T, Hkv, D]        after k norm and RoPE (what the cache holds)
+  Tensor v_final;    // [T, Hkv, Dv]       after the optional v norm
+  Tensor attention;  // [T, Hq * Dv]
+  Tensor output;     // [T, hidden]
+};
+
+struct LayerOptions {
+  bool round_between_stages = true;
+};
+
+// Runs the whole layer on hidden_states [T, hidden]; writes the chunk's k and v into `cache` (which
+// holds the cached prefix already). Validates the batch and spans first (Error(input)).
+LayerStages prefill_layer(const config::AttentionConfig& config, const LayerWeights& weights,
+                          const Tensor& hidden_states, const Batch& batch, const Spans& spans,
+                          PagedKvCache& cache, const LayerOptions& options = {});
+
+}  // namespace attnplan::reference
