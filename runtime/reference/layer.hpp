@@ -44,23 +44,41 @@ struct Spans {
   std::vector<std::array<int, 2>> bounds;  // [num_spans]
 };
 
-// Throws Error(input) naming the field: spans unsorted or overlapping within a sequence, empty or
-// negative, or straddling that sequence's context_len (start < context_len < end).
+// Throws Error(input) naming the field ("spans: span 2 of sequence 1 [10, 20) straddles context_len 15
+// ..."): the batch itself (validate_batch over query_starts.back() tokens); offsets of the wrong size,
+// not starting at 0, decreasing or not ending at bounds.size(); spans unsorted or overlapping within a
+// sequence, empty, negative, past that sequence's context_len + chunk length, or straddling its
+// context_len (start < context_len < end). A span wholly inside the cached prefix is valid.
 void validate_spans(const Spans& spans, const Batch& batch);
 
-// x W^T + b for x [M, K], W [N, K], b [N] or empty -> [M, N].
+// x W^T + b for x [M, K], W [N, K], b [N] or empty -> [M, N]. x may have more leading dimensions
+// ([..., K] -> [..., N]), e.g. the attention output [T, Hq, Dv] for o_proj. Each output is one sum over
+// k in increasing order, in double.
 Tensor linear(const Tensor& x, const Tensor& weight, std::span<const double> bias);
 
-// The RoPE frequencies f_i, i in [0, R/2), after the config's scaling (spec section 4), and the factor
-// that multiplies cos and sin (yarn's attention_factor; 1 otherwise).
+// The RoPE frequencies f_i = theta^(-2i/R), i in [0, R/2) (R = config.rotary_dim(); empty for R = 0),
+// after the config's scaling (spec section 4; matches HF `modeling_rope_utils` default/linear/llama3/
+// yarn), and the factor that multiplies cos and sin (yarn's attention_factor, default
+// 0.1 ln(factor) + 1 when factor > 1; 1 for every other type).
 std::vector<double> rope_frequencies(const config::AttentionConfig& config);
 double rope_attention_factor(const config::AttentionConfig& config);
 
-// Rotates x [T, heads, D] in place: token t at positions[t], pairs per spec section 4.
+// Rotates x [T, heads, D] in place: token t at positions[t], pairs per spec section 4 (offset o, rotary
+// dim R, pairing dim P2; dimensions in no pair unchanged). A no-op for R = 0. Error(config) for pairs
+// that do not fit in D; Error(input) when positions.size() != T.
 void apply_rope(Tensor& x, std::span<const std::int64_t> positions, const config::AttentionConfig& config);
 
 // Attention of q [T, Hq, D] over the paged cache (which already holds this chunk's k and v), spec
 // section 6: scale, softcap, causal, sliding window, bidirectional spans, GQA, sinks. -> [T, Hq, Dv].
+// Shapes come from the tensors (Hkv and Dv from the cache); the config gives the semantics (scale,
+// defaulting to 1/sqrt(D) when unset; softcap; window; whether spans and sinks are accepted).
+// Decisions where the spec is terse:
+//  - Span rule: a query and a key attend bidirectionally when both lie in the same span
+//    [start, end) (start <= pq < end and start <= pk < end), as HF Gemma 3 masks image tokens; the
+//    span is OR-ed with the causal/window rule, so it never widens a query outside it.
+//  - sinks: [Hq] logits used unscaled, in the denominator only; must be given iff config.sinks.
+//  - spans given with config.bidirectional_spans false: Error(input) (input contradicts the plan).
+//  - A query with no allowed key (impossible while a query sees itself) gets an all-zero row.
 Tensor attention(const Tensor& q, const PagedKvCache& cache, const Batch& batch, const Spans& spans,
                  const config::AttentionConfig& config, std::span<const double> sinks);
 
@@ -80,7 +98,11 @@ struct LayerOptions {
 };
 
 // Runs the whole layer on hidden_states [T, hidden]; writes the chunk's k and v into `cache` (which
-// holds the cached prefix already). Validates the batch and spans first (Error(input)).
+// holds the cached prefix already). Validates the batch and spans first (Error(input)), and every other
+// input attention() would reject, so a rejected call leaves the cache unchanged. The weights must match
+// the config: a bias, norm weight or sink array is present exactly when the config enables it.
+// Rounding points (with round_between_stages): normed; q, k, v; q_final, k_final, v_final (once, after
+// the per-head norm and RoPE together); attention; output. Positions are context_len + i.
 LayerStages prefill_layer(const config::AttentionConfig& config, const LayerWeights& weights,
                           const Tensor& hidden_states, const Batch& batch, const Spans& spans,
                           PagedKvCache& cache, const LayerOptions& options = {});

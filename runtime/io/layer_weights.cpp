@@ -1,0 +1,537 @@
+#include "io/layer_weights.hpp"
+
+#include <algorithm>
+#include <bit>
+#include <cctype>
+#include <cstring>
+#include <set>
+#include <string_view>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "core/bf16.hpp"
+#include "core/error.hpp"
+#include "io/checked_math.hpp"
+#include "io/float16.hpp"
+
+namespace attnplan::io {
+namespace {
+
+// Elements are read with memcpy straight from the file's little-endian bytes.
+static_assert(std::endian::native == std::endian::little, "attnplan::io assumes a little-endian host");
+
+// The names the attention owns under a layer prefix; see the top of the header.
+constexpr std::string_view kAttentionNamespace = "self_attn.";
+constexpr std::string_view kInputNormNamespace = "input_layernorm.";
+constexpr std::string_view kDerivedBuffers = "self_attn.rotary_emb.";
+
+enum class DtypeRule {
+  projection,   // BF16 only: the projection formats other than bf16 are not loaded yet
+  small_float,  // norm weights, biases, sinks: BF16, F16 or F32, kept as stored
+};
+
+// One tensor the config asks for, with the words that explain it in a message.
+struct Expected {
+  std::string relative;  // name under the prefix
+  std::vector<std::int64_t> shape;
+  std::string formula;  // the shape in config terms: "[query_heads * head_dim, hidden_size]"
+  DtypeRule rule;
+  std::string reason;  // why the config needs it; empty for tensors every layer has
+};
+
+std::string shape_text(std::span<const std::int64_t> shape) {
+  return fmt::format("[{}]", fmt::join(shape, ", "));
+}
+
+bool dtype_allowed(DtypeRule rule, Dtype dtype) {
+  if (rule == DtypeRule::projection) return dtype == Dtype::bf16;
+  return dtype == Dtype::bf16 || dtype == Dtype::f16 || dtype == Dtype::f32;
+}
+
+std::string_view allowed_text(DtypeRule rule) {
+  return rule == DtypeRule::projection ? "BF16 (projection weights are loaded as bf16)" : "BF16, F16 or F32";
+}
+
+bool is_digit(char c) {
+  return std::isdigit(static_cast<unsigned char>(c)) != 0;
+}
+
+// Orders "model.layers.2." before "model.layers.10.": digit runs compare as numbers.
+bool natural_less(std::string_view a, std::string_view b) {
+  std::size_t i = 0, j = 0;
+  while (i < a.size() && j < b.size()) {
+    if (is_digit(a[i]) && is_digit(b[j])) {
+      std::size_t i_end = i, j_end = j;
+      while (i_end < a.size() && is_digit(a[i_end])) ++i_end;
+      while (j_end < b.size() && is_digit(b[j_end])) ++j_end;
+      std::string_view digits_a = a.substr(i, i_end - i), digits_b = b.substr(j, j_end - j);
+      while (digits_a.size() > 1 && digits_a.front() == '0') digits_a.remove_prefix(1);
+      while (digits_b.size() > 1 && digits_b.front() == '0') digits_b.remove_prefix(1);
+      if (digits_a.size() != digits_b.size()) return digits_a.size() < digits_b.size();
+      if (digits_a != digits_b) return digits_a < digits_b;
+      i = i_end;
+      j = j_end;
+    } else {
+      if (a[i] != b[j]) return a[i] < b[j];
+      ++i;
+      ++j;
+    }
+  }
+  return a.size() - i < b.size() - j;
+}
+
+// A few prefixes in full, many as a range: "model.layers.0." .. "model.layers.31." (32 prefixes).
+std::string describe_prefixes(const std::set<std::string>& prefixes) {
+  std::vector<std::string> sorted(prefixes.begin(), prefixes.end());
+  std::sort(sorted.begin(), sorted.end(),
+            [](const std::string& a, const std::string& b) { return natural_less(a, b); });
+  std::vector<std::string> quoted;
+  for (const auto& prefix : sorted) quoted.push_back(fmt::format("\"{}\"", prefix));
+  if (quoted.size() <= 4) return fmt::format("{}", fmt::join(quoted, ", "));
+  return fmt::format("{} .. {} ({} prefixes)", quoted.front(), quoted.back(), quoted.size());
+}
+
+// The prefixes under which the file holds `relative` (any of `relatives`), other than `except`.
+std::set<std::string> prefixes_holding(const SafetensorsFile& file, std::span<const std::string> relatives,
+                                       const std::string& except) {
+  std::set<std::string> prefixes;
+  for (const auto& name : file.names()) {
+    for (const auto& relative : relatives) {
+      if (!name.ends_with(relative)) continue;
+      std::string prefix = name.substr(0, name.size() - relative.size());
+      if (prefix != except) prefixes.insert(std::move(prefix));
+    }
+  }
+  return prefixes;
+}
+
+std::size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diagonal = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+// Names of the file within a few edits of `name` (a typo, "layer." for "layers."), closest first. Names
+// the config reads are not suggestions: k_proj is one edit from q_proj, but it is not a misspelling of it.
+std::vector<std::string> close_names(const SafetensorsFile& file, std::string_view name,
+                                     const std::set<std::string, std::less<>>& expected_names) {
+  constexpr std::size_t kMaxEdits = 3;
+  std::vector<std::pair<std::size_t, std::string>> scored;
+  for (const auto& candidate : file.names()) {
+    if (expected_names.count(candidate) != 0) continue;
+    const std::size_t length_gap =
+        candidate.size() > name.size() ? candidate.size() - name.size() : name.size() - candidate.size();
+    if (length_gap > kMaxEdits) continue;
+    const std::size_t distance = edit_distance(candidate, name);
+    if (distance <= kMaxEdits) scored.emplace_back(distance, candidate);
+  }
+  std::sort(scored.begin(), scored.end());
+  std::vector<std::string> names;
+  for (std::size_t i = 0; i < scored.size() && i < 3; ++i)
+    names.push_back(fmt::format("\"{}\"", scored[i].second));
+  return names;
+}
+
+// What the file has instead of a missing tensor, most specific first; empty when nothing looks related.
+std::string missing_hint(const SafetensorsFile& file, const std::string& prefix, const std::string& relative,
+                         const std::set<std::string, std::less<>>& expected_names) {
+  static const std::set<std::string, std::less<>> kSeparate = {
+      "self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight"};
+  if (kSeparate.count(relative) != 0 && file.contains(prefix + "self_attn.qkv_proj.weight")) {
+    return "; the file has a fused self_attn.qkv_proj.weight instead (set projection.fused_qkv)";
+  }
+  if (relative == "self_attn.qkv_proj.weight" && file.contains(prefix + "self_attn.q_proj.weight")) {
+    return "; the file has separate q/k/v_proj weights instead (projection.fused_qkv is true)";
+  }
+  const std::string relatives[] = {relative};
+  if (const auto prefixes = prefixes_holding(file, relatives, prefix); !prefixes.empty()) {
+    return fmt::format("; the file has it under {}", describe_prefixes(prefixes));
+  }
+  if (const auto names = close_names(file, prefix + relative, expected_names); !names.empty()) {
+    return fmt::format("; similar names in the file: {}", fmt::join(names, ", "));
+  }
+  return {};
+}
+
+// Why a tensor the file has under the attention's names is not one this config reads.
+std::string unused_reason(std::string_view relative, const config::AttentionConfig& config) {
+  const bool fused = config.projection.fused_qkv;
+  if (relative == "self_attn.q_norm.weight") return "qkv_norm.query is false";
+  if (relative == "self_attn.k_norm.weight") return "qkv_norm.key is false";
+  if (relative == "self_attn.v_norm.weight") return "the value norm (qkv_norm.value) has no weight";
+  if (relative == "self_attn.o_proj.bias") return "output_bias is false";
+  if (relative == "self_attn.sinks") return "sinks is false";
+  if (relative == "self_attn.qkv_proj.weight") return "projection.fused_qkv is false";
+  if (relative == "self_attn.q_proj.weight" || relative == "self_attn.k_proj.weight" ||
+      relative == "self_attn.v_proj.weight") {
+    return "projection.fused_qkv is true, the fused self_attn.qkv_proj.weight is read";
+  }
+  if (relative == "self_attn.qkv_proj.bias" || relative == "self_attn.q_proj.bias" ||
+      relative == "self_attn.k_proj.bias" || relative == "self_attn.v_proj.bias") {
+    if (!config.qkv_bias) return "qkv_bias is false";
+    return fused ? "the fused self_attn.qkv_proj.bias is read" : "projection.fused_qkv is false";
+  }
+  return "not a tensor of this attention config";
+}
+
+std::vector<Expected> expected_tensors(const config::AttentionConfig& config, bool fused_bias_in_file) {
+  const std::int64_t hidden = config.hidden_size;
+  const std::int64_t q_rows = std::int64_t{config.query_heads} * config.head_dim;
+  const std::int64_t k_rows = std::int64_t{config.kv_heads} * config.head_dim;
+  const std::int64_t v_rows = std::int64_t{config.kv_heads} * config.value_head_dim;
+  const std::string qkv_rows = "query_heads * head_dim + kv_heads * head_dim + kv_heads * value_head_dim";
+  const auto projection = DtypeRule::projection;
+  const auto small = DtypeRule::small_float;
+
+  std::vector<Expected> expected;
+  expected.push_back({"input_layernorm.weight", {hidden}, "[hidden_size]", small, ""});
+  if (config.projection.fused_qkv) {
+    expected.push_back({"self_attn.qkv_proj.weight",
+                        {q_rows + k_rows + v_rows, hidden},
+                        fmt::format("[{}, hidden_size]", qkv_rows),
+                        projection,
+                        "projection.fused_qkv is true"});
+  } else {
+    expected.push_back({"self_attn.q_proj.weight",
+                        {q_rows, hidden},
+                        "[query_heads * head_dim, hidden_size]",
+                        projection,
+                        ""});
+    expected.push_back(
+        {"self_attn.k_proj.weight", {k_rows, hidden}, "[kv_heads * head_dim, hidden_size]", projection, ""});
+    expected.push_back({"self_attn.v_proj.weight",
+                        {v_rows, hidden},
+                        "[kv_heads * value_head_dim, hidden_size]",
+                        projection,
+                        ""});
+  }
+  if (config.qkv_bias) {
+    if (config.projection.fused_qkv && fused_bias_in_file) {
+      expected.push_back({"self_attn.qkv_proj.bias",
+                          {q_rows + k_rows + v_rows},
+                          fmt::format("[{}]", qkv_rows),
+                          small,
+                          "qkv_bias is true"});
+    } else {
+      const std::string reason = config.projection.fused_qkv
+                                     ? "qkv_bias is true and there is no fused self_attn.qkv_proj.bias"
+                                     : "qkv_bias is true";
+      expected.push_back({"self_attn.q_proj.bias", {q_rows}, "[query_heads * head_dim]", small, reason});
+      expected.push_back({"self_attn.k_proj.bias", {k_rows}, "[kv_heads * head_dim]", small, reason});
+      expected.push_back({"self_attn.v_proj.bias", {v_rows}, "[kv_heads * value_head_dim]", small, reason});
+    }
+  }
+  if (config.qkv_norm.query) {
+    expected.push_back(
+        {"self_attn.q_norm.weight", {config.head_dim}, "[head_dim]", small, "qkv_norm.query is true"});
+  }
+  if (config.qkv_norm.key) {
+    expected.push_back(
+        {"self_attn.k_norm.weight", {config.head_dim}, "[head_dim]", small, "qkv_norm.key is true"});
+  }
+  expected.push_back({"self_attn.o_proj.weight",
+                      {hidden, std::int64_t{config.query_heads} * config.value_head_dim},
+                      "[hidden_size, query_heads * value_head_dim]",
+                      projection,
+                      ""});
+  if (config.output_bias) {
+    expected.push_back({"self_attn.o_proj.bias", {hidden}, "[hidden_size]", small, "output_bias is true"});
+  }
+  if (config.sinks) {
+    expected.push_back({"self_attn.sinks", {config.query_heads}, "[query_heads]", small, "sinks is true"});
+  }
+  return expected;
+}
+
+std::vector<std::string> check_layer(const SafetensorsFile& file, const config::AttentionConfig& config,
+                                     const std::string& prefix, const std::vector<Expected>& expected) {
+  std::vector<std::string> problems;
+
+  const std::string attention_prefix = prefix + std::string(kAttentionNamespace);
+  const std::string input_norm_prefix = prefix + std::string(kInputNormNamespace);
+  const bool anything_under_prefix =
+      std::any_of(file.names().begin(), file.names().end(), [&](const auto& name) {
+        return name.starts_with(attention_prefix) || name.starts_with(input_norm_prefix);
+      });
+  if (!anything_under_prefix) {
+    std::vector<std::string> relatives;
+    for (const auto& tensor : expected) relatives.push_back(tensor.relative);
+    const auto prefixes = prefixes_holding(file, relatives, prefix);
+    problems.push_back(
+        prefixes.empty()
+            ? fmt::format("no attention weights under the prefix \"{}\", nor under any other ({} tensors in "
+                          "the file)",
+                          prefix, file.names().size())
+            : fmt::format("no attention weights under the prefix \"{}\"; the file has layers under {}",
+                          prefix, describe_prefixes(prefixes)));
+  }
+
+  std::set<std::string, std::less<>> expected_names;
+  for (const auto& tensor : expected) expected_names.insert(prefix + tensor.relative);
+  for (const auto& tensor : expected) {
+    const std::string name = prefix + tensor.relative;
+    const std::string reason = tensor.reason.empty() ? "" : fmt::format(", because {}", tensor.reason);
+    if (!file.contains(name)) {
+      problems.push_back(fmt::format("{}: missing (expected {} {} = {}{}){}", name, allowed_text(tensor.rule),
+                                     shape_text(tensor.shape), tensor.formula, reason,
+                                     missing_hint(file, prefix, tensor.relative, expected_names)));
+      continue;
+    }
+    const TensorInfo& info = file.info(name);
+    if (!dtype_allowed(tensor.rule, info.dtype)) {
+      problems.push_back(
+          fmt::format("{}: dtype {}, expected {}", name, to_string(info.dtype), allowed_text(tensor.rule)));
+    }
+    if (info.shape != tensor.shape) {
+      problems.push_back(fmt::format("{}: shape {}, expected {} = {}", name, shape_text(info.shape),
+                                     shape_text(tensor.shape), tensor.formula));
+    }
+  }
+
+  for (const auto& name : file.names()) {
+    if (!name.starts_with(prefix) || expected_names.count(name) != 0) continue;
+    const std::string_view relative = std::string_view(name).substr(prefix.size());
+    const bool attention_owned =
+        relative.starts_with(kAttentionNamespace) || relative.starts_with(kInputNormNamespace);
+    if (!attention_owned || relative.starts_with(kDerivedBuffers)) continue;
+    problems.push_back(fmt::format("{}: present but unused ({} {}): {}", name,
+                                   to_string(file.info(name).dtype), shape_text(file.info(name).shape),
+                                   unused_reason(relative, config)));
+  }
+  return problems;
+}
+
+// Rows [first, first + count) of a tensor's outermost dimension, copied: how a fused [q; k; v] is split.
+HostTensor copy_rows(const SafetensorsFile& file, const std::string& name, std::int64_t first,
+                     std::int64_t count) {
+  const TensorInfo& info = file.info(name);
+  const std::span<const std::uint8_t> bytes = file.bytes(name);
+  const auto outer = static_cast<std::uint64_t>(info.shape.at(0));
+  const auto row_bytes = static_cast<std::size_t>(outer == 0 ? 0 : info.byte_size() / outer);
+  HostTensor rows{info.dtype, info.shape, {}};
+  rows.shape[0] = count;
+  const auto begin = bytes.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(first) * row_bytes);
+  rows.bytes.assign(begin, begin + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(count) * row_bytes));
+  return rows;
+}
+
+std::optional<HostTensor> read_if(bool wanted, const SafetensorsFile& file, const std::string& name) {
+  if (!wanted) return std::nullopt;
+  return read_tensor(file, name);
+}
+
+// Checks that a HostTensor's bytes match its shape before its elements are read.
+void check_byte_count(const HostTensor& tensor, std::string_view operation) {
+  const auto count = checked_product(tensor.shape);
+  const auto bytes = count ? checked_multiply(*count, element_size(tensor.dtype)) : std::nullopt;
+  if (!bytes || *bytes != tensor.bytes.size()) {
+    throw Error(Stage::input,
+                fmt::format("{}: {} bytes do not match shape {} of {}", operation, tensor.bytes.size(),
+                            shape_text(tensor.shape), to_string(tensor.dtype)));
+  }
+}
+
+// The conversions read BF16, F16, F32 and F64 only, and only tensors whose bytes match their shape.
+void check_floating(const HostTensor& tensor, std::string_view operation) {
+  if (tensor.dtype != Dtype::bf16 && tensor.dtype != Dtype::f16 && tensor.dtype != Dtype::f32 &&
+      tensor.dtype != Dtype::f64) {
+    throw Error(Stage::input,
+                fmt::format("{}: dtype {} is not BF16, F16, F32 or F64", operation, to_string(tensor.dtype)));
+  }
+  check_byte_count(tensor, operation);
+}
+
+template <class Element>
+Element element_at(const HostTensor& tensor, std::size_t index) {
+  Element value;
+  std::memcpy(&value, tensor.bytes.data() + index * sizeof(Element), sizeof(Element));
+  return value;
+}
+
+// Row-wise concatenation of tensors with equal dtype and equal extents past the first: [a; b; c].
+HostTensor concatenate_rows(std::span<const HostTensor* const> parts, std::string_view what) {
+  HostTensor joined{parts[0]->dtype, parts[0]->shape, {}};
+  joined.shape.at(0) = 0;
+  for (const HostTensor* part : parts) {
+    const bool same_rows = part->shape.size() == joined.shape.size() && !part->shape.empty() &&
+                           std::equal(part->shape.begin() + 1, part->shape.end(), joined.shape.begin() + 1);
+    if (part->dtype != joined.dtype || !same_rows) {
+      throw Error(Stage::input,
+                  fmt::format("save_layer_weights: cannot fuse {}: {} {} does not stack with {} {}", what,
+                              to_string(part->dtype), shape_text(part->shape), to_string(parts[0]->dtype),
+                              shape_text(parts[0]->shape)));
+    }
+    joined.shape[0] += part->shape[0];
+    joined.bytes.insert(joined.bytes.end(), part->bytes.begin(), part->bytes.end());
+  }
+  return joined;
+}
+
+void add_tensor(SafetensorsWriter& writer, const std::string& name, const HostTensor& tensor) {
+  writer.add(name, tensor.dtype, tensor.shape, tensor.bytes);
+}
+
+}  // namespace
+
+std::uint64_t HostTensor::element_count() const noexcept {
+  return checked_product(shape).value_or(0);
+}
+
+HostTensor bf16_tensor(std::vector<std::int64_t> shape, std::span<const std::uint16_t> bits) {
+  HostTensor tensor{Dtype::bf16, std::move(shape),
+                    std::vector<std::uint8_t>(bits.size() * sizeof(std::uint16_t))};
+  if (!bits.empty()) std::memcpy(tensor.bytes.data(), bits.data(), tensor.bytes.size());
+  check_byte_count(tensor, "bf16_tensor");
+  return tensor;
+}
+
+HostTensor read_tensor(const SafetensorsFile& file, std::string_view name) {
+  const TensorInfo& info = file.info(name);
+  const std::span<const std::uint8_t> bytes = file.bytes(name);
+  return HostTensor{info.dtype, info.shape, {bytes.begin(), bytes.end()}};
+}
+
+std::vector<double> to_doubles(const HostTensor& tensor) {
+  check_floating(tensor, "to_doubles");
+  std::vector<double> values(tensor.bytes.size() / element_size(tensor.dtype));
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    switch (tensor.dtype) {
+      case Dtype::bf16:
+        values[i] = core::bf16_to_float(element_at<std::uint16_t>(tensor, i));
+        break;
+      case Dtype::f16:
+        values[i] = f16_to_float(element_at<std::uint16_t>(tensor, i));
+        break;
+      case Dtype::f32:
+        values[i] = element_at<float>(tensor, i);
+        break;
+      default:
+        values[i] = element_at<double>(tensor, i);
+        break;  // f64, as check_floating left no other
+    }
+  }
+  return values;
+}
+
+std::vector<std::uint16_t> to_bf16_bits(const HostTensor& tensor) {
+  check_floating(tensor, "to_bf16_bits");
+  std::vector<std::uint16_t> bits(tensor.bytes.size() / element_size(tensor.dtype));
+  for (std::size_t i = 0; i < bits.size(); ++i) {
+    switch (tensor.dtype) {
+      case Dtype::bf16:
+        bits[i] = element_at<std::uint16_t>(tensor, i);
+        break;
+      // A half widens to float exactly, so this rounds once.
+      case Dtype::f16:
+        bits[i] = core::float_to_bf16(f16_to_float(element_at<std::uint16_t>(tensor, i)));
+        break;
+      case Dtype::f32:
+        bits[i] = core::float_to_bf16(element_at<float>(tensor, i));
+        break;
+      default:
+        bits[i] = core::double_to_bf16(element_at<double>(tensor, i));
+        break;  // f64
+    }
+  }
+  return bits;
+}
+
+HostLayerWeights load_layer_weights(const SafetensorsFile& file, const config::AttentionConfig& config,
+                                    const std::string& prefix) {
+  for (const auto* encoding : {&config.projection.qkv, &config.projection.output}) {
+    if (encoding->format != config::WeightFormat::bf16) {
+      throw Error(Stage::input,
+                  fmt::format("projection format {} is not supported by the weight loader yet "
+                              "(loading \"{}\" from {})",
+                              config::to_string(encoding->format), prefix, file.path().string()));
+    }
+  }
+  const bool fused = config.projection.fused_qkv;
+  const bool fused_bias = fused && config.qkv_bias && file.contains(prefix + "self_attn.qkv_proj.bias");
+  std::vector<std::string> problems = check_layer(file, config, prefix, expected_tensors(config, fused_bias));
+  if (!problems.empty()) {
+    std::string message =
+        fmt::format("{} problem{} in the attention weights under \"{}\" in {}", problems.size(),
+                    problems.size() == 1 ? "" : "s", prefix, file.path().string());
+    if (problems.size() == 1) message += ": " + problems.front();
+    throw Error(Stage::input, std::move(message), {}, std::move(problems));
+  }
+
+  // Every tensor below was checked above: present, dtype and shape as expected.
+  const std::int64_t q_rows = std::int64_t{config.query_heads} * config.head_dim;
+  const std::int64_t k_rows = std::int64_t{config.kv_heads} * config.head_dim;
+  const std::int64_t v_rows = std::int64_t{config.kv_heads} * config.value_head_dim;
+  const std::string attention = prefix + std::string(kAttentionNamespace);
+
+  HostLayerWeights weights;
+  weights.input_norm = read_tensor(file, prefix + "input_layernorm.weight");
+  if (fused) {
+    const std::string name = attention + "qkv_proj.weight";  // [q; k; v] by rows
+    weights.q_proj = copy_rows(file, name, 0, q_rows);
+    weights.k_proj = copy_rows(file, name, q_rows, k_rows);
+    weights.v_proj = copy_rows(file, name, q_rows + k_rows, v_rows);
+  } else {
+    weights.q_proj = read_tensor(file, attention + "q_proj.weight");
+    weights.k_proj = read_tensor(file, attention + "k_proj.weight");
+    weights.v_proj = read_tensor(file, attention + "v_proj.weight");
+  }
+  if (fused_bias) {
+    const std::string name = attention + "qkv_proj.bias";
+    weights.q_bias = copy_rows(file, name, 0, q_rows);
+    weights.k_bias = copy_rows(file, name, q_rows, k_rows);
+    weights.v_bias = copy_rows(file, name, q_rows + k_rows, v_rows);
+  } else {
+    weights.q_bias = read_if(config.qkv_bias, file, attention + "q_proj.bias");
+    weights.k_bias = read_if(config.qkv_bias, file, attention + "k_proj.bias");
+    weights.v_bias = read_if(config.qkv_bias, file, attention + "v_proj.bias");
+  }
+  weights.q_norm = read_if(config.qkv_norm.query, file, attention + "q_norm.weight");
+  weights.k_norm = read_if(config.qkv_norm.key, file, attention + "k_norm.weight");
+  weights.o_proj = read_tensor(file, attention + "o_proj.weight");
+  weights.o_bias = read_if(config.output_bias, file, attention + "o_proj.bias");
+  weights.sinks = read_if(config.sinks, file, attention + "sinks");
+  return weights;
+}
+
+void save_layer_weights(SafetensorsWriter& writer, const HostLayerWeights& weights, const std::string& prefix,
+                        bool fused_qkv) {
+  const std::string attention = prefix + std::string(kAttentionNamespace);
+  add_tensor(writer, prefix + "input_layernorm.weight", weights.input_norm);
+  if (fused_qkv) {
+    const HostTensor* projections[] = {&weights.q_proj, &weights.k_proj, &weights.v_proj};
+    add_tensor(writer, attention + "qkv_proj.weight", concatenate_rows(projections, "q/k/v_proj weights"));
+    const int biases =
+        int{weights.q_bias.has_value()} + int{weights.k_bias.has_value()} + int{weights.v_bias.has_value()};
+    if (biases == 3) {
+      const HostTensor* parts[] = {&*weights.q_bias, &*weights.k_bias, &*weights.v_bias};
+      add_tensor(writer, attention + "qkv_proj.bias", concatenate_rows(parts, "q/k/v biases"));
+    } else if (biases != 0) {
+      throw Error(Stage::input,
+                  fmt::format("save_layer_weights: cannot fuse q/k/v biases: only {} of 3 present", biases));
+    }
+  } else {
+    add_tensor(writer, attention + "q_proj.weight", weights.q_proj);
+    add_tensor(writer, attention + "k_proj.weight", weights.k_proj);
+    add_tensor(writer, attention + "v_proj.weight", weights.v_proj);
+    if (weights.q_bias) add_tensor(writer, attention + "q_proj.bias", *weights.q_bias);
+    if (weights.k_bias) add_tensor(writer, attention + "k_proj.bias", *weights.k_bias);
+    if (weights.v_bias) add_tensor(writer, attention + "v_proj.bias", *weights.v_bias);
+  }
+  if (weights.q_norm) add_tensor(writer, attention + "q_norm.weight", *weights.q_norm);
+  if (weights.k_norm) add_tensor(writer, attention + "k_norm.weight", *weights.k_norm);
+  add_tensor(writer, attention + "o_proj.weight", weights.o_proj);
+  if (weights.o_bias) add_tensor(writer, attention + "o_proj.bias", *weights.o_bias);
+  if (weights.sinks) add_tensor(writer, attention + "sinks", *weights.sinks);
+}
+
+}  // namespace attnplan::io
