@@ -8,5 +8,7 @@ namespace attnplan::cli {
 Command compile_command();
 Command validate_command();
 Command cache_command();
+Command verify_command();
+Command run_command();
 
 }  // namespace attnplan::cli

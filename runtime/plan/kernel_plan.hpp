@@ -1,5 +1,5 @@
-// From an AttentionConfig to the list of kernels its prefill plan runs: a pure function, no GPU,
-// no compiler. Each planned kernel carries its typed spec rendered to a KernelSource.
+// From an AttentionConfig to the list of kernels its prefill plan runs: a pure function, no GPU, no
+// compiler. Each planned kernel carries its typed spec rendered to a KernelSource.
 #pragma once
 
 #include <string>
@@ -8,28 +8,42 @@
 
 #include "compiler/kernel_source.hpp"
 #include "config/attention_config.hpp"
+#include "plan/attention_spec.hpp"
+#include "plan/gemm_spec.hpp"
 #include "plan/kernel_specs.hpp"
+#include "plan/qkv_postprocess_spec.hpp"
 
 namespace attnplan::plan {
 
-// The plan's stages in launch order (design.md). The foundation builds the input norm and the KV store;
-// the remaining stages of the layer join this list as their templates land.
-enum class StageKind { input_norm, kv_store };
+// The plan's stages in launch order (design.md, spec sections 1-7).
+enum class StageKind { input_norm, qkv_projection, qkv_postprocess, kv_store, attention, output_projection };
 
 std::string_view to_string(StageKind stage);
 
 struct PlannedKernel {
   StageKind stage;
-  std::string name;  // stable, human-readable: "input_rmsnorm", "kv_store"
+  std::string name;  // stable, human-readable: "input_rmsnorm", "qkv_projection", ...
   compiler::KernelSource source;
+  int dynamic_shared_bytes = 0;  // allowed on the function at load when above the 48 KiB default
 };
 
 struct KernelPlan {
   RmsNormSpec input_norm;
+  GemmSpec qkv_projection;             // [T, hidden] x [q | k | v, hidden]^T -> the fused qkv rows
+  QkvPostprocessSpec qkv_postprocess;  // q/k/v norms and RoPE in place; skipped when it has no work
   KvStoreSpec kv_store;
+  AttentionSpec attention;
+  GemmSpec output_projection;          // [T, Hq * Dv] x [hidden, Hq * Dv]^T
   std::vector<PlannedKernel> kernels;  // in launch order
+
+  bool has(StageKind stage) const;
 };
 
-KernelPlan plan_kernels(const config::AttentionConfig& config);
+// Throws Error(config) when the config asks for something the kernels cannot do yet (a quantized
+// projection format, an fp8 KV cache, a head dim the attention kernel does not support).
+KernelPlan plan_kernels(const config::AttentionConfig& config, const config::Arch& arch);
+
+// Elements of one row of the fused QKV buffer: Hq * D + Hkv * D + Hkv * Dv.
+long long qkv_row_width(const config::AttentionConfig& config);
 
 }  // namespace attnplan::plan

@@ -4,21 +4,27 @@
 
 #include <cstdint>
 
+#include "attnplan/attention_params.h"
+#include "attnplan/gemm_params.h"
 #include "attnplan/params.h"
+#include "attnplan/qkv_postprocess_params.h"
 #include "core/error.hpp"
 #include "driver/context.hpp"
 #include "driver/device.hpp"
 #include "driver/launch.hpp"
+#include "driver/memory.hpp"
 #include "driver/module.hpp"
+#include "plan/rope_table.hpp"
 #include "plan/runtime.hpp"
 
 namespace attnplan::plan {
 
 struct PrefillPlan::Loaded {
   driver::Context context;
-  std::vector<driver::Module> modules;  // owns the functions below
-  driver::Function input_norm;
-  driver::Function kv_store;
+  std::vector<driver::Module> modules;  // own the functions below
+  driver::Function input_norm, qkv_projection, qkv_postprocess, kv_store, attention, output_projection;
+  driver::DeviceBuffer rope_frequencies;  // [rotary_dim / 2] doubles, uploaded once at load
+  double rope_attention_factor = 1.0;
 };
 
 namespace {
@@ -27,14 +33,27 @@ void require(bool condition, const std::string& message) {
   if (!condition) throw Error(Stage::input, message);
 }
 
-void require_pointer(const void* pointer, const char* field, std::size_t alignment) {
+void require_pointer(const void* pointer, const std::string& field, std::size_t alignment) {
   require(pointer != nullptr, fmt::format("{}: null device pointer", field));
   require(reinterpret_cast<std::uintptr_t>(pointer) % alignment == 0,
           fmt::format("{}: device pointer {} is not aligned to {} bytes", field, pointer, alignment));
 }
 
+void require_absent(const void* pointer, const std::string& field, const std::string& why) {
+  require(pointer == nullptr, fmt::format("{}: given, but {}", field, why));
+}
+
 int ceil_div(int a, int b) {
   return (a + b - 1) / b;
+}
+
+std::size_t align_up(std::size_t value, std::size_t alignment) {
+  return (value + alignment - 1) / alignment * alignment;
+}
+
+template <class T>
+T* at(void* base, std::size_t offset) {
+  return reinterpret_cast<T*>(static_cast<char*>(base) + offset);
 }
 
 }  // namespace
@@ -45,8 +64,238 @@ PrefillPlan::PrefillPlan(PrefillPlan&&) noexcept = default;
 PrefillPlan& PrefillPlan::operator=(PrefillPlan&&) noexcept = default;
 PrefillPlan::~PrefillPlan() = default;
 
-std::size_t PrefillPlan::workspace_bytes(int /*max_tokens*/) const {
-  return 0;
+WorkspaceLayout PrefillPlan::workspace_layout(int num_tokens) const {
+  const config::AttentionConfig& config = compiled_.config;
+  require(num_tokens >= 0 && num_tokens <= config.max_tokens,
+          fmt::format("num_tokens: {} is outside [0, max_tokens = {}]", num_tokens, config.max_tokens));
+  // 256-byte aligned regions: every kernel's 16-byte vector accesses stay aligned whatever the widths.
+  WorkspaceLayout layout;
+  layout.qkv_row_width = qkv_row_width(config);
+  const std::size_t tokens = static_cast<std::size_t>(num_tokens);
+  layout.normed = 0;
+  layout.qkv = align_up(layout.normed + tokens * config.hidden_size * 2, 256);
+  layout.attention = align_up(layout.qkv + tokens * layout.qkv_row_width * 2, 256);
+  layout.bytes = align_up(layout.attention + tokens * config.query_heads * config.value_head_dim * 2, 256);
+  return layout;
+}
+
+void PrefillPlan::check_weights(const LayerWeightsView& w) const {
+  const config::AttentionConfig& config = compiled_.config;
+  require_pointer(w.input_norm, "weights.input_norm", 16);
+  if (config.projection.fused_qkv) {
+    require_pointer(w.qkv_proj, "weights.qkv_proj", 16);
+    for (auto [pointer, name] : {std::pair{w.q_proj, "weights.q_proj"},
+                                 {w.k_proj, "weights.k_proj"},
+                                 {w.v_proj, "weights.v_proj"},
+                                 {w.q_bias, "weights.q_bias"},
+                                 {w.k_bias, "weights.k_bias"},
+                                 {w.v_bias, "weights.v_bias"}}) {
+      require_absent(pointer, name, "projection.fused_qkv is true (use qkv_proj / qkv_bias)");
+    }
+    if (config.qkv_bias)
+      require_pointer(w.qkv_bias, "weights.qkv_bias", 16);
+    else
+      require_absent(w.qkv_bias, "weights.qkv_bias", "qkv_bias is false");
+  } else {
+    require_pointer(w.q_proj, "weights.q_proj", 16);
+    require_pointer(w.k_proj, "weights.k_proj", 16);
+    require_pointer(w.v_proj, "weights.v_proj", 16);
+    require_absent(w.qkv_proj, "weights.qkv_proj", "projection.fused_qkv is false");
+    require_absent(w.qkv_bias, "weights.qkv_bias", "projection.fused_qkv is false");
+    for (auto [pointer, name] : {std::pair{w.q_bias, "weights.q_bias"},
+                                 {w.k_bias, "weights.k_bias"},
+                                 {w.v_bias, "weights.v_bias"}}) {
+      if (config.qkv_bias)
+        require_pointer(pointer, name, 16);
+      else
+        require_absent(pointer, name, "qkv_bias is false");
+    }
+  }
+  if (config.qkv_norm.query)
+    require_pointer(w.q_norm, "weights.q_norm", 16);
+  else
+    require_absent(w.q_norm, "weights.q_norm", "qkv_norm.query is false");
+  if (config.qkv_norm.key)
+    require_pointer(w.k_norm, "weights.k_norm", 16);
+  else
+    require_absent(w.k_norm, "weights.k_norm", "qkv_norm.key is false");
+  require_pointer(w.o_proj, "weights.o_proj", 16);
+  if (config.output_bias)
+    require_pointer(w.o_bias, "weights.o_bias", 16);
+  else
+    require_absent(w.o_bias, "weights.o_bias", "output_bias is false");
+  if (config.sinks)
+    require_pointer(w.sinks, "weights.sinks", 4);
+  else
+    require_absent(w.sinks, "weights.sinks", "sinks is false");
+}
+
+void PrefillPlan::execute(const ExecuteArgs& args, CUstream stream, const StageObserver& observer) const {
+  const config::AttentionConfig& config = compiled_.config;
+  const KernelPlan& kernels = compiled_.kernels_planned;
+  const BatchDescription& batch = args.batch;
+  const int tokens = batch.num_tokens;
+
+  // Every check before the first launch: a rejected call changes nothing, the KV cache included.
+  validate_batch(batch, BatchLimits{config.max_tokens, config.kv_cache.block_size, args.cache.num_blocks,
+                                    config.bidirectional_spans});
+  if (tokens == 0) return;
+  check_weights(args.weights);
+  require_pointer(args.input, "input", 16);
+  require_pointer(args.output, "output", 16);
+  require_pointer(args.cache.key_cache, "cache.key_cache", 16);
+  require_pointer(args.cache.value_cache, "cache.value_cache", 16);
+  const WorkspaceLayout layout = workspace_layout(tokens);
+  require_pointer(args.workspace, "workspace", 256);
+  require(
+      args.workspace_bytes >= layout.bytes,
+      fmt::format("workspace_bytes: {} bytes is less than the {} bytes {} tokens need (workspace_bytes())",
+                  args.workspace_bytes, layout.bytes, tokens));
+
+  const int hidden = config.hidden_size;
+  const long long q_width = static_cast<long long>(config.query_heads) * config.head_dim;
+  const long long k_width = static_cast<long long>(config.kv_heads) * config.head_dim;
+  const int attention_width = config.query_heads * config.value_head_dim;
+  bf16_bits* normed = at<bf16_bits>(args.workspace, layout.normed);
+  bf16_bits* qkv = at<bf16_bits>(args.workspace, layout.qkv);
+  bf16_bits* attention_out = at<bf16_bits>(args.workspace, layout.attention);
+  const LayerWeightsView& w = args.weights;
+
+  // Params of every stage, filled and checked before anything is enqueued.
+  RmsNormParams norm{};
+  norm.input = static_cast<const bf16_bits*>(args.input);
+  norm.weight = static_cast<const bf16_bits*>(w.input_norm);
+  norm.output = normed;
+  norm.num_tokens = tokens;
+  norm.epsilon = static_cast<float>(config.input_norm.epsilon);
+
+  GemmParams projection{};
+  projection.a = normed;
+  projection.c = qkv;
+  projection.lda = hidden;
+  projection.ldc = layout.qkv_row_width;
+  projection.m = tokens;
+  projection.n = static_cast<int>(layout.qkv_row_width);
+  projection.k = hidden;
+  if (config.projection.fused_qkv) {
+    projection.segments[0] = {static_cast<const bf16_bits*>(w.qkv_proj),
+                              static_cast<const bf16_bits*>(w.qkv_bias), 0, projection.n};
+  } else {
+    projection.segments[0] = {static_cast<const bf16_bits*>(w.q_proj),
+                              static_cast<const bf16_bits*>(w.q_bias), 0, static_cast<int>(q_width)};
+    projection.segments[1] = {static_cast<const bf16_bits*>(w.k_proj),
+                              static_cast<const bf16_bits*>(w.k_bias), static_cast<int>(q_width),
+                              static_cast<int>(q_width + k_width)};
+    projection.segments[2] = {static_cast<const bf16_bits*>(w.v_proj),
+                              static_cast<const bf16_bits*>(w.v_bias), static_cast<int>(q_width + k_width),
+                              projection.n};
+  }
+  kernels.qkv_projection.check(projection);
+
+  QkvPostprocessParams post{};
+  post.qkv = qkv;
+  post.q_norm_weight = static_cast<const bf16_bits*>(w.q_norm);
+  post.k_norm_weight = static_cast<const bf16_bits*>(w.k_norm);
+  post.frequencies = loaded_->rope_frequencies.data<const double>();
+  post.query_starts = batch.query_starts;
+  post.context_lens = batch.context_lens;
+  post.qkv_row_stride = layout.qkv_row_width;
+  post.num_tokens = tokens;
+  post.num_seqs = batch.num_seqs;
+  post.epsilon = static_cast<float>(config.qkv_norm_epsilon());
+  post.attention_factor = static_cast<float>(loaded_->rope_attention_factor);
+
+  KvStoreParams store{};
+  store.key = qkv + q_width;
+  store.value = qkv + q_width + k_width;
+  store.key_cache = static_cast<bf16_bits*>(args.cache.key_cache);
+  store.value_cache = static_cast<bf16_bits*>(args.cache.value_cache);
+  store.block_tables = batch.block_tables;
+  store.query_starts = batch.query_starts;
+  store.context_lens = batch.context_lens;
+  store.key_row_stride = layout.qkv_row_width;
+  store.value_row_stride = layout.qkv_row_width;
+  store.num_tokens = tokens;
+  store.num_seqs = batch.num_seqs;
+  store.max_blocks_per_seq = batch.max_blocks_per_seq;
+  store.num_blocks = args.cache.num_blocks;
+
+  AttentionParams attend{};
+  attend.query = qkv;
+  attend.key_cache = store.key_cache;
+  attend.value_cache = store.value_cache;
+  attend.output = attention_out;
+  attend.query_starts = batch.query_starts;
+  attend.context_lens = batch.context_lens;
+  attend.block_tables = batch.block_tables;
+  attend.span_offsets = batch.span_offsets;
+  attend.span_bounds = batch.span_bounds;
+  attend.sinks = w.sinks;
+  attend.query_row_stride = layout.qkv_row_width;
+  attend.output_row_stride = attention_width;
+  attend.scale =
+      static_cast<float>(config.attention_scale.value_or(1.0 / std::sqrt(double(config.head_dim))));
+  attend.softcap = static_cast<float>(config.softcap.value_or(0.0));
+  attend.window = config.sliding_window.value_or(0);
+  attend.num_seqs = batch.num_seqs;
+  attend.max_query_len = batch.max_query_len;
+  attend.kv_heads = config.kv_heads;
+  attend.max_blocks_per_seq = batch.max_blocks_per_seq;
+  attend.num_blocks = args.cache.num_blocks;
+  // A plan built for spans reads span_offsets on the device: a batch without spans passes an all-zero
+  // [num_seqs + 1] table (validate_batch has checked its host copy).
+  require(!kernels.attention.has_spans || batch.span_offsets != nullptr,
+          "span_offsets: this plan has bidirectional_spans; pass span_offsets (all zeros for a batch without "
+          "spans)");
+  kernels.attention.check(attend, config.query_heads);
+
+  GemmParams output{};
+  output.a = attention_out;
+  output.c = static_cast<bf16_bits*>(args.output);
+  output.lda = attention_width;
+  output.ldc = hidden;
+  output.m = tokens;
+  output.n = hidden;
+  output.k = attention_width;
+  output.segments[0] = {static_cast<const bf16_bits*>(w.o_proj), static_cast<const bf16_bits*>(w.o_bias), 0,
+                        hidden};
+  kernels.output_projection.check(output);
+
+  // Enqueue in spec order. The observer (debugging only) sees each stage's results in the workspace.
+  const Loaded& loaded = *loaded_;
+  loaded.context.make_current();
+  auto notify = [&](StageKind stage) {
+    if (observer) observer(stage, layout);
+  };
+  const RmsNormSpec& norm_spec = kernels.input_norm;
+  driver::launch(loaded.input_norm,
+                 driver::LaunchShape{{unsigned(tokens), 1, 1}, {unsigned(norm_spec.tiling.threads), 1, 1}, 0},
+                 stream, norm);
+  notify(StageKind::input_norm);
+  driver::launch(loaded.qkv_projection, kernels.qkv_projection.launch_shape(projection.m, projection.n),
+                 stream, projection);
+  notify(StageKind::qkv_projection);
+  if (kernels.has(StageKind::qkv_postprocess)) {
+    driver::launch(loaded.qkv_postprocess,
+                   driver::LaunchShape{
+                       {unsigned(tokens), 1, 1}, {unsigned(kernels.qkv_postprocess.tiling.threads), 1, 1}, 0},
+                   stream, post);
+    notify(StageKind::qkv_postprocess);
+  }
+  driver::launch(
+      loaded.kv_store,
+      driver::LaunchShape{{unsigned(ceil_div(tokens, kernels.kv_store.tiling.tokens_per_block)), 1, 1},
+                          {unsigned(kernels.kv_store.tiling.threads), 1, 1},
+                          0},
+      stream, store);
+  notify(StageKind::kv_store);
+  driver::launch(loaded.attention,
+                 kernels.attention.launch_shape(batch.num_seqs, batch.max_query_len, config.query_heads),
+                 stream, attend);
+  notify(StageKind::attention);
+  driver::launch(loaded.output_projection, kernels.output_projection.launch_shape(output.m, output.n), stream,
+                 output);
+  notify(StageKind::output_projection);
 }
 
 void PrefillPlan::launch_input_norm(const InputNormArgs& args, CUstream stream) const {
@@ -147,19 +396,39 @@ plan::PrefillPlan Runtime::load(const plan::CompiledPlan& compiled) {
                             plan_arch, options_.device, device.name, device.arch_name(), device.arch_name()));
   }
   auto loaded = std::make_unique<plan::PrefillPlan::Loaded>(
-      plan::PrefillPlan::Loaded{driver::Context(options_.device), {}, {}, {}});
+      plan::PrefillPlan::Loaded{driver::Context(options_.device), {}, {}, {}, {}, {}, {}, {}, {}, 1.0});
   loaded->context.make_current();
   for (const plan::PlanKernel& kernel : compiled.kernels) {
     driver::Module& module = loaded->modules.emplace_back(driver::Module::load(kernel.entry->cubin));
     driver::Function function = module.function(kernel.lowered_name);
+    const int shared =
+        compiled.kernels_planned.kernels.at(&kernel - compiled.kernels.data()).dynamic_shared_bytes;
+    if (shared > 48 * 1024) function.set_max_dynamic_shared_bytes(shared);
     switch (kernel.stage) {
       case plan::StageKind::input_norm:
         loaded->input_norm = function;
         break;
+      case plan::StageKind::qkv_projection:
+        loaded->qkv_projection = function;
+        break;
+      case plan::StageKind::qkv_postprocess:
+        loaded->qkv_postprocess = function;
+        break;
       case plan::StageKind::kv_store:
         loaded->kv_store = function;
         break;
+      case plan::StageKind::attention:
+        loaded->attention = function;
+        break;
+      case plan::StageKind::output_projection:
+        loaded->output_projection = function;
+        break;
     }
+  }
+  const plan::RopeTable rope = plan::rope_table(compiled.config);
+  loaded->rope_attention_factor = rope.attention_factor;
+  if (!rope.frequencies.empty()) {
+    loaded->rope_frequencies = driver::DeviceBuffer::from_host(rope.frequencies);
   }
   return plan::PrefillPlan(compiled, std::move(loaded));
 }

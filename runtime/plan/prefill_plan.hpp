@@ -1,12 +1,14 @@
 // A compiled plan loaded on one device: modules loaded, functions resolved, shared-memory attributes
-// set once. Launching allocates nothing and never synchronizes with the host, so a host engine can
-// capture it in a CUDA graph on its own stream.
+// set and the RoPE table uploaded once. execute() allocates nothing and never synchronizes with the host,
+// so a host engine can capture it in a CUDA graph on its own stream.
 #pragma once
 
 #include <cuda.h>
 
+#include <functional>
 #include <memory>
 
+#include "plan/batch.hpp"
 #include "plan/compiled_plan.hpp"
 
 namespace attnplan {
@@ -15,25 +17,57 @@ class Runtime;
 
 namespace attnplan::plan {
 
-// The batch of specs/attention.md section 8, as device pointers plus host-side bounds.
-struct BatchDescription {
-  int num_seqs = 0;
-  int num_tokens = 0;                 // total tokens in the chunk (host copy of query_starts[num_seqs])
-  const int* query_starts = nullptr;  // device, [num_seqs + 1]
-  const int* context_lens = nullptr;  // device, [num_seqs]
-  const int* block_tables = nullptr;  // device, [num_seqs, max_blocks_per_seq]
-  int max_blocks_per_seq = 0;
-};
-
-// The caller's paged KV cache (NHD): K [num_blocks, block_size, kv_heads, head_dim], V likewise with
-// value_head_dim. bf16 elements.
+// The caller's paged KV cache (NHD, bf16): K [num_blocks, block_size, kv_heads, head_dim] and
+// V [num_blocks, block_size, kv_heads, value_head_dim]. Only the chunk's own slots are ever written.
 struct KvCacheView {
   void* key_cache = nullptr;
   void* value_cache = nullptr;
   int num_blocks = 0;
 };
 
-// Stage entry points. All pointers are device pointers to bf16 data unless said otherwise.
+// The layer's weights on the device, in HF layout (a projection weight is [out, in]), bf16 unless said
+// otherwise. Null means absent; what the config requires must be present (checked before launching).
+struct LayerWeightsView {
+  const void* input_norm = nullptr;  // [hidden]
+  const void* q_proj = nullptr;      // [Hq * D, hidden]       (projection.fused_qkv false)
+  const void* k_proj = nullptr;      // [Hkv * D, hidden]
+  const void* v_proj = nullptr;      // [Hkv * Dv, hidden]
+  const void* qkv_proj = nullptr;    // [Hq * D + Hkv * D + Hkv * Dv, hidden]   (fused_qkv true)
+  const void* q_bias = nullptr;      // [Hq * D]      (qkv_bias; with fused_qkv, qkv_bias holds all three)
+  const void* k_bias = nullptr;      // [Hkv * D]
+  const void* v_bias = nullptr;      // [Hkv * Dv]
+  const void* qkv_bias = nullptr;    // [Hq * D + Hkv * D + Hkv * Dv]
+  const void* q_norm = nullptr;      // [D]  (qkv_norm.query)
+  const void* k_norm = nullptr;      // [D]  (qkv_norm.key)
+  const void* o_proj = nullptr;      // [hidden, Hq * Dv]
+  const void* o_bias = nullptr;      // [hidden] (output_bias)
+  const float* sinks = nullptr;      // [Hq] fp32 sink logits (sinks)
+};
+
+// Where the intermediates live inside the caller's workspace (all bf16), for a given token count.
+struct WorkspaceLayout {
+  std::size_t normed = 0;     // byte offset of [T, hidden]
+  std::size_t qkv = 0;        // byte offset of [T, qkv_row_width]: q | k | v rows
+  std::size_t attention = 0;  // byte offset of [T, Hq * Dv]
+  std::size_t bytes = 0;      // total
+  long long qkv_row_width = 0;
+};
+
+struct ExecuteArgs {
+  const void* input = nullptr;  // [num_tokens, hidden] bf16
+  void* output = nullptr;       // [num_tokens, hidden] bf16 (the attention output after o_proj, no residual)
+  LayerWeightsView weights;
+  KvCacheView cache;
+  BatchDescription batch;
+  void* workspace = nullptr;  // at least workspace_bytes(batch.num_tokens) bytes, 256-byte aligned
+  std::size_t workspace_bytes = 0;
+};
+
+// Called after each stage is enqueued (for `attnplan verify` and --dump-stages): may synchronize the
+// stream and read the workspace. Never used on the hot path.
+using StageObserver = std::function<void(StageKind stage, const WorkspaceLayout& layout)>;
+
+// Stage entry points for engines that run a stage on its own, and for tests.
 struct InputNormArgs {
   const void* input = nullptr;   // [num_tokens, hidden_size]
   const void* weight = nullptr;  // [hidden_size]
@@ -47,7 +81,7 @@ struct KvStoreArgs {
   long long key_row_stride = 0;    // 0: kv_heads * head_dim (dense)
   long long value_row_stride = 0;  // 0: kv_heads * value_head_dim (dense)
   KvCacheView cache;
-  BatchDescription batch;
+  BatchDescription batch;  // only the device arrays and the counts are used
 };
 
 class PrefillPlan {
@@ -58,12 +92,16 @@ class PrefillPlan {
 
   const CompiledPlan& compiled() const { return compiled_; }
 
-  // Bytes of scratch the caller must pass to execute for up to `max_tokens` tokens. The two foundation
-  // stages need none; the whole layer's intermediates will.
-  std::size_t workspace_bytes(int max_tokens) const;
+  // Scratch bytes execute() needs for `num_tokens` tokens (at most max_tokens), and where each
+  // intermediate goes.
+  std::size_t workspace_bytes(int num_tokens) const { return workspace_layout(num_tokens).bytes; }
+  WorkspaceLayout workspace_layout(int num_tokens) const;
 
-  // Each checks its arguments against the plan before launching (Error(input) naming the field) and
-  // launches on `stream` without synchronizing.
+  // The whole layer (spec sections 1-7) for one chunk. Checks every argument and the whole batch against
+  // the plan first (Error(input) naming the field; nothing is launched then), then enqueues the stages
+  // on `stream`.
+  void execute(const ExecuteArgs& args, CUstream stream, const StageObserver& observer = {}) const;
+
   void launch_input_norm(const InputNormArgs& args, CUstream stream) const;
   void launch_kv_store(const KvStoreArgs& args, CUstream stream) const;
 
@@ -71,6 +109,7 @@ class PrefillPlan {
   friend class ::attnplan::Runtime;
   struct Loaded;
   PrefillPlan(CompiledPlan compiled, std::unique_ptr<Loaded> loaded);
+  void check_weights(const LayerWeightsView& weights) const;
   CompiledPlan compiled_;
   std::unique_ptr<Loaded> loaded_;
 };

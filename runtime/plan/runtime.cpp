@@ -91,7 +91,7 @@ plan::CompiledPlan Runtime::compile(const config::AttentionConfig& config, const
   plan::CompiledPlan compiled;
   compiled.config = config;
   compiled.arch = resolve_arch(config);
-  compiled.kernels_planned = plan::plan_kernels(config);
+  compiled.kernels_planned = plan::plan_kernels(config, compiled.arch);
 
   const compiler::Compiler& nvrtc = compiler();
   const compiler::CompileOptions options = compile_options(compiled.arch);

@@ -35,8 +35,13 @@ TEST_CASE("input norm and KV store captured in a CUDA graph replay the direct re
   store.key = normed.data<const void>();  // any bf16 rows will do: the normed activations
   store.value = input.data<const void>();
   store.cache = {key_cache.data<void>(), value_cache.data<void>(), num_blocks};
-  store.batch = {
-      1, tokens, d_starts.data<const int>(), d_context.data<const int>(), d_tables.data<const int>(), 4};
+  store.batch.num_seqs = 1;
+  store.batch.num_tokens = tokens;
+  store.batch.max_query_len = tokens;
+  store.batch.max_blocks_per_seq = 4;
+  store.batch.query_starts = d_starts.data<const int>();
+  store.batch.context_lens = d_context.data<const int>();
+  store.batch.block_tables = d_tables.data<const int>();
 
   gpu().context.synchronize();  // uploads from pageable memory may still be in flight on the legacy stream
   auto run_direct = [&] {

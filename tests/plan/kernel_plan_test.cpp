@@ -1,6 +1,7 @@
 #include "plan/kernel_plan.hpp"
 
 #include "config/parse.hpp"
+#include "core/error.hpp"
 #include "support/catch.hpp"
 
 using namespace attnplan;
@@ -11,18 +12,43 @@ config::AttentionConfig llama() {
 }
 }  // namespace
 
-TEST_CASE("the foundation plan is the input norm then the KV store", "[plan]") {
-  const plan::KernelPlan kernels = plan::plan_kernels(llama());
-  REQUIRE(kernels.kernels.size() == 2);
-  CHECK(kernels.kernels[0].stage == plan::StageKind::input_norm);
-  CHECK(kernels.kernels[0].name == "input_rmsnorm");
-  CHECK(kernels.kernels[1].stage == plan::StageKind::kv_store);
-  CHECK(kernels.kernels[1].name == "kv_store");
+TEST_CASE("the plan runs the layer's stages in spec order", "[plan]") {
+  const plan::KernelPlan kernels = plan::plan_kernels(llama(), config::kDefaultArch);
+  std::vector<std::string> names;
+  for (const auto& kernel : kernels.kernels) names.push_back(kernel.name);
+  CHECK(names == std::vector<std::string>{"input_rmsnorm", "qkv_projection", "qkv_postprocess", "kv_store",
+                                          "attention", "output_projection"});
+  CHECK(kernels.qkv_projection.segments == 3);  // separate q/k/v weights write one fused row
+  CHECK(kernels.output_projection.segments == 1);
+  CHECK(plan::qkv_row_width(llama()) == 32 * 128 + 8 * 128 * 2);
+}
+
+TEST_CASE("a config with nothing to postprocess skips that kernel", "[plan]") {
+  config::AttentionConfig config = llama();
+  config.rotary.dim = 0;  // no RoPE, no norms
+  const plan::KernelPlan kernels = plan::plan_kernels(config, config::kDefaultArch);
+  CHECK_FALSE(kernels.has(plan::StageKind::qkv_postprocess));
+  CHECK(kernels.kernels.size() == 5);
+}
+
+TEST_CASE("formats the kernels cannot run yet are refused with their JSON path", "[plan]") {
+  config::AttentionConfig config = llama();
+  config.kv_cache.dtype = config::KvCacheDtype::fp8_e4m3;
+  config.projection.qkv.format = config::WeightFormat::fp8;
+  try {
+    plan::plan_kernels(config, config::kDefaultArch);
+    FAIL("expected an error");
+  } catch (const Error& error) {
+    CHECK(error.stage() == Stage::config);
+    REQUIRE(error.details().size() == 2);
+    CHECK(error.details()[0].rfind("/projection/format", 0) == 0);
+    CHECK(error.details()[1].rfind("/kv_cache/dtype", 0) == 0);
+  }
 }
 
 TEST_CASE("specs carry the config's shapes into named template arguments", "[plan]") {
   config::AttentionConfig config = llama();
-  const plan::KernelPlan kernels = plan::plan_kernels(config);
+  const plan::KernelPlan kernels = plan::plan_kernels(config, config::kDefaultArch);
   CHECK(kernels.input_norm.hidden_size == 4096);
   CHECK_FALSE(kernels.input_norm.unit_offset);
   CHECK(kernels.kv_store.kv_heads == 8);
@@ -33,14 +59,14 @@ TEST_CASE("specs carry the config's shapes into named template arguments", "[pla
   CHECK(stub.find("/*hidden_size=*/4096") != std::string::npos);
   CHECK(stub.find("/*unit_offset=*/false") != std::string::npos);
   CHECK(stub.find("#include \"attnplan/rmsnorm.cuh\"") != std::string::npos);
-  const std::string kv_stub = kernels.kernels[1].source.render_stub();
+  const std::string kv_stub = kernels.kv_store.source().render_stub();
   CHECK(kv_stub.find("/*kv_heads=*/8") != std::string::npos);
   CHECK(kv_stub.find("/*block_size=*/") != std::string::npos);
 
   config.input_norm.weight_offset = 1.0;
   config.kv_cache.block_size = 64;
-  const plan::KernelPlan gemma_like = plan::plan_kernels(config);
+  const plan::KernelPlan gemma_like = plan::plan_kernels(config, config::kDefaultArch);
   CHECK(gemma_like.input_norm.unit_offset);
   CHECK(gemma_like.kernels[0].source.render_stub().find("/*unit_offset=*/true") != std::string::npos);
-  CHECK(gemma_like.kernels[1].source.render_stub().find("/*block_size=*/64") != std::string::npos);
+  CHECK(gemma_like.kv_store.source().render_stub().find("/*block_size=*/64") != std::string::npos);
 }

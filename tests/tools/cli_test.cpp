@@ -90,7 +90,7 @@ TEST_CASE("compile then compile again: all misses, then all hits", "[cli]") {
   REQUIRE(first.exit_code == 0);
   const nlohmann::json cold = nlohmann::json::parse(first.out);
   CHECK(cold["arch"] == "sm_90a");  // no device here: auto means sm_90a
-  REQUIRE(cold["kernels"].size() == 2);
+  REQUIRE(cold["kernels"].size() == 6);
   for (const auto& kernel : cold["kernels"]) {
     CHECK(kernel["cache"] == "miss");
     CHECK(kernel["key"].get<std::string>().size() == 64);
@@ -113,7 +113,7 @@ TEST_CASE("compile then compile again: all misses, then all hits", "[cli]") {
   REQUIRE(table.exit_code == 0);
   CHECK(contains(table.out, "input_rmsnorm"));
   CHECK(contains(table.out, "kv_store"));
-  CHECK(contains(table.out, "2 cached, 0 compiled"));
+  CHECK(contains(table.out, "6 cached, 0 compiled"));
 
   const Result other_arch =
       run(scratch.path(), cache, {"compile", plan("llama-3.1-8b.json"), "--json", "--arch", "sm_80"});
@@ -155,7 +155,7 @@ TEST_CASE("cache tools: path, list, show, verify, a corrupted entry rebuilt, pru
   const Result list = run(scratch.path(), cache, {"cache", "list"});
   CHECK(list.exit_code == 0);
   CHECK(contains(list.out, key.substr(0, 16)));
-  CHECK(contains(list.out, "2 entries"));
+  CHECK(contains(list.out, "6 entries"));
 
   const Result manifest = run(scratch.path(), cache, {"cache", "show", key.substr(0, 10), "--manifest"});
   REQUIRE(manifest.exit_code == 0);
@@ -222,9 +222,9 @@ TEST_CASE("several processes compiling one config into an empty cache all succee
     const nlohmann::json result = nlohmann::json::parse(output);
     for (const auto& kernel : result["kernels"]) keys.insert(kernel["key"]);
   }
-  CHECK(keys.size() == 2);
+  CHECK(keys.size() == 6);
   CHECK(run(scratch.path(), cache, {"cache", "verify"}).exit_code == 0);
-  CHECK(contains(run(scratch.path(), cache, {"cache", "list"}).out, "2 entries"));
+  CHECK(contains(run(scratch.path(), cache, {"cache", "list"}).out, "6 entries"));
 }
 
 TEST_CASE("an unwritable cache directory degrades to in-memory compiles with one warning", "[cli]") {
@@ -233,7 +233,7 @@ TEST_CASE("an unwritable cache directory degrades to in-memory compiles with one
   const std::string cache = (scratch / "a-file" / "cache").string();
   const Result result = run(scratch.path(), cache, {"compile", plan("llama-3.1-8b.json"), "--json"});
   REQUIRE(result.exit_code == 0);
-  CHECK(nlohmann::json::parse(result.out)["kernels"].size() == 2);
+  CHECK(nlohmann::json::parse(result.out)["kernels"].size() == 6);
   std::size_t warnings = 0;
   for (std::size_t at = result.err.find("warning"); at != std::string::npos;
        at = result.err.find("warning", at + 1)) {

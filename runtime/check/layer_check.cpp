@@ -1,0 +1,344 @@
+#include "check/layer_check.hpp"
+
+#include "check/device_weights.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <random>
+
+#include "core/bf16.hpp"
+#include "core/error.hpp"
+#include "driver/cuda_api.hpp"
+#include "driver/event.hpp"
+#include "driver/memory.hpp"
+#include "driver/stream.hpp"
+#include "reference/compare.hpp"
+
+namespace attnplan::check {
+
+namespace {
+
+using Bits = std::vector<std::uint16_t>;
+
+Bits normal_bits(std::size_t count, std::mt19937_64& rng, double mean, double stddev) {
+  std::normal_distribution<double> normal(mean, stddev);
+  Bits bits(count);
+  for (auto& value : bits) value = core::double_to_bf16(normal(rng));
+  return bits;
+}
+
+io::HostTensor bf16(std::vector<std::int64_t> shape, std::mt19937_64& rng, double mean, double stddev) {
+  std::int64_t count = 1;
+  for (auto extent : shape) count *= extent;
+  const Bits bits = normal_bits(static_cast<std::size_t>(count), rng, mean, stddev);
+  return io::bf16_tensor(std::move(shape), bits);
+}
+
+std::vector<double> doubles_of(const Bits& bits) {
+  std::vector<double> values(bits.size());
+  for (std::size_t i = 0; i < bits.size(); ++i) values[i] = core::bf16_to_float(bits[i]);
+  return values;
+}
+
+// The columns [begin, begin + width) of each row of a [rows, row_width] bf16 matrix, as doubles.
+std::vector<double> columns(const Bits& rows, std::size_t row_width, std::size_t begin, std::size_t width) {
+  const std::size_t count = row_width == 0 ? 0 : rows.size() / row_width;
+  std::vector<double> values;
+  values.reserve(count * width);
+  for (std::size_t r = 0; r < count; ++r) {
+    for (std::size_t c = 0; c < width; ++c)
+      values.push_back(core::bf16_to_float(rows[r * row_width + begin + c]));
+  }
+  return values;
+}
+
+driver::DeviceBuffer upload(const Bits& bits) {
+  return driver::DeviceBuffer::from_host(bits);
+}
+
+}  // namespace
+
+LayerCase random_case(const config::AttentionConfig& config, const Scenario& scenario) {
+  if (scenario.tokens < 1 || scenario.seqs < 1 || scenario.seqs > scenario.tokens || scenario.prefix < 0) {
+    throw Error(Stage::input,
+                fmt::format("scenario: {} tokens over {} sequences with prefix {} (need 1 <= seqs "
+                            "<= tokens, prefix >= 0)",
+                            scenario.tokens, scenario.seqs, scenario.prefix));
+  }
+  if (scenario.tokens > config.max_tokens) {
+    throw Error(Stage::input, fmt::format("--tokens {}: more than the config's max_tokens {}",
+                                          scenario.tokens, config.max_tokens));
+  }
+  std::mt19937_64 rng(scenario.seed);
+  LayerCase layer;
+  layer.config = config;
+  const int hidden = config.hidden_size, hq = config.query_heads, hkv = config.kv_heads;
+  const int d = config.head_dim, dv = config.value_head_dim;
+
+  // The batch: a random split of the tokens, prefixes, and pages drawn from a shuffled pool.
+  std::vector<int> chunk = scenario.chunk_lens;
+  if (chunk.empty()) {
+    std::vector<int> cuts(scenario.tokens - 1);
+    std::iota(cuts.begin(), cuts.end(), 1);
+    std::shuffle(cuts.begin(), cuts.end(), rng);
+    cuts.resize(scenario.seqs - 1);
+    std::sort(cuts.begin(), cuts.end());
+    int previous = 0;
+    for (int cut : cuts) {
+      chunk.push_back(cut - previous);
+      previous = cut;
+    }
+    chunk.push_back(scenario.tokens - previous);
+  }
+  std::vector<int> context = scenario.context_lens;
+  if (context.empty()) {
+    for (std::size_t s = 0; s < chunk.size(); ++s)
+      context.push_back(scenario.prefix > 0 ? scenario.prefix + 7 * int(s) : 0);
+  }
+  if (context.size() != chunk.size())
+    throw Error(Stage::input, "scenario: context_lens and chunk_lens differ in length");
+  const int block_size = config.kv_cache.block_size;
+  int max_blocks = 1, total_blocks = 0;
+  for (std::size_t s = 0; s < chunk.size(); ++s) {
+    const int blocks = (context[s] + chunk[s] + block_size - 1) / block_size;
+    max_blocks = std::max(max_blocks, blocks);
+    total_blocks += blocks;
+  }
+  layer.num_blocks = total_blocks + 3;  // spare pages nobody owns: they must stay untouched
+  std::vector<int> pool(layer.num_blocks);
+  std::iota(pool.begin(), pool.end(), 0);
+  std::shuffle(pool.begin(), pool.end(), rng);
+  layer.batch.max_blocks_per_seq = max_blocks;
+  layer.batch.query_starts = {0};
+  std::size_t next = 0;
+  for (std::size_t s = 0; s < chunk.size(); ++s) {
+    layer.batch.query_starts.push_back(layer.batch.query_starts.back() + chunk[s]);
+    layer.batch.context_lens.push_back(context[s]);
+    const int blocks = (context[s] + chunk[s] + block_size - 1) / block_size;
+    for (int b = 0; b < max_blocks; ++b) layer.batch.block_tables.push_back(b < blocks ? pool[next++] : -1);
+    layer.max_query_len = std::max(layer.max_query_len, chunk[s]);
+  }
+  if (config.bidirectional_spans) {
+    // One span per sequence inside its chunk (Gemma 3 image tokens), where the chunk is long enough.
+    layer.spans.offsets = {0};
+    for (std::size_t s = 0; s < chunk.size(); ++s) {
+      if (chunk[s] >= 4) layer.spans.bounds.push_back({context[s] + chunk[s] / 4, context[s] + chunk[s] / 2});
+      layer.spans.offsets.push_back(static_cast<int>(layer.spans.bounds.size()));
+    }
+  }
+
+  // Weights and input.
+  const double norm_mean = config.input_norm.weight_offset != 0 ? 0.0 : 1.0;
+  const double head_norm_mean = config.qkv_norm.weight_offset != 0 ? 0.0 : 1.0;
+  io::HostLayerWeights& w = layer.weights;
+  w.input_norm = bf16({hidden}, rng, norm_mean, 0.2);
+  w.q_proj = bf16({hq * d, hidden}, rng, 0.0, 1.0 / std::sqrt(hidden));
+  w.k_proj = bf16({hkv * d, hidden}, rng, 0.0, 1.0 / std::sqrt(hidden));
+  w.v_proj = bf16({hkv * dv, hidden}, rng, 0.0, 1.0 / std::sqrt(hidden));
+  if (config.qkv_bias) {
+    w.q_bias = bf16({hq * d}, rng, 0.0, 0.5);
+    w.k_bias = bf16({hkv * d}, rng, 0.0, 0.5);
+    w.v_bias = bf16({hkv * dv}, rng, 0.0, 0.5);
+  }
+  if (config.qkv_norm.query) w.q_norm = bf16({d}, rng, head_norm_mean, 0.2);
+  if (config.qkv_norm.key) w.k_norm = bf16({d}, rng, head_norm_mean, 0.2);
+  w.o_proj = bf16({hidden, hq * dv}, rng, 0.0, 1.0 / std::sqrt(hq * dv));
+  if (config.output_bias) w.o_bias = bf16({hidden}, rng, 0.0, 0.5);
+  if (config.sinks) {
+    io::HostTensor sinks{io::Dtype::f32, {hq}, std::vector<std::uint8_t>(std::size_t(hq) * 4)};
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    for (int h = 0; h < hq; ++h) {
+      const float value = normal(rng);
+      std::memcpy(sinks.bytes.data() + 4 * h, &value, 4);
+    }
+    w.sinks = sinks;
+  }
+  layer.input = normal_bits(std::size_t(layer.num_tokens()) * hidden, rng, 0.0, 1.0);
+
+  // The pools: the cached prefix holds random values, every other slot is poisoned.
+  const std::size_t key_row = std::size_t(hkv) * d, value_row = std::size_t(hkv) * dv;
+  layer.key_cache.assign(std::size_t(layer.num_blocks) * block_size * key_row, kPoisonBits);
+  layer.value_cache.assign(std::size_t(layer.num_blocks) * block_size * value_row, kPoisonBits);
+  for (std::size_t s = 0; s < chunk.size(); ++s) {
+    for (int p = 0; p < context[s]; ++p) {
+      const std::size_t slot =
+          std::size_t(layer.batch.block_tables[s * max_blocks + p / block_size]) * block_size +
+          p % block_size;
+      const Bits k = normal_bits(key_row, rng, 0.0, 1.0), v = normal_bits(value_row, rng, 0.0, 1.0);
+      std::copy(k.begin(), k.end(), layer.key_cache.begin() + slot * key_row);
+      std::copy(v.begin(), v.end(), layer.value_cache.begin() + slot * value_row);
+    }
+  }
+  return layer;
+}
+
+reference::LayerWeights reference_weights(const LayerCase& layer) {
+  const io::HostLayerWeights& w = layer.weights;
+  auto tensor = [](const io::HostTensor& t) { return reference::Tensor(t.shape, io::to_doubles(t)); };
+  auto vector = [](const std::optional<io::HostTensor>& t) {
+    return t ? io::to_doubles(*t) : std::vector<double>{};
+  };
+  reference::LayerWeights out;
+  out.input_norm = io::to_doubles(w.input_norm);
+  out.q_proj = tensor(w.q_proj);
+  out.k_proj = tensor(w.k_proj);
+  out.v_proj = tensor(w.v_proj);
+  out.q_bias = vector(w.q_bias);
+  out.k_bias = vector(w.k_bias);
+  out.v_bias = vector(w.v_bias);
+  out.q_norm = vector(w.q_norm);
+  out.k_norm = vector(w.k_norm);
+  out.o_proj = tensor(w.o_proj);
+  out.o_bias = vector(w.o_bias);
+  out.sinks = vector(w.sinks);
+  return out;
+}
+
+bool Report::passed() const {
+  if (unwritten != 0 || cache_slots_damaged != 0) return false;
+  return std::all_of(stages.begin(), stages.end(), [](const StageResult& s) { return s.passed(); });
+}
+
+Report run_case(const plan::PrefillPlan& plan, const LayerCase& layer, double tolerance) {
+  const config::AttentionConfig& config = layer.config;
+  const io::HostLayerWeights& w = layer.weights;
+  const int tokens = layer.num_tokens();
+  const int hidden = config.hidden_size, hq = config.query_heads, hkv = config.kv_heads;
+  const int d = config.head_dim, dv = config.value_head_dim;
+
+  driver::DeviceBuffer input = upload(layer.input);
+  driver::DeviceBuffer output(std::size_t(tokens) * hidden * 2);
+  const DeviceWeights weights = upload_weights(config, w);
+  plan::ExecuteArgs args;
+  args.weights = weights.view;
+  driver::DeviceBuffer key_cache = upload(layer.key_cache), value_cache = upload(layer.value_cache);
+  driver::DeviceBuffer query_starts = driver::DeviceBuffer::from_host(layer.batch.query_starts);
+  driver::DeviceBuffer context_lens = driver::DeviceBuffer::from_host(layer.batch.context_lens);
+  driver::DeviceBuffer block_tables = driver::DeviceBuffer::from_host(layer.batch.block_tables);
+  std::vector<int> span_bounds;
+  for (const auto& span : layer.spans.bounds) span_bounds.insert(span_bounds.end(), {span[0], span[1]});
+  driver::DeviceBuffer span_offsets_device, span_bounds_device;
+  if (!layer.spans.offsets.empty()) {
+    span_offsets_device = driver::DeviceBuffer::from_host(layer.spans.offsets);
+    const std::vector<int> padded = span_bounds.empty() ? std::vector<int>{0, 0} : span_bounds;
+    span_bounds_device = driver::DeviceBuffer::from_host(padded);
+  }
+  driver::DeviceBuffer workspace(plan.workspace_bytes(tokens));
+
+  args.input = input.data<const void>();
+  args.output = output.data<void>();
+  args.cache = {key_cache.data<void>(), value_cache.data<void>(), layer.num_blocks};
+  plan::BatchDescription& batch = args.batch;
+  batch.num_seqs = layer.batch.num_seqs();
+  batch.num_tokens = tokens;
+  batch.max_query_len = layer.max_query_len;
+  batch.max_blocks_per_seq = layer.batch.max_blocks_per_seq;
+  batch.query_starts = query_starts.data<const int>();
+  batch.context_lens = context_lens.data<const int>();
+  batch.block_tables = block_tables.data<const int>();
+  batch.host_query_starts = layer.batch.query_starts;
+  batch.host_context_lens = layer.batch.context_lens;
+  batch.host_block_tables = layer.batch.block_tables;
+  if (!layer.spans.offsets.empty()) {
+    batch.span_offsets = span_offsets_device.data<const int>();
+    batch.span_bounds = span_bounds_device.data<const int>();
+    batch.host_span_offsets = layer.spans.offsets;
+    batch.host_span_bounds = span_bounds;
+  }
+  args.workspace = workspace.data<void>();
+  args.workspace_bytes = workspace.size_bytes();
+
+  // Run once observing every stage, then again (same inputs, same slots) timed without the observer.
+  driver::Stream stream = driver::Stream::create();
+  driver::check(driver::api().cuCtxSynchronize(), "cuCtxSynchronize");  // pageable uploads are done
+  output.fill_bytes_async(0xFF, stream.handle());
+  Bits normed, projected, postprocessed, attention;
+  const long long row = plan::qkv_row_width(config);
+  auto download = [&](std::size_t offset, std::size_t count) {
+    Bits bits(count);
+    stream.synchronize();
+    workspace.download(bits.data(), count * 2, offset);
+    return bits;
+  };
+  plan.execute(args, stream.handle(), [&](plan::StageKind stage, const plan::WorkspaceLayout& layout) {
+    switch (stage) {
+      case plan::StageKind::input_norm:
+        normed = download(layout.normed, std::size_t(tokens) * hidden);
+        break;
+      case plan::StageKind::qkv_projection:
+        projected = download(layout.qkv, std::size_t(tokens) * row);
+        break;
+      case plan::StageKind::qkv_postprocess:
+        postprocessed = download(layout.qkv, std::size_t(tokens) * row);
+        break;
+      case plan::StageKind::attention:
+        attention = download(layout.attention, std::size_t(tokens) * hq * dv);
+        break;
+      default:
+        break;
+    }
+  });
+  if (postprocessed.empty()) postprocessed = projected;  // the plan had nothing to postprocess
+  Report report;
+  output.fill_bytes_async(0xFF, stream.handle());
+  driver::Event start = driver::Event::create(), stop = driver::Event::create();
+  start.record(stream.handle());
+  plan.execute(args, stream.handle());
+  stop.record(stream.handle());
+  stream.synchronize();
+  report.device_ms = driver::elapsed_ms(start, stop);
+  const Bits gpu_output = output.download_all<std::uint16_t>();
+  const Bits gpu_keys = key_cache.download_all<std::uint16_t>();
+  const Bits gpu_values = value_cache.download_all<std::uint16_t>();
+
+  // The reference on the same bf16 data; its cache starts as the same pools (poison reads as NaN).
+  reference::PagedKvCache cache =
+      reference::PagedKvCache::filled(layer.num_blocks, config.kv_cache.block_size, hkv, d, dv);
+  cache.key.data = doubles_of(layer.key_cache);
+  cache.value.data = doubles_of(layer.value_cache);
+  const reference::LayerStages expected = reference::prefill_layer(
+      config, reference_weights(layer), reference::Tensor({tokens, hidden}, doubles_of(layer.input)),
+      layer.batch, layer.spans, cache);
+
+  auto stage = [&](const char* name, const std::vector<double>& want, const std::vector<double>& got) {
+    report.stages.push_back({name, reference::relative_l2_error(want, got), tolerance});
+  };
+  const std::size_t q_width = std::size_t(hq) * d, k_width = std::size_t(hkv) * d,
+                    v_width = std::size_t(hkv) * dv;
+  stage("normed", expected.normed.data, doubles_of(normed));
+  stage("q", expected.q.data, columns(projected, row, 0, q_width));
+  stage("k", expected.k.data, columns(projected, row, q_width, k_width));
+  stage("v", expected.v.data, columns(projected, row, q_width + k_width, v_width));
+  stage("q_final", expected.q_final.data, columns(postprocessed, row, 0, q_width));
+  stage("k_final", expected.k_final.data, columns(postprocessed, row, q_width, k_width));
+  stage("v_final", expected.v_final.data, columns(postprocessed, row, q_width + k_width, v_width));
+
+  // The cache: slots the chunk wrote are compared with the reference; every other slot must be untouched.
+  std::vector<double> written_want, written_got;
+  auto compare_pool = [&](const Bits& initial, const Bits& gpu, const std::vector<double>& want) {
+    for (std::size_t i = 0; i < gpu.size(); ++i) {
+      const bool chunk_slot = initial[i] == kPoisonBits && !std::isnan(want[i]);
+      if (chunk_slot) {
+        if (gpu[i] == kPoisonBits) ++report.cache_slots_damaged;
+        written_want.push_back(want[i]);
+        written_got.push_back(core::bf16_to_float(gpu[i]));
+      } else if (gpu[i] != initial[i]) {
+        ++report.cache_slots_damaged;
+      }
+    }
+  };
+  compare_pool(layer.key_cache, gpu_keys, cache.key.data);
+  compare_pool(layer.value_cache, gpu_values, cache.value.data);
+  stage("kv_cache", written_want, written_got);
+  stage("attention", expected.attention.data, doubles_of(attention));
+  std::vector<double> got_output = doubles_of(gpu_output);
+  report.unwritten = static_cast<std::size_t>(std::count(gpu_output.begin(), gpu_output.end(), kPoisonBits));
+  stage("output", expected.output.data, got_output);
+  return report;
+}
+
+}  // namespace attnplan::check

@@ -1,0 +1,70 @@
+// One layer's prefill on the device against the double-precision reference, stage by stage: what
+// `attnplan verify` runs and what the GPU suite runs for each config. Random weights and inputs from a
+// seed, a batch over a shuffled page pool with a random cached prefix, poisoned outputs and cache slots.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "config/attention_config.hpp"
+#include "io/layer_weights.hpp"
+#include "plan/prefill_plan.hpp"
+#include "reference/layer.hpp"
+
+namespace attnplan::check {
+
+// bf16 0xFFFF is a NaN: a poisoned element a kernel forgot to write can never pass for a value.
+inline constexpr std::uint16_t kPoisonBits = 0xFFFF;
+
+struct Scenario {
+  int tokens = 256;  // chunk tokens over all sequences
+  int seqs = 1;      // sequences sharing them (each gets at least one)
+  int prefix = 0;    // tokens already cached per sequence (sequence s gets prefix + 7 s when prefix > 0)
+  std::uint64_t seed = 1;
+  std::vector<int> chunk_lens;    // explicit split of `tokens` (overrides the random split)
+  std::vector<int> context_lens;  // explicit prefixes (override `prefix`)
+};
+
+// Everything one run needs, on the host: weights and input as bf16 bits, the batch, the spans and the
+// initial page pools (random prefix slots, poison everywhere else).
+struct LayerCase {
+  config::AttentionConfig config;
+  io::HostLayerWeights weights;
+  std::vector<std::uint16_t> input;  // [T, hidden]
+  reference::Batch batch;
+  reference::Spans spans;
+  int num_blocks = 0;
+  int max_query_len = 0;
+  std::vector<std::uint16_t> key_cache;    // [num_blocks, block_size, Hkv, D]
+  std::vector<std::uint16_t> value_cache;  // [num_blocks, block_size, Hkv, Dv]
+  int num_tokens() const { return batch.query_starts.back(); }
+};
+
+// Random weights (projections ~ N(0, 1/hidden) so activations stay O(1); norm weights around 1, or
+// around 0 with weight_offset 1; biases and sinks O(1)) and a random batch following `scenario`.
+LayerCase random_case(const config::AttentionConfig& config, const Scenario& scenario);
+
+// The reference's view of a case's weights (double, q/k/v as HF stores them).
+reference::LayerWeights reference_weights(const LayerCase& layer);
+
+struct StageResult {
+  std::string stage;
+  double relative_l2 = 0;
+  double tolerance = 0;
+  bool passed() const { return relative_l2 <= tolerance; }
+};
+
+struct Report {
+  std::vector<StageResult> stages;  // normed, q, k, v, q_final, k_final, v_final, kv_cache, attention, output
+  std::size_t unwritten = 0;        // output elements still poisoned
+  std::size_t cache_slots_damaged = 0;  // slots outside the chunk that changed, or chunk slots left poisoned
+  double device_ms = 0;                 // execute() alone, events around it
+  bool passed() const;
+};
+
+// Runs `plan` on `layer` (every stage observed), the reference on the same data, and compares.
+// `tolerance` bounds every stage's relative L2 error.
+Report run_case(const plan::PrefillPlan& plan, const LayerCase& layer, double tolerance = 1e-2);
+
+}  // namespace attnplan::check

@@ -1,0 +1,208 @@
+#include "plan/attention_spec.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+
+#include "core/error.hpp"
+
+namespace attnplan::plan {
+
+namespace {
+
+int round_up(int value, int multiple) {
+  return (value + multiple - 1) / multiple * multiple;
+}
+
+void require(bool condition, const std::string& message) {
+  if (!condition) throw Error(Stage::input, "attention: " + message);
+}
+
+bool aligned(const void* pointer, std::size_t bytes) {
+  return reinterpret_cast<std::uintptr_t>(pointer) % bytes == 0;
+}
+
+std::string cxx_bool(bool value) {
+  return value ? "true" : "false";
+}
+
+void require_supported_dim(const char* name, int dim) {
+  if (dim % 8 != 0 || dim < 16 || dim > kMaxAttentionHeadDim) {
+    throw Error(
+        Stage::config,
+        fmt::format("attention: {} = {} is not supported: the kernel needs a multiple of 8 in [16, {}] "
+                    "(a warp holds 16 rows of the fp32 output tile in registers)",
+                    name, dim, kMaxAttentionHeadDim));
+  }
+}
+
+}  // namespace
+
+int attention_shared_bytes(int head_dim, int value_head_dim, int block_m, int block_n, int stages) {
+  // Rows padded to a multiple of 16 (the mma k-step) plus 8 elements (conflict-free ldmatrix).
+  const int qk_row = round_up(head_dim, 16) + 8;
+  const int v_row = round_up(value_head_dim, 16) + 8;
+  const int main_elements = block_m * qk_row + stages * block_n * (qk_row + v_row);
+  const int output_elements = block_m * v_row;
+  const int slot_table_bytes = stages * block_n * 4;  // int cache slot per key row of each stage
+  return slot_table_bytes + 2 * std::max(main_elements, output_elements);
+}
+
+int max_shared_bytes_per_block(config::Arch arch) {
+  switch (arch.sm()) {
+    case 80:
+    case 87:
+      return 163 * 1024;
+    case 90:
+    case 100:
+    case 103:
+      return 227 * 1024;
+    default:  // sm_86, sm_89, sm_120 and anything unknown
+      return 99 * 1024;
+  }
+}
+
+AttentionTiling choose_attention_tiling(int head_dim, int value_head_dim, config::Arch arch) {
+  require_supported_dim("head_dim", head_dim);
+  require_supported_dim("value_head_dim", value_head_dim);
+  const int widest = std::max(round_up(head_dim, 16), round_up(value_head_dim, 16));
+  const int limit = max_shared_bytes_per_block(arch);
+
+  AttentionTiling tiling;
+  // 8 warps share one K/V tile when a thread's accumulators stay small (Dv <= 128: 64 fp32 registers);
+  // wider heads take 4 warps so registers per thread, not warps per CTA, bound the tile.
+  tiling.block_m = widest <= 128 ? 128 : 64;
+  // min_blocks_per_sm stays 1: every feature combination then compiles without spills. Measured on an H200
+  // (2026-11-29, one 8192-token causal chunk, Hq 32, Hkv 8, D 128): 128 x 64 with 1 block 226 TFLOP/s,
+  // 128 x 32 with 2 blocks (127 registers) 226, 128 x 32 with 1 block 188, 64 x 64 207.
+  for (const int block_n : {64, 32, 16}) {
+    tiling.block_n = block_n;
+    tiling.shared_bytes =
+        attention_shared_bytes(head_dim, value_head_dim, tiling.block_m, block_n, tiling.stages);
+    if (tiling.shared_bytes <= limit) return tiling;
+  }
+  throw Error(Stage::config,
+              fmt::format("attention: no tiling for head_dim {} / value_head_dim {} fits the {} "
+                          "bytes of shared memory per block of {}",
+                          head_dim, value_head_dim, limit, arch.name()));
+}
+
+AttentionSpec AttentionSpec::from_config(const config::AttentionConfig& config, config::Arch arch) {
+  if (config.kv_cache.dtype != config::KvCacheDtype::bf16) {
+    throw Error(Stage::config, fmt::format("attention: kv_cache.dtype {} is not supported (bf16 only)",
+                                           config::to_string(config.kv_cache.dtype)));
+  }
+  AttentionSpec spec;
+  spec.head_dim = config.head_dim;
+  spec.value_head_dim = config.value_head_dim;
+  spec.group_size = config.group_size();
+  spec.block_size = config.kv_cache.block_size;
+  spec.has_softcap = config.softcap.has_value();
+  spec.has_window = config.sliding_window.has_value();
+  spec.has_spans = config.bidirectional_spans;
+  spec.has_sinks = config.sinks;
+  spec.tiling = choose_attention_tiling(spec.head_dim, spec.value_head_dim, arch);
+  return spec;
+}
+
+compiler::KernelSource AttentionSpec::source() const {
+  compiler::KernelSource source;
+  source.family = "attention";
+  source.header = "attnplan/attention.cuh";
+  source.traits = "attnplan::kernels::AttentionTraits";
+  source.kernel = "attnplan::kernels::attention_kernel";
+  source.arguments = {
+      {"head_dim", std::to_string(head_dim)},
+      {"value_head_dim", std::to_string(value_head_dim)},
+      {"group_size", std::to_string(group_size)},
+      {"block_size", std::to_string(block_size)},
+      {"block_m", std::to_string(tiling.block_m)},
+      {"block_n", std::to_string(tiling.block_n)},
+      {"min_blocks_per_sm", std::to_string(tiling.min_blocks_per_sm)},
+      {"has_softcap", cxx_bool(has_softcap)},
+      {"has_window", cxx_bool(has_window)},
+      {"has_spans", cxx_bool(has_spans)},
+      {"has_sinks", cxx_bool(has_sinks)},
+  };
+  source.spec = {{"family", source.family},
+                 {"head_dim", head_dim},
+                 {"value_head_dim", value_head_dim},
+                 {"group_size", group_size},
+                 {"block_size", block_size},
+                 {"block_m", tiling.block_m},
+                 {"block_n", tiling.block_n},
+                 {"stages", tiling.stages},
+                 {"min_blocks_per_sm", tiling.min_blocks_per_sm},
+                 {"warps", tiling.warps()},
+                 {"has_softcap", has_softcap},
+                 {"has_window", has_window},
+                 {"has_spans", has_spans},
+                 {"has_sinks", has_sinks},
+                 {"dynamic_shared_bytes", dynamic_shared_bytes()}};
+  return source;
+}
+
+int AttentionSpec::dynamic_shared_bytes() const {
+  return attention_shared_bytes(head_dim, value_head_dim, tiling.block_m, tiling.block_n, tiling.stages);
+}
+
+driver::LaunchShape AttentionSpec::launch_shape(int num_seqs, int max_query_len, int query_heads) const {
+  if (num_seqs <= 0 || num_seqs > 65535 || max_query_len <= 0 || query_heads <= 0 || query_heads > 65535) {
+    throw Error(
+        Stage::input,
+        fmt::format("attention: no launch shape for num_seqs = {}, max_query_len = {}, query_heads = {}",
+                    num_seqs, max_query_len, query_heads));
+  }
+  const unsigned query_tiles = static_cast<unsigned>((max_query_len + tiling.block_m - 1) / tiling.block_m);
+  return driver::LaunchShape{
+      {query_tiles, static_cast<unsigned>(num_seqs), static_cast<unsigned>(query_heads)},
+      {static_cast<unsigned>(threads()), 1, 1},
+      static_cast<unsigned>(dynamic_shared_bytes())};
+}
+
+void AttentionSpec::check(const AttentionParams& params, int query_heads) const {
+  require(
+      query_heads > 0 && query_heads % group_size == 0,
+      fmt::format("query_heads = {} is not a positive multiple of group_size {}", query_heads, group_size));
+  require(params.kv_heads == query_heads / group_size,
+          fmt::format("kv_heads = {} but query_heads / group_size = {}", params.kv_heads,
+                      query_heads / group_size));
+  require(params.query != nullptr && aligned(params.query, 16), "query: null or not 16-byte aligned");
+  require(params.key_cache != nullptr && aligned(params.key_cache, 16),
+          "key_cache: null or not 16-byte aligned");
+  require(params.value_cache != nullptr && aligned(params.value_cache, 16),
+          "value_cache: null or not 16-byte aligned");
+  require(params.output != nullptr && aligned(params.output, 16), "output: null or not 16-byte aligned");
+  const long long query_width = static_cast<long long>(query_heads) * head_dim;
+  const long long output_width = static_cast<long long>(query_heads) * value_head_dim;
+  require(params.query_row_stride >= query_width && params.query_row_stride % 8 == 0,
+          fmt::format("query_row_stride = {} must be >= query_heads * head_dim = {} and a multiple of 8",
+                      params.query_row_stride, query_width));
+  require(
+      params.output_row_stride >= output_width && params.output_row_stride % 8 == 0,
+      fmt::format("output_row_stride = {} must be >= query_heads * value_head_dim = {} and a multiple of 8",
+                  params.output_row_stride, output_width));
+  require(params.query_starts != nullptr && params.context_lens != nullptr && params.block_tables != nullptr,
+          "query_starts, context_lens and block_tables must be set");
+  require(params.num_seqs > 0, fmt::format("num_seqs = {} must be positive", params.num_seqs));
+  require(params.max_query_len > 0, fmt::format("max_query_len = {} must be positive", params.max_query_len));
+  require(params.max_blocks_per_seq > 0,
+          fmt::format("max_blocks_per_seq = {} must be positive", params.max_blocks_per_seq));
+  require(params.num_blocks > 0, fmt::format("num_blocks = {} must be positive", params.num_blocks));
+  // The kernel indexes slots (page * block_size + offset) in 32-bit ints.
+  require(
+      static_cast<long long>(params.num_blocks) * block_size <= 0x7fffffff,
+      fmt::format("num_blocks = {} x block_size {} slots exceed 2^31 - 1", params.num_blocks, block_size));
+  if (has_window) require(params.window >= 1, fmt::format("window = {} must be >= 1", params.window));
+  if (has_softcap) require(params.softcap > 0.0f, fmt::format("softcap = {} must be > 0", params.softcap));
+  if (has_spans) {
+    // span_bounds may be null only when no sequence has a span; the host cannot see the counts.
+    require(params.span_offsets != nullptr,
+            "span_offsets must be set: the kernel was specialized with spans");
+  }
+  if (has_sinks) require(params.sinks != nullptr, "sinks must be set: the kernel was specialized with sinks");
+}
+
+}  // namespace attnplan::plan

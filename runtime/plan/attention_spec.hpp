@@ -1,0 +1,83 @@
+// The variable-length paged attention kernel (spec section 6; templates/attnplan/attention.cuh): its
+// pure tile heuristic, its typed kernel spec, and the host-side checks of its Params.
+#pragma once
+
+#include "attnplan/attention_params.h"
+#include "compiler/kernel_source.hpp"
+#include "config/attention_config.hpp"
+#include "config/target.hpp"
+#include "driver/launch.hpp"
+
+namespace attnplan::plan {
+
+// Head dims the attention kernel supports: multiples of 8 in [16, 256] for both q/k and v. A warp keeps
+// 16 rows of the fp32 output tile in registers (value_head_dim / 2 per thread), so wider value heads would
+// spill; config-valid dims above 256 are rejected by choose_attention_tiling.
+inline constexpr int kMaxAttentionHeadDim = 256;
+
+// One CTA's work: block_m query rows (16 per warp) against key tiles of block_n keys, `stages` K/V
+// tiles in shared memory.
+struct AttentionTiling {
+  int block_m = 128;
+  int block_n = 64;
+  int stages = 2;
+  // CTAs per SM the kernel's __launch_bounds__ promises: 1 lets ptxas use up to 255 registers per thread,
+  // 2 caps 8-warp CTAs at 128 (more warps resident, but spills wherever the tile needs more).
+  int min_blocks_per_sm = 1;
+  int shared_bytes = 0;  // dynamic shared memory per CTA for this tiling (attention_shared_bytes)
+
+  int warps() const { return block_m / 16; }
+  int threads() const { return 32 * warps(); }
+  friend bool operator==(const AttentionTiling&, const AttentionTiling&) = default;
+};
+
+// Pure. 128 query rows (8 warps) when both padded head dims are <= 128, else 64 (4 warps: the output
+// accumulators of a warp grow with value_head_dim); 64-key tiles, or 32 (then 16) when the larger tile
+// does not fit the arch's shared memory per CTA (256-wide heads on the 99 KiB parts). Throws Error(config)
+// naming the dim for head dims the kernel does not support (see kMaxAttentionHeadDim) or a tiling that fits
+// nowhere.
+AttentionTiling choose_attention_tiling(int head_dim, int value_head_dim, config::Arch arch);
+
+// Dynamic shared memory of the kernel, bytes: bf16 Q [block_m, D16 + 8] plus `stages` x (K [block_n, D16 + 8]
+// and V [block_n, Dv16 + 8]), where D16 rounds up to 16; at least the output tile [block_m, Dv16 + 8].
+// Mirrors AttentionTraits::shared_bytes.
+int attention_shared_bytes(int head_dim, int value_head_dim, int block_m, int block_n, int stages = 2);
+
+// The most dynamic shared memory one CTA may opt in to on a typical part of `arch` (sm_80/87: 163 KiB,
+// sm_86/89/120: 99 KiB, sm_90/100: 227 KiB; unknown archs: 99 KiB).
+int max_shared_bytes_per_block(config::Arch arch);
+
+struct AttentionSpec {
+  int head_dim = 0;
+  int value_head_dim = 0;
+  int group_size = 1;  // query heads per kv head (query_heads / kv_heads)
+  int block_size = 0;  // tokens per cache page (a power of two)
+  bool has_softcap = false;
+  bool has_window = false;
+  bool has_spans = false;
+  bool has_sinks = false;
+  AttentionTiling tiling;
+
+  // The config's shapes and feature flags, with choose_attention_tiling(head_dim, value_head_dim, arch).
+  static AttentionSpec from_config(const config::AttentionConfig& config, config::Arch arch);
+
+  compiler::KernelSource source() const;
+
+  int threads() const { return tiling.threads(); }
+  // What each launch needs and what driver::Function::set_max_dynamic_shared_bytes must allow at load
+  // (above 48 KiB for every tiling the heuristic picks).
+  int dynamic_shared_bytes() const;
+  // grid [ceil(max_query_len / block_m), num_seqs, query_heads], block [threads], dynamic_shared_bytes.
+  // Throws Error(input) unless max_query_len, num_seqs, query_heads > 0 and num_seqs, query_heads <= 65535.
+  driver::LaunchShape launch_shape(int num_seqs, int max_query_len, int query_heads) const;
+
+  // Throws Error(input) naming the field when `params` breaks what the kernel assumes and the host can see
+  // without reading device memory: null or non-16-byte-aligned query, caches or output; row strides not
+  // multiples of 8 or narrower than query_heads * head_dim (query) / query_heads * value_head_dim (output);
+  // null batch arrays; num_seqs, max_query_len, kv_heads, max_blocks_per_seq, num_blocks not positive or
+  // num_blocks * block_size slots beyond 2^31 - 1 (slots are 32-bit in the kernel);
+  // window < 1 or softcap <= 0 (when the spec has them); null span_offsets or sinks when the spec has them.
+  void check(const AttentionParams& params, int query_heads) const;
+};
+
+}  // namespace attnplan::plan

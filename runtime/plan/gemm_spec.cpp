@@ -1,0 +1,196 @@
+#include "plan/gemm_spec.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+
+#include "core/error.hpp"
+
+namespace attnplan::plan {
+
+namespace {
+
+std::int64_t ceil_div(std::int64_t a, std::int64_t b) {
+  return (a + b - 1) / b;
+}
+
+// A candidate tiling with its timing model, fitted to H200 timings (sm_90, this mma.sync kernel,
+// K = 4096, tests/gpu/gemm_gpu_test.cpp): one CTA alone on an SM takes `latency_per_k_tile_us` per K slice
+// (the pipeline's dependent round trips: an SM with one CTA is latency-bound), and CTAs sharing an SM
+// progress at `macs_per_us` together (the SM's tensor-core / shared-memory throughput for that tile).
+struct Candidate {
+  GemmTiling tiling;
+  double latency_per_k_tile_us;
+  double macs_per_us;  // multiply-adds per microsecond per SM when the SM is saturated
+  int registers;       // per thread, the most ptxas (CUDA 13.0) gives any of its specializations
+};
+
+constexpr Candidate kCandidates[] = {
+    // 8 warps as 2 x 4, warp tile 64 x 32; 4 stages of 16 KiB. The best rate once every SM holds two:
+    // 370 TFLOP/s at M = 8192 (64x128x64: 310, 128x128x64 with 3 stages: 317).
+    {{.block_m = 128, .block_n = 128, .block_k = 32, .warps_m = 2, .warps_n = 4, .stages = 4},
+     0.55,
+     1.43e6,
+     126},
+    // 4 warps as 2 x 2, warp tile 32 x 64; 3 stages of 24 KiB. Half the rows, and half the barriers per K
+    // of block_k = 32 (which measured 11% slower at M = 300): the pick for a few hundred tokens.
+    {{.block_m = 64, .block_n = 128, .block_k = 64, .warps_m = 2, .warps_n = 2, .stages = 3},
+     0.66,
+     1.19e6,
+     177},
+    // 4 warps as 2 x 2, warp tile 32 x 32; 4 stages of 16 KiB. The shortest trip over K of one CTA and
+    // twice the CTAs of 64x128: the pick for few rows (weight-streaming, small M).
+    {{.block_m = 64, .block_n = 64, .block_k = 64, .warps_m = 2, .warps_n = 2, .stages = 4},
+     0.60,
+     0.85e6,
+     91},
+};
+
+// Shared memory per SM that CTAs may use, by arch (A100: 164 KiB, sm_86/89: 100 KiB, H100/H200: 228 KiB).
+int shared_bytes_per_sm(config::Arch arch) {
+  switch (arch.sm()) {
+    case 80:
+      return 164 * 1024;
+    case 90:
+      return 228 * 1024;
+    default:
+      return 100 * 1024;
+  }
+}
+
+// CTAs of `candidate` one SM holds at once: shared memory (plus the 1 KiB the hardware reserves per CTA)
+// and registers (allocated 8 per thread at a time, 64 K per SM) both cap it.
+std::int64_t resident_ctas(const Candidate& candidate, config::Arch arch) {
+  const GemmTiling& t = candidate.tiling;
+  const int shared = gemm_dynamic_shared_bytes(t.block_m, t.block_n, t.block_k, t.stages);
+  const std::int64_t by_shared = shared_bytes_per_sm(arch) / (shared + 1024);
+  const std::int64_t by_registers = 65536 / ((candidate.registers + 7) / 8 * 8 * t.threads());
+  return std::max<std::int64_t>(1, std::min(by_shared, by_registers));
+}
+
+void require(bool condition, const std::string& message) {
+  if (!condition) throw Error(Stage::input, "gemm: " + message);
+}
+
+bool aligned(const void* pointer, std::size_t bytes) {
+  return reinterpret_cast<std::uintptr_t>(pointer) % bytes == 0;
+}
+
+std::string cxx_bool(bool value) {
+  return value ? "true" : "false";
+}
+
+}  // namespace
+
+int typical_sm_count(config::Arch arch) {
+  switch (arch.sm()) {
+    case 80:
+      return 108;
+    case 86:
+      return 84;
+    case 89:
+      return 128;
+    case 90:
+      return 132;
+    default:
+      return 132;
+  }
+}
+
+GemmTiling choose_gemm_tiling(int m_hint, int n, int k, config::Arch arch) {
+  const std::int64_t m = std::max(m_hint, 1);
+  const std::int64_t columns = std::max(n, 1);
+  const std::int64_t depth = std::max(k, 1);
+  const std::int64_t sms = typical_sm_count(arch);
+
+  const Candidate* best = nullptr;
+  double best_us = 0;
+  for (const Candidate& candidate : kCandidates) {
+    const GemmTiling& t = candidate.tiling;
+    const std::int64_t tiles = ceil_div(m, t.block_m) * ceil_div(columns, t.block_n);
+    const std::int64_t k_tiles = ceil_div(depth, t.block_k);
+    const std::int64_t resident = resident_ctas(candidate, arch);
+    // The busiest SM gets ceil(tiles / SMs) tiles and runs them in rounds of up to `resident` CTAs; a
+    // round lasts as long as the slower of one CTA's latency and the SM's throughput over all of them.
+    const std::int64_t tiles_per_sm = ceil_div(tiles, sms);
+    const double latency_us = double(k_tiles) * candidate.latency_per_k_tile_us;
+    const double cta_us = double(t.block_m) * t.block_n * double(k_tiles * t.block_k) / candidate.macs_per_us;
+    auto round_us = [&](std::int64_t ctas) { return std::max(latency_us, double(ctas) * cta_us); };
+    const std::int64_t full_rounds = tiles_per_sm / resident;
+    const std::int64_t last_round = tiles_per_sm % resident;
+    const double estimate_us =
+        double(full_rounds) * round_us(resident) + (last_round > 0 ? round_us(last_round) : 0);
+    if (best == nullptr || estimate_us < best_us) {  // ties keep the earlier, larger tile
+      best = &candidate;
+      best_us = estimate_us;
+    }
+  }
+  return best->tiling;
+}
+
+compiler::KernelSource GemmSpec::source() const {
+  compiler::KernelSource source;
+  source.family = "gemm";
+  source.header = "attnplan/gemm.cuh";
+  source.traits = "attnplan::kernels::GemmTraits";
+  source.kernel = "attnplan::kernels::gemm_kernel";
+  source.arguments = {
+      {"block_m", std::to_string(tiling.block_m)}, {"block_n", std::to_string(tiling.block_n)},
+      {"block_k", std::to_string(tiling.block_k)}, {"warps_m", std::to_string(tiling.warps_m)},
+      {"warps_n", std::to_string(tiling.warps_n)}, {"stages", std::to_string(tiling.stages)},
+      {"segments", std::to_string(segments)},      {"has_bias", cxx_bool(has_bias)},
+  };
+  source.spec = {{"family", source.family},   {"block_m", tiling.block_m},
+                 {"block_n", tiling.block_n}, {"block_k", tiling.block_k},
+                 {"warps_m", tiling.warps_m}, {"warps_n", tiling.warps_n},
+                 {"stages", tiling.stages},   {"segments", segments},
+                 {"has_bias", has_bias},      {"dynamic_shared_bytes", dynamic_shared_bytes()}};
+  return source;
+}
+
+int GemmSpec::dynamic_shared_bytes() const {
+  return gemm_dynamic_shared_bytes(tiling.block_m, tiling.block_n, tiling.block_k, tiling.stages);
+}
+
+driver::LaunchShape GemmSpec::launch_shape(int m, int n) const {
+  const std::int64_t tiles = ceil_div(m, tiling.block_m) * ceil_div(n, tiling.block_n);
+  if (m <= 0 || n <= 0 || tiles > 0x7fffffff) {
+    throw Error(Stage::input, fmt::format("gemm: no launch shape for M = {}, N = {}", m, n));
+  }
+  return driver::LaunchShape{{static_cast<unsigned>(tiles), 1, 1},
+                             {static_cast<unsigned>(threads()), 1, 1},
+                             static_cast<unsigned>(dynamic_shared_bytes())};
+}
+
+void GemmSpec::check(const GemmParams& params) const {
+  require(params.m >= 0 && params.n >= 0 && params.k >= 0,
+          fmt::format("negative size (M = {}, N = {}, K = {})", params.m, params.n, params.k));
+  if (params.m == 0 || params.n == 0) return;
+  require(params.k % 8 == 0, fmt::format("K = {} is not a multiple of 8", params.k));
+  require(params.lda >= params.k && params.lda % 8 == 0,
+          fmt::format("lda = {} must be >= K = {} and a multiple of 8", params.lda, params.k));
+  require(params.ldc >= params.n && params.ldc % 8 == 0,
+          fmt::format("ldc = {} must be >= N = {} and a multiple of 8", params.ldc, params.n));
+  require(params.a != nullptr && aligned(params.a, 16), "a: null or not 16-byte aligned");
+  require(params.c != nullptr && aligned(params.c, 16), "c: null or not 16-byte aligned");
+  require(segments >= 1 && segments <= kMaxGemmSegments,
+          fmt::format("the spec has {} segments; 1 to {} are supported", segments, kMaxGemmSegments));
+  int expected_begin = 0;
+  for (int s = 0; s < segments; ++s) {
+    const GemmSegment& segment = params.segments[s];
+    require(segment.n_begin == expected_begin && segment.n_end > segment.n_begin,
+            fmt::format("segments[{}] = [{}, {}) must be non-empty and start at {}", s, segment.n_begin,
+                        segment.n_end, expected_begin));
+    require(segment.weight != nullptr && aligned(segment.weight, 16),
+            fmt::format("segments[{}].weight: null or not 16-byte aligned", s));
+    require(has_bias || segment.bias == nullptr,
+            fmt::format("segments[{}].bias is set but the kernel was specialized without bias", s));
+    require(aligned(segment.bias, 2), fmt::format("segments[{}].bias: not 2-byte aligned", s));
+    expected_begin = segment.n_end;
+  }
+  require(expected_begin == params.n, fmt::format("segments end at {} but N = {}", expected_begin, params.n));
+}
+
+}  // namespace attnplan::plan

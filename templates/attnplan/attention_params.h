@@ -1,0 +1,40 @@
+// Parameter block of the variable-length paged attention kernel (spec section 6), shared by the host
+// (C++20) and NVRTC. Builtin types only, like params.h.
+#pragma once
+
+#include "attnplan/params.h"
+
+namespace attnplan {
+
+// Prefill attention over the paged KV cache. Sequence s owns query rows [query_starts[s], query_starts[s +
+// 1]) at positions context_lens[s] + i; its keys are positions [0, context_lens[s] + n_s) read through its
+// block table (the chunk's own k and v are already in the cache). Query head h reads kv head h / group_size,
+// where group_size is a compile-time trait and query_heads == kv_heads * group_size.
+//
+// Alignment (checked by the host before launch): query, key_cache, value_cache and output 16-byte aligned;
+// query_row_stride and output_row_stride multiples of 8 elements. Head dims are multiples of 8 (config rule).
+struct AttentionParams {
+  const bf16_bits* query;  // [num_tokens, query_heads, head_dim] at column 0 of rows query_row_stride apart
+                           // (a fused QKV buffer: the q part leads each row)
+  const bf16_bits* key_cache;    // [num_blocks, block_size, kv_heads, head_dim]
+  const bf16_bits* value_cache;  // [num_blocks, block_size, kv_heads, value_head_dim]
+  bf16_bits* output;             // [num_tokens, query_heads * value_head_dim], rows output_row_stride apart
+  const int* query_starts;       // [num_seqs + 1], non-decreasing, query_starts[0] == 0
+  const int* context_lens;       // [num_seqs]
+  const int* block_tables;       // [num_seqs, max_blocks_per_seq]
+  const int* span_offsets;       // [num_seqs + 1] CSR into span_bounds; read only when the traits have spans
+  const int* span_bounds;  // [num_spans, 2] {start, end} absolute positions, sorted and disjoint per sequence
+  const float* sinks;      // [query_heads] sink logits (natural log units, unscaled); only with sinks
+  long long query_row_stride;   // elements between consecutive query rows
+  long long output_row_stride;  // elements between consecutive output rows
+  float scale;                  // multiplies q . k (spec default 1 / sqrt(head_dim))
+  float softcap;                // c in c * tanh(score / c); only with softcap, must be > 0
+  int window;                   // W: keys pk > pq - W are visible (W >= 1); only with a window
+  int num_seqs;
+  int max_query_len;  // host-side bound on query_starts[s + 1] - query_starts[s]; sizes grid.x
+  int kv_heads;
+  int max_blocks_per_seq;
+  int num_blocks;  // pages in the pool; a page outside [0, num_blocks) is never read (its keys read as zeros)
+};
+
+}  // namespace attnplan

@@ -1,0 +1,329 @@
+// The bf16 projection GEMM: C[M, N] = A[M, K] · W[N, K]^T (+ bias[N]), fp32 accumulation, one rounding
+// to bf16. W is split along N into up to three segments with their own pointers (q_proj | k_proj | v_proj).
+//
+// Ampere-style tensor-core kernel that also runs on sm_89 and sm_90: each CTA computes a
+// [block_m, block_n] tile of C; a `stages`-deep cp.async pipeline streams [block_m, block_k] slices of A
+// and [block_n, block_k] slices of W into XOR-swizzled shared memory, and each warp multiplies its
+// [warp_tile_m, warp_tile_n] sub-tile with ldmatrix + mma.sync.m16n8k16 (bf16 in, fp32 accumulators).
+// Rows past M or N and columns past K are zero-filled by the copies, so any M, N and any K that is a
+// multiple of 8 work. The epilogue adds the bias in fp32, rounds to bf16 once, stages the tile in shared
+// memory and writes it back with 16-byte row-contiguous stores.
+#pragma once
+
+#include "attnplan/common.cuh"
+#include "attnplan/gemm_params.h"
+
+namespace attnplan::kernels {
+
+template <int kBlockM, int kBlockN, int kBlockK, int kWarpsM, int kWarpsN, int kStages, int kSegments,
+          bool kHasBias>
+struct GemmTraits {
+  using Params = GemmParams;
+  static constexpr int block_m = kBlockM;  // rows of C per CTA
+  static constexpr int block_n = kBlockN;  // columns of C per CTA
+  static constexpr int block_k = kBlockK;  // K per pipeline stage
+  static constexpr int warps_m = kWarpsM;
+  static constexpr int warps_n = kWarpsN;
+  static constexpr int stages = kStages;
+  static constexpr int segments = kSegments;
+  static constexpr bool has_bias = kHasBias;
+
+  static constexpr int warps = kWarpsM * kWarpsN;
+  static constexpr int threads = 32 * warps;
+  static constexpr int warp_tile_m = kBlockM / kWarpsM;  // C rows one warp owns
+  static constexpr int warp_tile_n = kBlockN / kWarpsN;  // C columns one warp owns
+  static constexpr int mma_tiles_m = warp_tile_m / 16;   // m16n8k16 accumulator tiles per warp along M
+  static constexpr int mma_tiles_n = warp_tile_n / 8;    // ... along N
+  static constexpr int k_steps = kBlockK / 16;           // k16 mma steps per stage
+
+  // Global -> shared copies: 16-byte chunks (8 bf16 of K); a row of a stage tile is chunks_per_row chunks.
+  static constexpr int chunks_per_row = kBlockK / 8;
+  static constexpr int rows_per_pass = threads / chunks_per_row;  // stage rows one sweep of the CTA covers
+  static constexpr int a_rows_per_thread = kBlockM / rows_per_pass;
+  static constexpr int b_rows_per_thread = kBlockN / rows_per_pass;
+
+  // Dynamic shared memory: the pipeline, later reused as the bf16 staging tile of the epilogue.
+  static constexpr int a_stage_bytes = kBlockM * kBlockK * 2;  // [block_m, block_k] bf16, swizzled
+  static constexpr int b_stage_bytes = kBlockN * kBlockK * 2;  // [block_n, block_k] bf16, swizzled
+  static constexpr int stage_bytes = a_stage_bytes + b_stage_bytes;
+  static constexpr int pipeline_bytes = kStages * stage_bytes;
+  static constexpr int staging_row_elements = kBlockN + 8;  // +16 bytes: fragment writes hit distinct banks
+  static constexpr int staging_bytes = kBlockM * staging_row_elements * 2;  // [block_m, block_n + 8] bf16
+  static constexpr int dynamic_shared_bytes = gemm_dynamic_shared_bytes(kBlockM, kBlockN, kBlockK, kStages);
+  static constexpr int output_vectors_per_row = kBlockN / 8;  // 16-byte stores per C row of the tile
+
+  // CTAs walk the tiles in groups of this many tile rows (see grouped_tile).
+  static constexpr int group_m = 8;
+
+  static_assert(kWarpsM > 0 && kWarpsN > 0 && threads <= 1024, "1 to 32 warps");
+  static_assert(kBlockM % (16 * kWarpsM) == 0, "a warp's rows must be whole m16 tiles");
+  static_assert(kBlockN % (16 * kWarpsN) == 0,
+                "a warp's columns must be whole pairs of n8 tiles (ldmatrix.x4)");
+  static_assert(kBlockK % 16 == 0 && kBlockK <= 64, "block_k must be 16, 32, 48 or 64");
+  static_assert(8 % chunks_per_row == 0, "the swizzle needs 1, 2, 4 or 8 chunks per stage row");
+  static_assert(threads % chunks_per_row == 0, "every thread copies the same chunk column");
+  static_assert(kBlockM % rows_per_pass == 0 && kBlockN % rows_per_pass == 0,
+                "every thread copies the same number of chunks per stage");
+  static_assert(kStages >= 2, "the pipeline needs at least two stages");
+  static_assert(kSegments >= 1 && kSegments <= kMaxGemmSegments, "1 to 3 weight segments");
+  static_assert(dynamic_shared_bytes >= pipeline_bytes && dynamic_shared_bytes >= staging_bytes,
+                "the pipeline and the staging tile share the dynamic shared memory");
+  static_assert(dynamic_shared_bytes <= 227 * 1024, "more shared memory than any supported SM has");
+};
+
+// Shared-memory byte offset of 16-byte chunk `chunk` of row `row` in a stage tile of kChunksPerRow chunks
+// per row. One ldmatrix 8x8 matrix reads the same chunk of 8 consecutive rows; without the XOR those rows
+// would hit only 8 / rows_per_line distinct 16-byte bank groups. XOR-ing the chunk with the row's index
+// among the lines of its 8-row group spreads them over all 8 (rows_per_line * kChunksPerRow == 8).
+template <int kChunksPerRow>
+__device__ __forceinline__ unsigned swizzled_offset(int row, int chunk) {
+  constexpr int rows_per_line = 8 / kChunksPerRow;  // rows sharing one 128-byte line of the 32 banks
+  return static_cast<unsigned>(row * kChunksPerRow + (chunk ^ ((row % 8) / rows_per_line))) * 16u;
+}
+
+__device__ __forceinline__ unsigned shared_address(const void* pointer) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(pointer));
+}
+
+// 16 bytes global -> shared, bypassing L1; copies `source_bytes` (16 or 0) and zero-fills the rest.
+__device__ __forceinline__ void cp_async_16(unsigned destination, const void* source, int source_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(destination), "l"(source),
+               "r"(source_bytes)
+               : "memory");
+}
+
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+
+// Waits until at most kPending of this thread's committed copy groups are still in flight.
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
+
+// Four 8x8 bf16 matrices from shared memory; lanes 8i..8i+7 give the row addresses of matrix i, and
+// each lane receives, per matrix, the two elements at (row lane / 4, columns 2 * (lane % 4) + {0, 1}).
+__device__ __forceinline__ void ldmatrix_x4(unsigned (&fragment)[4], unsigned address) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(fragment[0]), "=r"(fragment[1]), "=r"(fragment[2]), "=r"(fragment[3])
+               : "r"(address));
+}
+
+// accumulator[16x8] += a[16x16] · b[16x8]; fragments in the m16n8k16 register layouts.
+__device__ __forceinline__ void mma_m16n8k16(float (&accumulator)[4], const unsigned (&a)[4],
+                                             const unsigned (&b)[2]) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(accumulator[0]), "+f"(accumulator[1]), "+f"(accumulator[2]), "+f"(accumulator[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// The segment that holds logical weight row `n` (a column of C). Selected with compile-time indices
+// only: indexing the Params array with a run-time value would copy it to local memory.
+template <int kSegments>
+__device__ __forceinline__ GemmSegment segment_of(const GemmParams& params, int n) {
+  GemmSegment segment = params.segments[0];
+#pragma unroll
+  for (int s = 1; s < kSegments; ++s) {
+    if (n >= params.segments[s].n_begin) segment = params.segments[s];
+  }
+  return segment;
+}
+
+// bias[n] as fp32; 0 past N or on a segment without bias.
+template <int kSegments>
+__device__ __forceinline__ float bias_of(const GemmParams& params, int n) {
+  if (n >= params.n) return 0.0f;
+  const GemmSegment segment = segment_of<kSegments>(params, n);
+  if (segment.bias == nullptr) return 0.0f;
+  return __bfloat162float(reinterpret_cast<const __nv_bfloat16*>(segment.bias)[n - segment.n_begin]);
+}
+
+struct TileCoordinates {
+  int m;  // tile row: C rows [m * block_m, (m + 1) * block_m)
+  int n;  // tile column
+};
+
+// The tile of linear CTA index `block`. CTAs go down a group of kGroupM tile rows column by column, so
+// the CTAs resident at one time share a few A row panels and a few W column panels in L2, instead of
+// sharing one A panel and streaming all of W.
+template <int kGroupM>
+__device__ __forceinline__ TileCoordinates grouped_tile(int block, int tiles_m, int tiles_n) {
+  const int tiles_per_group = kGroupM * tiles_n;
+  const int first_m = block / tiles_per_group * kGroupM;
+  const int group_rows = min(tiles_m - first_m, kGroupM);
+  const int within = block % tiles_per_group;
+  return {first_m + within % group_rows, within / group_rows};
+}
+
+// grid: [ceil(M / block_m) * ceil(N / block_n)], block: [Traits::threads],
+// dynamic shared memory: Traits::dynamic_shared_bytes
+template <class Traits>
+__global__ void __launch_bounds__(Traits::threads) gemm_kernel(const GemmParams params) {
+  constexpr int kChunks = Traits::chunks_per_row;
+  extern __shared__ __align__(128) unsigned char shared[];
+  const unsigned shared_base = shared_address(shared);
+  const int lane = threadIdx.x % 32;
+  const int warp = threadIdx.x / 32;
+
+  const int tiles_m = (params.m + Traits::block_m - 1) / Traits::block_m;
+  const int tiles_n = (params.n + Traits::block_n - 1) / Traits::block_n;
+  const TileCoordinates tile = grouped_tile<Traits::group_m>(blockIdx.x, tiles_m, tiles_n);
+  const int m0 = tile.m * Traits::block_m;
+  const int n0 = tile.n * Traits::block_n;
+
+  // Each thread copies chunk `copy_chunk` (K elements [8 * copy_chunk, 8 * copy_chunk + 8) of the stage)
+  // of stage rows copy_row + i * rows_per_pass, for A and for W. Sources are resolved once: row pointers
+  // (segment lookup included) then only advance along K.
+  const int copy_chunk = threadIdx.x % kChunks;
+  const int copy_row = threadIdx.x / kChunks;
+  const bf16_bits* a_source[Traits::a_rows_per_thread];  // &A[m0 + row, 8 * copy_chunk]
+  bool a_in_bounds[Traits::a_rows_per_thread];
+#pragma unroll
+  for (int i = 0; i < Traits::a_rows_per_thread; ++i) {
+    const int m = m0 + copy_row + i * Traits::rows_per_pass;
+    a_in_bounds[i] = m < params.m;
+    a_source[i] = params.a + (a_in_bounds[i] ? m : 0) * params.lda + copy_chunk * 8;
+  }
+  const bf16_bits* b_source[Traits::b_rows_per_thread];  // &W_segment[n0 + row - n_begin, 8 * copy_chunk]
+  bool b_in_bounds[Traits::b_rows_per_thread];
+#pragma unroll
+  for (int i = 0; i < Traits::b_rows_per_thread; ++i) {
+    const int n = n0 + copy_row + i * Traits::rows_per_pass;
+    b_in_bounds[i] = n < params.n;
+    const GemmSegment segment = segment_of<Traits::segments>(params, b_in_bounds[i] ? n : 0);
+    const int row_in_segment = b_in_bounds[i] ? n - segment.n_begin : 0;
+    b_source[i] = segment.weight + static_cast<long long>(row_in_segment) * params.k + copy_chunk * 8;
+  }
+
+  // Queues the copies of K tile `k_tile` into its stage. Chunks past M, N or K read nothing and land as
+  // zeros (K is a multiple of 8, so a chunk is either wholly inside K or wholly outside).
+  auto load_stage = [&](int k_tile) {
+    const unsigned a_stage = shared_base + (k_tile % Traits::stages) * Traits::stage_bytes;
+    const unsigned b_stage = a_stage + Traits::a_stage_bytes;
+    const int k_offset = k_tile * Traits::block_k;
+    const bool k_in_bounds = k_offset + copy_chunk * 8 < params.k;
+#pragma unroll
+    for (int i = 0; i < Traits::a_rows_per_thread; ++i) {
+      const bool copy = a_in_bounds[i] && k_in_bounds;
+      cp_async_16(a_stage + swizzled_offset<kChunks>(copy_row + i * Traits::rows_per_pass, copy_chunk),
+                  copy ? a_source[i] + k_offset : params.a, copy ? 16 : 0);
+    }
+#pragma unroll
+    for (int i = 0; i < Traits::b_rows_per_thread; ++i) {
+      const bool copy = b_in_bounds[i] && k_in_bounds;
+      cp_async_16(b_stage + swizzled_offset<kChunks>(copy_row + i * Traits::rows_per_pass, copy_chunk),
+                  copy ? b_source[i] + k_offset : params.a, copy ? 16 : 0);
+    }
+  };
+
+  const int k_tiles = (params.k + Traits::block_k - 1) / Traits::block_k;
+  // Prologue: stages - 1 tiles in flight. Every thread commits one group per tile slot, empty or not,
+  // so that wait_group counts stay uniform.
+#pragma unroll
+  for (int s = 0; s < Traits::stages - 1; ++s) {
+    if (s < k_tiles) load_stage(s);
+    cp_async_commit();
+  }
+
+  // This warp's sub-tile of C: rows [warp_row, warp_row + warp_tile_m), columns [warp_col, ...) of the tile.
+  const int warp_row = warp / Traits::warps_n * Traits::warp_tile_m;
+  const int warp_col = warp % Traits::warps_n * Traits::warp_tile_n;
+  float accumulator[Traits::mma_tiles_m][Traits::mma_tiles_n][4] = {};
+
+  for (int k_tile = 0; k_tile < k_tiles; ++k_tile) {
+    // Tile k_tile has landed (only the stages - 2 newer groups may be pending) for this thread's copies,
+    // and the barrier makes every thread's copies visible; it also certifies that all warps are done
+    // with the stage consumed in the previous iteration, which the next load overwrites.
+    cp_async_wait<Traits::stages - 2>();
+    __syncthreads();
+    if (k_tile + Traits::stages - 1 < k_tiles) load_stage(k_tile + Traits::stages - 1);
+    cp_async_commit();
+
+    const unsigned a_stage = shared_base + (k_tile % Traits::stages) * Traits::stage_bytes;
+    const unsigned b_stage = a_stage + Traits::a_stage_bytes;
+#pragma unroll
+    for (int step = 0; step < Traits::k_steps; ++step) {
+      // A fragments: matrices 0..3 = (rows +0..7, k +0..7), (rows +8..15, k +0..7), (rows +0..7, k +8..15),
+      // (rows +8..15, k +8..15) of each m16 tile: lane l addresses row l % 16, chunk 2 * step + l / 16.
+      unsigned a_fragment[Traits::mma_tiles_m][4];
+#pragma unroll
+      for (int i = 0; i < Traits::mma_tiles_m; ++i) {
+        const int row = warp_row + i * 16 + lane % 16;
+        ldmatrix_x4(a_fragment[i], a_stage + swizzled_offset<kChunks>(row, 2 * step + lane / 16));
+      }
+      // B fragments from W rows (n) with K contiguous, i.e. B = W^T column-major as mma's .col wants:
+      // matrices 0..3 = (n +0..7, k +0..7), (n +0..7, k +8..15), (n +8..15, k +0..7), (n +8..15, k +8..15):
+      // lane l addresses row (l % 8) + 8 * (l / 16), chunk 2 * step + (l / 8) % 2. Two n8 tiles per load.
+      unsigned b_fragment[Traits::mma_tiles_n][2];
+#pragma unroll
+      for (int j = 0; j < Traits::mma_tiles_n; j += 2) {
+        const int row = warp_col + j * 8 + lane % 8 + lane / 16 * 8;
+        unsigned loaded[4];
+        ldmatrix_x4(loaded, b_stage + swizzled_offset<kChunks>(row, 2 * step + lane / 8 % 2));
+        b_fragment[j][0] = loaded[0];
+        b_fragment[j][1] = loaded[1];
+        b_fragment[j + 1][0] = loaded[2];
+        b_fragment[j + 1][1] = loaded[3];
+      }
+#pragma unroll
+      for (int i = 0; i < Traits::mma_tiles_m; ++i) {
+#pragma unroll
+        for (int j = 0; j < Traits::mma_tiles_n; ++j)
+          mma_m16n8k16(accumulator[i][j], a_fragment[i], b_fragment[j]);
+      }
+    }
+  }
+  // The pipeline's shared memory becomes the staging tile: no copy may still be writing into it
+  // (only empty groups remain, but wait anyway), and every warp must be done reading it.
+  cp_async_wait<0>();
+  __syncthreads();
+
+  // Accumulator tile (i, j) holds C rows warp_row + 16 i + lane / 4 (+ 8 for elements 2, 3) and columns
+  // warp_col + 8 j + 2 (lane % 4) + {0, 1}. Bias in fp32, then the one rounding to bf16.
+  __nv_bfloat16* staging = reinterpret_cast<__nv_bfloat16*>(shared);  // [block_m, staging_row_elements]
+  const int fragment_row = lane / 4;
+  const int fragment_col = lane % 4 * 2;
+#pragma unroll
+  for (int j = 0; j < Traits::mma_tiles_n; ++j) {
+    const int col = warp_col + j * 8 + fragment_col;
+    float bias0 = 0.0f, bias1 = 0.0f;
+    if constexpr (Traits::has_bias) {
+      bias0 = bias_of<Traits::segments>(params, n0 + col);
+      bias1 = bias_of<Traits::segments>(params, n0 + col + 1);
+    }
+#pragma unroll
+    for (int i = 0; i < Traits::mma_tiles_m; ++i) {
+      const int row = warp_row + i * 16 + fragment_row;
+      const float* c = accumulator[i][j];
+      *reinterpret_cast<__nv_bfloat162*>(staging + row * Traits::staging_row_elements + col) =
+          __floats2bfloat162_rn(c[0] + bias0, c[1] + bias1);
+      *reinterpret_cast<__nv_bfloat162*>(staging + (row + 8) * Traits::staging_row_elements + col) =
+          __floats2bfloat162_rn(c[2] + bias0, c[3] + bias1);
+    }
+  }
+  __syncthreads();
+
+  // Staging tile -> C, one 16-byte vector (8 columns) per step, consecutive threads along a row.
+  // Columns past N (the tail of the last tile column) are stored one by one so that C's padding
+  // columns [N, ldc) stay untouched.
+  const bf16_bits* staged = reinterpret_cast<const bf16_bits*>(staging);
+  constexpr int kVectors = Traits::block_m * Traits::output_vectors_per_row;
+  for (int v = threadIdx.x; v < kVectors; v += Traits::threads) {
+    const int row = v / Traits::output_vectors_per_row;
+    const int col = v % Traits::output_vectors_per_row * 8;
+    const int m = m0 + row;
+    const int n = n0 + col;
+    if (m >= params.m || n >= params.n) continue;
+    const int staged_index = row * Traits::staging_row_elements + col;
+    const long long c_index = m * params.ldc + n;
+    if (n + 8 <= params.n) {
+      BF16Vector<8>::load(staged, staged_index).store(params.c, c_index);
+    } else {
+      for (int e = 0; e < params.n - n; ++e) params.c[c_index + e] = staged[staged_index + e];
+    }
+  }
+}
+
+}  // namespace attnplan::kernels

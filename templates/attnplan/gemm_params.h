@@ -1,0 +1,47 @@
+// Parameter block of the bf16 projection GEMM (QKV and output projections), shared by host and NVRTC.
+// Like params.h: builtin types only, the same layout on both sides.
+#pragma once
+
+#include "attnplan/params.h"
+
+namespace attnplan {
+
+// The most weight segments one GEMM concatenates along N: q_proj | k_proj | v_proj.
+inline constexpr int kMaxGemmSegments = 3;
+
+// Rows [n_begin, n_end) of the logical weight W [N, K], stored on their own: separate q/k/v
+// projections produce one fused output row without copying weights. A fused qkv_proj is one segment.
+struct GemmSegment {
+  const bf16_bits* weight;  // [n_end - n_begin, K], rows contiguous (row stride K), HF nn.Linear layout
+  const bf16_bits* bias;    // [n_end - n_begin], or null: no bias on this segment (read only with has_bias)
+  int n_begin;
+  int n_end;
+};
+
+// C[M, N] = A[M, K] · W[N, K]^T (+ bias[N]): fp32 accumulation, bias added in fp32, one rounding to bf16.
+// Segments tile [0, N) in order: segments[0].n_begin == 0, segments[s].n_end == segments[s + 1].n_begin,
+// and the last used segment ends at N. Entries past the traits' segment count are ignored.
+// Alignment (checked by plan::GemmSpec::check): a, c and every weight 16-byte aligned; lda, ldc and K
+// multiples of 8 elements (16-byte rows).
+struct GemmParams {
+  const bf16_bits* a;  // [M, K], row stride lda elements
+  bf16_bits* c;        // [M, N], row stride ldc elements; columns [N, ldc) are never written
+  GemmSegment segments[kMaxGemmSegments];
+  long long lda;
+  long long ldc;
+  int m;
+  int n;
+  int k;
+};
+
+// Dynamic shared memory of a GEMM specialization, in bytes: `stages` slices of A [block_m, block_k] and
+// W [block_n, block_k] in bf16, reused by the epilogue as a bf16 [block_m, block_n + 8] staging tile.
+// One formula for the kernel's traits and for the host, which must allow it on the function (> 48 KiB).
+ATTNPLAN_HOST_DEVICE constexpr int gemm_dynamic_shared_bytes(int block_m, int block_n, int block_k,
+                                                             int stages) {
+  const int pipeline = stages * (block_m + block_n) * block_k * 2;
+  const int staging = block_m * (block_n + 8) * 2;
+  return pipeline > staging ? pipeline : staging;
+}
+
+}  // namespace attnplan

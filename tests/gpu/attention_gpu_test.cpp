@@ -1,0 +1,628 @@
+// The variable-length paged attention kernel against the double-precision reference (spec section 6):
+// causal, sliding window, bidirectional spans, GQA/MQA, value_head_dim != head_dim, softcap and sinks over
+// batches of sequences with cached prefixes, pages shuffled through the pool. Every output element of the
+// chunk must be written (the buffer is poisoned, guard rows and columns included) and match the reference.
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <numeric>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "compiler/parallel.hpp"
+#include "config/parse.hpp"
+#include "core/bf16.hpp"
+#include "driver/device.hpp"
+#include "driver/event.hpp"
+#include "driver/launch.hpp"
+#include "driver/memory.hpp"
+#include "driver/module.hpp"
+#include "driver/stream.hpp"
+#include "gpu_support.hpp"
+#include "plan/attention_spec.hpp"
+#include "reference/compare.hpp"
+#include "reference/layer.hpp"
+#include "support/catch.hpp"
+
+using namespace attnplan;
+using namespace attnplan::gpu_testing;
+
+namespace {
+
+constexpr std::uint16_t kNanBits = 0x7FC0;  // a quiet bf16 NaN: cache slots no sequence owns
+
+struct Sequence {
+  int context_len;  // tokens already cached
+  int chunk_len;    // tokens in this chunk (the query rows)
+};
+
+struct Case {
+  std::string name;
+  int query_heads = 8;
+  int kv_heads = 8;
+  int head_dim = 128;
+  int value_head_dim = 128;
+  int block_size = 16;
+  std::vector<Sequence> sequences;
+  std::optional<int> window;
+  std::optional<double> softcap;
+  bool sinks = false;
+  bool spans_enabled = false;                          // config.bidirectional_spans
+  std::vector<std::vector<std::array<int, 2>>> spans;  // per sequence, absolute positions (when enabled)
+  double query_stddev = 1.0;                           // larger: logits reach the softcap
+};
+
+config::AttentionConfig config_for(const Case& c) {
+  nlohmann::json json = {{"schema", "attnplan/v1"},
+                         {"hidden_size", c.query_heads * c.head_dim},
+                         {"query_heads", c.query_heads},
+                         {"kv_heads", c.kv_heads},
+                         {"head_dim", c.head_dim},
+                         {"value_head_dim", c.value_head_dim},
+                         {"kv_cache", {{"block_size", c.block_size}}},
+                         {"bidirectional_spans", c.spans_enabled},
+                         {"sinks", c.sinks}};
+  if (c.window) json["sliding_window"] = *c.window;
+  if (c.softcap) json["softcap"] = *c.softcap;
+  return config::parse(json);
+}
+
+config::Arch device_arch() {
+  const std::optional<config::Arch> arch =
+      config::parse_arch(driver::query_device(gpu().context.ordinal()).arch_name());
+  REQUIRE(arch.has_value());
+  return *arch;
+}
+
+// Compiled attention kernels, one per distinct stub, loaded in the GPU fixture's context.
+class AttentionKernels {
+ public:
+  // Compiles every spec not loaded yet, NVRTC programs in parallel, then loads them on this thread.
+  void prepare(const std::vector<plan::AttentionSpec>& specs) {
+    std::vector<compiler::KernelSource> missing;
+    for (const plan::AttentionSpec& spec : specs) {
+      const compiler::KernelSource source = spec.source();
+      const bool queued = std::any_of(missing.begin(), missing.end(), [&](const compiler::KernelSource& s) {
+        return s.render_stub() == source.render_stub();
+      });
+      if (!loaded_.count(source.render_stub()) && !queued) missing.push_back(source);
+    }
+    const compiler::CompileOptions options = gpu().runtime.compile_options(device_arch());
+    const compiler::Compiler& nvrtc = gpu().runtime.compiler();
+    std::vector<compiler::CompiledKernel> compiled(missing.size());
+    compiler::for_each_parallel(missing.size(), 0,
+                                [&](std::size_t i) { compiled[i] = nvrtc.compile(missing[i], options); });
+    gpu().context.make_current();
+    for (std::size_t i = 0; i < missing.size(); ++i) {
+      auto entry = std::make_unique<Loaded>(
+          Loaded{driver::Module::load(compiled[i].cubin), {}, compiled[i].resources});
+      entry->function = entry->module.function(compiled[i].lowered_name);
+      entry->function.set_max_dynamic_shared_bytes(missing[i].spec.at("dynamic_shared_bytes").get<int>());
+      loaded_.emplace(missing[i].render_stub(), std::move(entry));
+    }
+  }
+
+  const driver::Function& function(const plan::AttentionSpec& spec) {
+    prepare({spec});
+    return loaded_.at(spec.source().render_stub())->function;
+  }
+  const compiler::ResourceUsage& resources(const plan::AttentionSpec& spec) {
+    prepare({spec});
+    return loaded_.at(spec.source().render_stub())->resources;
+  }
+
+ private:
+  struct Loaded {
+    driver::Module module;
+    driver::Function function;
+    compiler::ResourceUsage resources;
+  };
+  std::map<std::string, std::unique_ptr<Loaded>> loaded_;
+};
+
+// Created after the GPU fixture, so destroyed before it: modules go before their context.
+AttentionKernels& kernels() {
+  gpu();
+  static AttentionKernels instance;
+  return instance;
+}
+
+// Everything one launch reads, on the host and on the device.
+struct Problem {
+  config::AttentionConfig config;
+  reference::Batch batch;                // the block tables the reference reads
+  std::vector<int> device_block_tables;  // what the kernel reads (differs only in the bogus-page test)
+  reference::Spans spans;
+  std::vector<double> sinks;  // [query_heads], exactly representable as float
+  int num_tokens = 0;
+  int num_blocks = 0;
+  int max_query_len = 0;
+  long long query_row_stride = 0;
+  long long output_row_stride = 0;
+  std::vector<std::uint16_t> query_rows;   // [num_tokens, query_row_stride]; q at column 0
+  std::vector<std::uint16_t> key_cache;    // [num_blocks, block_size, kv_heads, head_dim]
+  std::vector<std::uint16_t> value_cache;  // [num_blocks, block_size, kv_heads, value_head_dim]
+};
+
+// Pages shuffled through a pool with a few spare pages; every slot a sequence owns (its prefix and its
+// chunk, as the KV store would have written it) random, every other slot NaN, so a read outside a
+// sequence's keys shows up in the output.
+Problem make_problem(const Case& c, std::mt19937_64& rng) {
+  Problem p;
+  p.config = config_for(c);
+  const int bs = c.block_size;
+  int max_blocks = 1;
+  for (const Sequence& s : c.sequences)
+    max_blocks = std::max(max_blocks, (s.context_len + s.chunk_len + bs - 1) / bs);
+  p.batch.max_blocks_per_seq = max_blocks;
+  p.num_blocks = int(c.sequences.size()) * max_blocks + 3;
+  std::vector<int> pages(p.num_blocks);
+  std::iota(pages.begin(), pages.end(), 0);
+  std::shuffle(pages.begin(), pages.end(), rng);
+  p.batch.query_starts.push_back(0);
+  std::size_t next_page = 0;
+  for (const Sequence& s : c.sequences) {
+    p.batch.context_lens.push_back(s.context_len);
+    p.num_tokens += s.chunk_len;
+    p.max_query_len = std::max(p.max_query_len, s.chunk_len);
+    p.batch.query_starts.push_back(p.num_tokens);
+    for (int b = 0; b < max_blocks; ++b) p.batch.block_tables.push_back(pages[next_page++]);
+  }
+  p.device_block_tables = p.batch.block_tables;
+
+  if (c.spans_enabled) {
+    p.spans.offsets.push_back(0);
+    for (std::size_t s = 0; s < c.sequences.size(); ++s) {
+      if (s < c.spans.size())
+        for (const auto& span : c.spans[s]) p.spans.bounds.push_back(span);
+      p.spans.offsets.push_back(int(p.spans.bounds.size()));
+    }
+  }
+  if (c.sinks) {
+    std::uniform_real_distribution<float> uniform(-1.0f, 3.0f);
+    for (int h = 0; h < c.query_heads; ++h) p.sinks.push_back(uniform(rng));
+  }
+
+  const long long key_width = (long long)c.kv_heads * c.head_dim;
+  const long long value_width = (long long)c.kv_heads * c.value_head_dim;
+  p.query_row_stride = (long long)c.query_heads * c.head_dim + key_width + value_width;  // fused QKV rows
+  p.output_row_stride = (long long)c.query_heads * c.value_head_dim + 8;                 // 8 guard columns
+  p.query_rows = random_bf16(std::size_t(p.num_tokens) * p.query_row_stride, rng, 0.0, c.query_stddev);
+
+  const std::size_t slots = std::size_t(p.num_blocks) * bs;
+  p.key_cache.assign(slots * key_width, kNanBits);
+  p.value_cache.assign(slots * value_width, kNanBits);
+  for (int s = 0; s < p.batch.num_seqs(); ++s) {
+    const int kv_len = c.sequences[s].context_len + c.sequences[s].chunk_len;
+    for (int position = 0; position < kv_len; ++position) {
+      const std::int64_t slot = p.batch.block_table(s, position / bs) * std::int64_t(bs) + position % bs;
+      const std::vector<std::uint16_t> key = random_bf16(key_width, rng);
+      const std::vector<std::uint16_t> value = random_bf16(value_width, rng);
+      std::copy(key.begin(), key.end(), p.key_cache.begin() + slot * key_width);
+      std::copy(value.begin(), value.end(), p.value_cache.begin() + slot * value_width);
+    }
+  }
+  return p;
+}
+
+plan::AttentionSpec spec_for(const Case& c) {
+  return plan::AttentionSpec::from_config(config_for(c), device_arch());
+}
+
+// The kernel's output [num_tokens, query_heads, value_head_dim] as doubles, after checking that every element
+// of it was written and nothing around it (guard rows before and after, guard columns) was.
+struct KernelOutput {
+  std::vector<double> values;
+  std::size_t unwritten = 0;
+  std::size_t guards_touched = 0;
+  float milliseconds = 0;  // median of the timed launches (timing runs only)
+};
+
+KernelOutput run_kernel(const plan::AttentionSpec& spec, const Problem& p, int timed_launches = 0) {
+  const int query_heads = p.config.query_heads;
+  const int value_head_dim = p.config.value_head_dim;
+  driver::DeviceBuffer d_query = driver::DeviceBuffer::from_host(p.query_rows);
+  driver::DeviceBuffer d_key = driver::DeviceBuffer::from_host(p.key_cache);
+  driver::DeviceBuffer d_value = driver::DeviceBuffer::from_host(p.value_cache);
+  driver::DeviceBuffer d_query_starts = driver::DeviceBuffer::from_host(p.batch.query_starts);
+  driver::DeviceBuffer d_context_lens = driver::DeviceBuffer::from_host(p.batch.context_lens);
+  driver::DeviceBuffer d_block_tables = driver::DeviceBuffer::from_host(p.device_block_tables);
+  driver::DeviceBuffer d_span_offsets, d_span_bounds, d_sinks;
+  if (spec.has_spans) {
+    const std::vector<int> offsets =
+        p.spans.offsets.empty() ? std::vector<int>(p.batch.num_seqs() + 1, 0) : p.spans.offsets;
+    std::vector<int> bounds;
+    for (const auto& span : p.spans.bounds) bounds.insert(bounds.end(), span.begin(), span.end());
+    d_span_offsets = driver::DeviceBuffer::from_host(offsets);
+    d_span_bounds = driver::DeviceBuffer::from_host(bounds);
+  }
+  if (spec.has_sinks) {
+    const std::vector<float> sinks(p.sinks.begin(), p.sinks.end());
+    d_sinks = driver::DeviceBuffer::from_host(sinks);
+  }
+  // [1 + num_tokens + 1 rows, output_row_stride]: a guard row on each side.
+  const std::size_t output_elements = std::size_t(p.num_tokens + 2) * p.output_row_stride;
+  driver::DeviceBuffer d_output(output_elements * 2);
+  driver::Stream stream = driver::Stream::create();
+  d_output.fill_bytes_async(kPoisonByte, stream.handle());
+
+  AttentionParams params{};
+  params.query = d_query.data<const bf16_bits>();
+  params.key_cache = d_key.data<const bf16_bits>();
+  params.value_cache = d_value.data<const bf16_bits>();
+  params.output = d_output.data<bf16_bits>() + p.output_row_stride;
+  params.query_starts = d_query_starts.data<const int>();
+  params.context_lens = d_context_lens.data<const int>();
+  params.block_tables = d_block_tables.data<const int>();
+  params.span_offsets = d_span_offsets.data<const int>();
+  params.span_bounds = d_span_bounds.data<const int>();
+  params.sinks = d_sinks.data<const float>();
+  params.query_row_stride = p.query_row_stride;
+  params.output_row_stride = p.output_row_stride;
+  params.scale = static_cast<float>(*p.config.attention_scale);
+  params.softcap = static_cast<float>(p.config.softcap.value_or(0.0));
+  params.window = p.config.sliding_window.value_or(0);
+  params.num_seqs = p.batch.num_seqs();
+  params.max_query_len = p.max_query_len;
+  params.kv_heads = p.config.kv_heads;
+  params.max_blocks_per_seq = p.batch.max_blocks_per_seq;
+  params.num_blocks = p.num_blocks;
+  spec.check(params, query_heads);
+
+  const driver::Function& function = kernels().function(spec);
+  const driver::LaunchShape shape = spec.launch_shape(params.num_seqs, params.max_query_len, query_heads);
+  gpu().context.synchronize();  // uploads from pageable memory may still be in flight on the legacy stream
+  driver::launch(function, shape, stream.handle(), params);
+  stream.synchronize();
+
+  KernelOutput result;
+  if (timed_launches > 0) {
+    std::vector<float> times;
+    for (int i = 0; i < timed_launches; ++i) {
+      const driver::Event start = driver::Event::create(), stop = driver::Event::create();
+      start.record(stream.handle());
+      driver::launch(function, shape, stream.handle(), params);
+      stop.record(stream.handle());
+      times.push_back(driver::elapsed_ms(start, stop));
+    }
+    std::sort(times.begin(), times.end());
+    result.milliseconds = times[times.size() / 2];
+  }
+
+  const std::vector<std::uint16_t> output = d_output.download_all<std::uint16_t>();
+  const long long width = (long long)query_heads * value_head_dim;
+  result.values.resize(std::size_t(p.num_tokens) * width);
+  for (long long row = 0; row < p.num_tokens + 2; ++row) {
+    for (long long column = 0; column < p.output_row_stride; ++column) {
+      const std::uint16_t bits = output[row * p.output_row_stride + column];
+      const bool inside = row >= 1 && row <= p.num_tokens && column < width;
+      if (!inside) {
+        result.guards_touched += bits != kPoisonBits;
+      } else {
+        result.unwritten += bits == kPoisonBits;
+        result.values[(row - 1) * width + column] = core::bf16_to_float(bits);
+      }
+    }
+  }
+  return result;
+}
+
+reference::Tensor reference_output(const Problem& p) {
+  const int query_heads = p.config.query_heads;
+  const int head_dim = p.config.head_dim;
+  reference::Tensor q({p.num_tokens, query_heads, head_dim});
+  for (int t = 0; t < p.num_tokens; ++t)
+    for (int i = 0; i < query_heads * head_dim; ++i)
+      q.data[std::size_t(t) * query_heads * head_dim + i] =
+          core::bf16_to_float(p.query_rows[t * p.query_row_stride + i]);
+  const int bs = p.config.kv_cache.block_size;
+  reference::PagedKvCache cache;
+  cache.key = reference::Tensor({p.num_blocks, bs, p.config.kv_heads, head_dim}, to_doubles(p.key_cache));
+  cache.value = reference::Tensor({p.num_blocks, bs, p.config.kv_heads, p.config.value_head_dim},
+                                  to_doubles(p.value_cache));
+  return reference::attention(q, cache, p.batch, p.spans, p.config, p.sinks);
+}
+
+// Relative L2 error over the whole output and the worst over (sequence, query head) blocks.
+struct Errors {
+  double overall = 0;
+  double worst_block = 0;
+};
+
+Errors compare(const Problem& p, const std::vector<double>& got, const reference::Tensor& want) {
+  Errors errors;
+  errors.overall = reference::relative_l2_error(want.data, got);
+  const int query_heads = p.config.query_heads;
+  const int dim = p.config.value_head_dim;
+  for (int s = 0; s < p.batch.num_seqs(); ++s) {
+    for (int h = 0; h < query_heads; ++h) {
+      std::vector<double> block_got, block_want;
+      for (int t = p.batch.query_starts[s]; t < p.batch.query_starts[s + 1]; ++t) {
+        const std::size_t offset = (std::size_t(t) * query_heads + h) * dim;
+        block_got.insert(block_got.end(), got.begin() + offset, got.begin() + offset + dim);
+        block_want.insert(block_want.end(), want.data.begin() + offset, want.data.begin() + offset + dim);
+      }
+      if (!block_want.empty())
+        errors.worst_block =
+            std::max(errors.worst_block, reference::relative_l2_error(block_want, block_got));
+    }
+  }
+  return errors;
+}
+
+void check_case(const Case& c, std::uint64_t seed) {
+  INFO(c.name << ": Hq " << c.query_heads << ", Hkv " << c.kv_heads << ", D " << c.head_dim << "/"
+              << c.value_head_dim << ", block " << c.block_size << ", seqs " << c.sequences.size());
+  std::mt19937_64 rng(seed);
+  const Problem p = make_problem(c, rng);
+  const plan::AttentionSpec spec = spec_for(c);
+  const KernelOutput got = run_kernel(spec, p);
+  CHECK(got.unwritten == 0);
+  CHECK(got.guards_touched == 0);
+  const Errors errors = compare(p, got.values, reference_output(p));
+  std::printf("attention %-28s bm %3d bn %2d: rel L2 %.2e, worst (seq, head) %.2e\n", c.name.c_str(),
+              spec.tiling.block_m, spec.tiling.block_n, errors.overall, errors.worst_block);
+  CHECK(errors.overall < 1e-2);
+  CHECK(errors.worst_block < 1e-2);
+}
+
+// Mixed batch: no prefix, a one-token prefix, a prefix ending one short of a 64-key tile, a long prefix;
+// chunk lengths of 1, 17 and 130 (not multiples of a query tile).
+const std::vector<Sequence> kMixed = {{0, 130}, {1, 17}, {63, 1}, {300, 64}, {0, 1}};
+
+std::vector<Case> all_cases() {
+  std::vector<Case> cases;
+  auto add = [&](Case c) { cases.push_back(std::move(c)); };
+  // Causal only: shapes, GQA 1 / 4 / 8, MQA, block sizes 1 / 16 / 32 / 64, 1 to 8 sequences.
+  add({.name = "llama gqa4 d128 b16", .query_heads = 8, .kv_heads = 2, .sequences = kMixed});
+  add({.name = "mha d64 b1",
+       .query_heads = 4,
+       .kv_heads = 4,
+       .head_dim = 64,
+       .value_head_dim = 64,
+       .block_size = 1,
+       .sequences = {{0, 17}, {63, 130}, {1, 1}}});
+  add({.name = "mqa d256 b64",
+       .query_heads = 8,
+       .kv_heads = 1,
+       .head_dim = 256,
+       .value_head_dim = 256,
+       .block_size = 64,
+       .sequences = {{300, 130}, {0, 17}}});
+  add({.name = "gqa8 d128 b32 8 seqs",
+       .query_heads = 16,
+       .kv_heads = 2,
+       .block_size = 32,
+       .sequences = {{0, 130}, {1, 17}, {63, 1}, {300, 64}, {0, 1}, {5, 200}, {128, 128}, {17, 33}}});
+  add({.name = "one seq d128 b16", .query_heads = 4, .kv_heads = 1, .sequences = {{0, 300}}});
+  add({.name = "d80 (phi-2) b16",
+       .query_heads = 4,
+       .kv_heads = 4,
+       .head_dim = 80,
+       .value_head_dim = 80,
+       .sequences = kMixed});
+  add({.name = "d96 gqa3 b32",
+       .query_heads = 6,
+       .kv_heads = 2,
+       .head_dim = 96,
+       .value_head_dim = 96,
+       .block_size = 32,
+       .sequences = kMixed});
+  add({.name = "d40 (odd x8) b16",
+       .query_heads = 2,
+       .kv_heads = 1,
+       .head_dim = 40,
+       .value_head_dim = 40,
+       .sequences = kMixed});
+  // value_head_dim != head_dim.
+  add({.name = "dv64 d128 b16",
+       .query_heads = 4,
+       .kv_heads = 2,
+       .head_dim = 128,
+       .value_head_dim = 64,
+       .sequences = kMixed});
+  add({.name = "dv128 d192 mqa b32",
+       .query_heads = 4,
+       .kv_heads = 1,
+       .head_dim = 192,
+       .value_head_dim = 128,
+       .block_size = 32,
+       .sequences = kMixed});
+  add({.name = "dv256 d64 b16",
+       .query_heads = 2,
+       .kv_heads = 2,
+       .head_dim = 64,
+       .value_head_dim = 256,
+       .sequences = {{63, 130}, {0, 17}}});
+  // Sliding windows: one key, seven keys, wider than any sequence; a long chunk the window cuts.
+  add({.name = "window 1 gqa4 d64",
+       .query_heads = 8,
+       .kv_heads = 2,
+       .head_dim = 64,
+       .value_head_dim = 64,
+       .sequences = kMixed,
+       .window = 1});
+  add({.name = "window 7 d128 b32",
+       .query_heads = 4,
+       .kv_heads = 2,
+       .block_size = 32,
+       .sequences = kMixed,
+       .window = 7});
+  add({.name = "window 1000 d128", .query_heads = 4, .kv_heads = 2, .sequences = kMixed, .window = 1000});
+  add({.name = "window 100 long chunk",
+       .query_heads = 4,
+       .kv_heads = 1,
+       .sequences = {{200, 700}, {0, 130}},
+       .window = 100});
+  // Softcap (logits large enough to be capped) and sinks.
+  add({.name = "softcap 50 d128",
+       .query_heads = 4,
+       .kv_heads = 2,
+       .sequences = kMixed,
+       .softcap = 50.0,
+       .query_stddev = 4.0});
+  add({.name = "softcap 30 d256 b32",
+       .query_heads = 4,
+       .kv_heads = 4,
+       .head_dim = 256,
+       .value_head_dim = 256,
+       .block_size = 32,
+       .sequences = kMixed,
+       .softcap = 30.0,
+       .query_stddev = 3.0});
+  add({.name = "sinks d64 gqa8 (gpt-oss)",
+       .query_heads = 16,
+       .kv_heads = 2,
+       .head_dim = 64,
+       .value_head_dim = 64,
+       .block_size = 32,
+       .sequences = kMixed,
+       .window = 128,
+       .sinks = true});
+  add({.name = "sinks causal d128", .query_heads = 4, .kv_heads = 1, .sequences = kMixed, .sinks = true});
+  // Bidirectional spans: one inside the chunk, one wholly in the cached prefix, two in one chunk, one longer
+  // than a query tile, spans in a sequence next to one without; causal and under a sliding window (Gemma 3).
+  const std::vector<Sequence> span_sequences = {{63, 130}, {300, 17}, {0, 130}, {1, 17}, {0, 400}};
+  const std::vector<std::vector<std::array<int, 2>>> span_lists = {
+      {{80, 120}}, {{10, 50}}, {{5, 20}, {40, 100}}, {}, {{10, 300}, {310, 311}, {350, 400}}};
+  add({.name = "spans causal d128 b16",
+       .query_heads = 4,
+       .kv_heads = 2,
+       .sequences = span_sequences,
+       .spans_enabled = true,
+       .spans = span_lists});
+  add({.name = "spans window 16 d128 b32",
+       .query_heads = 4,
+       .kv_heads = 2,
+       .block_size = 32,
+       .sequences = span_sequences,
+       .window = 16,
+       .spans_enabled = true,
+       .spans = span_lists});
+  add({.name = "spans enabled, none given",
+       .query_heads = 2,
+       .kv_heads = 1,
+       .sequences = kMixed,
+       .spans_enabled = true});
+  // Everything at once.
+  add({.name = "all features d64 b1",
+       .query_heads = 8,
+       .kv_heads = 1,
+       .head_dim = 64,
+       .value_head_dim = 64,
+       .block_size = 1,
+       .sequences = span_sequences,
+       .window = 7,
+       .softcap = 30.0,
+       .sinks = true,
+       .spans_enabled = true,
+       .spans = span_lists,
+       .query_stddev = 3.0});
+  add({.name = "all features d256/128 b64",
+       .query_heads = 4,
+       .kv_heads = 2,
+       .head_dim = 256,
+       .value_head_dim = 128,
+       .block_size = 64,
+       .sequences = span_sequences,
+       .window = 50,
+       .softcap = 50.0,
+       .sinks = true,
+       .spans_enabled = true,
+       .spans = span_lists,
+       .query_stddev = 3.0});
+  return cases;
+}
+
+}  // namespace
+
+TEST_CASE("paged attention matches the reference", "[gpu][attention]") {
+  const std::vector<Case> cases = all_cases();
+  std::vector<plan::AttentionSpec> specs;
+  for (const Case& c : cases) specs.push_back(spec_for(c));
+  kernels().prepare(specs);  // every specialization compiled up front, in parallel
+  std::uint64_t seed = 100;
+  for (const Case& c : cases) check_case(c, seed++);
+}
+
+TEST_CASE("a block table entry outside the pool reads as zero keys and values", "[gpu][attention]") {
+  // The host cannot see device block tables without synchronizing; the kernel must never read a page
+  // outside [0, num_blocks). Expected: the reference over a cache whose page there holds zeros.
+  const Case c{.name = "bogus page", .query_heads = 4, .kv_heads = 2, .sequences = {{20, 30}, {0, 40}}};
+  std::mt19937_64 rng(7);
+  Problem p = make_problem(c, rng);
+  const int bs = c.block_size;
+  p.device_block_tables[1] = p.num_blocks + 5;  // positions 16..31 of sequence 0
+  // The reference reads a spare page (not in any table) that holds zeros in those slots.
+  std::vector<int> owned(p.batch.block_tables);
+  std::sort(owned.begin(), owned.end());
+  int spare = 0;
+  while (std::binary_search(owned.begin(), owned.end(), spare)) ++spare;
+  const long long key_page = (long long)bs * c.kv_heads * c.head_dim;
+  const long long value_page = (long long)bs * c.kv_heads * c.value_head_dim;
+  std::fill_n(p.key_cache.begin() + spare * key_page, key_page, core::double_to_bf16(0.0));
+  std::fill_n(p.value_cache.begin() + spare * value_page, value_page, core::double_to_bf16(0.0));
+  p.batch.block_tables[1] = spare;
+
+  const KernelOutput got = run_kernel(spec_for(c), p);
+  CHECK(got.unwritten == 0);
+  CHECK(got.guards_touched == 0);
+  const Errors errors = compare(p, got.values, reference_output(p));
+  CHECK(errors.overall < 1e-2);
+  CHECK(errors.worst_block < 1e-2);
+}
+
+TEST_CASE("attention throughput on one long causal sequence", "[.][benchmark][gpu][attention]") {
+  // Llama-3.1-8B's attention shape over one 8192-token chunk. FLOPs = 4 * Hq * D * allowed scores
+  // (2 for Q K^T and 2 for P V per allowed (query, key) pair).
+  const Case c{.name = "perf", .query_heads = 32, .kv_heads = 8, .sequences = {{0, 8192}}};
+  std::mt19937_64 rng(3);
+  const Problem p = make_problem(c, rng);
+  const double allowed = 8192.0 * 8193.0 / 2.0;
+  const double flops = 4.0 * c.query_heads * c.head_dim * allowed;
+
+  const plan::AttentionSpec chosen = spec_for(c);
+  std::vector<plan::AttentionSpec> variants = {chosen};
+  // Other tilings of the same kernel, timed for the heuristic's sake (just reported).
+  for (const plan::AttentionTiling tiling :
+       {plan::AttentionTiling{.block_m = 128, .block_n = 64, .min_blocks_per_sm = 1},
+        plan::AttentionTiling{.block_m = 128, .block_n = 32, .min_blocks_per_sm = 2},
+        plan::AttentionTiling{.block_m = 128, .block_n = 32, .min_blocks_per_sm = 1},
+        plan::AttentionTiling{.block_m = 64, .block_n = 64, .min_blocks_per_sm = 1}}) {
+    plan::AttentionSpec variant = chosen;
+    variant.tiling = tiling;
+    variant.tiling.shared_bytes = plan::attention_shared_bytes(128, 128, tiling.block_m, tiling.block_n);
+    variants.push_back(variant);
+  }
+  kernels().prepare(variants);
+
+  // The last 64 queries checked against the reference (as a 64-token chunk after an 8128-token prefix).
+  Problem tail = p;
+  tail.batch.context_lens = {8192 - 64};
+  tail.batch.query_starts = {0, 64};
+  tail.num_tokens = 64;
+  tail.query_rows.erase(tail.query_rows.begin(), tail.query_rows.end() - 64 * p.query_row_stride);
+  const reference::Tensor tail_expected = reference_output(tail);
+
+  for (std::size_t i = 0; i < variants.size(); ++i) {
+    const plan::AttentionSpec& spec = variants[i];
+    const KernelOutput got = run_kernel(spec, p, 20);
+    CHECK(got.unwritten == 0);
+    CHECK(got.guards_touched == 0);
+    const std::size_t width = std::size_t(c.query_heads) * c.head_dim;
+    const std::vector<double> tail_got(got.values.end() - 64 * width, got.values.end());
+    const double error = reference::relative_l2_error(tail_expected.data, tail_got);
+    CHECK(error < 1e-2);
+    const compiler::ResourceUsage& resources = kernels().resources(spec);
+    std::printf(
+        "attention perf %s: 8192 tokens, Hq 32, Hkv 8, D 128, causal, bm %3d bn %2d min_blocks %d "
+        "(%d regs, %d spill bytes, %d smem): %.3f ms, %.1f TFLOP/s, tail rel L2 %.2e\n",
+        i == 0 ? "(heuristic)" : "(variant)  ", spec.tiling.block_m, spec.tiling.block_n,
+        spec.tiling.min_blocks_per_sm, resources.registers, resources.spill_bytes(),
+        spec.dynamic_shared_bytes(), got.milliseconds, flops / (got.milliseconds * 1e-3) / 1e12, error);
+  }
+}

@@ -1,0 +1,200 @@
+// The whole layer (spec sections 1-8) on the GPU against the double-precision reference, stage by stage,
+// over the feature matrix of the whole-plan issue and every plan in plans/.
+#include <filesystem>
+
+#include "check/device_weights.hpp"
+#include "check/layer_check.hpp"
+#include "config/parse.hpp"
+#include "core/bf16.hpp"
+#include "driver/cuda_api.hpp"
+#include "driver/memory.hpp"
+#include "driver/stream.hpp"
+#include "gpu_support.hpp"
+#include "reference/compare.hpp"
+#include "support/catch.hpp"
+
+using namespace attnplan;
+using namespace attnplan::gpu_testing;
+
+namespace {
+
+config::AttentionConfig config_from(nlohmann::json patch) {
+  nlohmann::json json = {{"schema", "attnplan/v1"}, {"hidden_size", 512}, {"query_heads", 8},
+                         {"kv_heads", 2},           {"head_dim", 64},     {"max_tokens", 4096}};
+  if (!patch.is_null()) json.merge_patch(patch);  // `{}` converts to null, which would replace everything
+  return config::parse(json);
+}
+
+void check_layer(const std::string& what, const config::AttentionConfig& config,
+                 const check::Scenario& scenario) {
+  INFO(what << ": " << scenario.tokens << " tokens, " << scenario.seqs << " seqs, prefix "
+            << scenario.prefix);
+  const plan::PrefillPlan plan = gpu().load(config);
+  const check::Report report = check::run_case(plan, check::random_case(config, scenario));
+  for (const check::StageResult& stage : report.stages) {
+    INFO(stage.stage << " relative L2 " << stage.relative_l2);
+    CHECK(stage.passed());
+  }
+  CHECK(report.unwritten == 0);
+  CHECK(report.cache_slots_damaged == 0);
+}
+
+check::Scenario scenario(int tokens, int seqs, int prefix, std::uint64_t seed) {
+  check::Scenario s;
+  s.tokens = tokens;
+  s.seqs = seqs;
+  s.prefix = prefix;
+  s.seed = seed;
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("head dims, value head dims and GQA group sizes", "[gpu][layer]") {
+  check_layer("D 64, GQA 4", config_from({}), scenario(133, 2, 17, 1));
+  check_layer("D 128, GQA 8", config_from({{"query_heads", 16}, {"kv_heads", 2}, {"head_dim", 128}}),
+              scenario(200, 3, 40, 2));
+  check_layer("D 256, MHA", config_from({{"query_heads", 4}, {"kv_heads", 4}, {"head_dim", 256}}),
+              scenario(77, 1, 0, 3));
+  check_layer("MQA", config_from({{"kv_heads", 1}}), scenario(90, 2, 5, 4));
+  check_layer("Dv 64 != D 128", config_from({{"head_dim", 128}, {"value_head_dim", 64}}),
+              scenario(64, 1, 30, 5));
+}
+
+TEST_CASE("RoPE: partial, pairing, offset and every scaling", "[gpu][layer][rope]") {
+  check_layer("interleaved P2=2", config_from({{"rotary", {{"pairing_dim", 2}}}}), scenario(70, 2, 100, 6));
+  check_layer("partial R=D/4", config_from({{"rotary", {{"dim", 16}}}}), scenario(70, 1, 3, 7));
+  check_layer(
+      "Phi-4-mini R=96 of 128",
+      config_from({{"head_dim", 128}, {"rotary", {{"dim", 96}}}, {"projection", {{"fused_qkv", true}}}}),
+      scenario(50, 1, 0, 8));
+  check_layer("pairs across the head, P2=D>R", config_from({{"rotary", {{"dim", 32}, {"pairing_dim", 64}}}}),
+              scenario(50, 1, 9, 9));
+  check_layer("MLA-style rope at the end",
+              config_from({{"head_dim", 192},
+                           {"query_heads", 4},
+                           {"kv_heads", 2},
+                           {"rotary", {{"offset", 128}, {"dim", 64}, {"pairing_dim", 2}}}}),
+              scenario(40, 1, 0, 10));
+  check_layer("linear x8",
+              config_from({{"rotary", {{"theta", 1e6}, {"scaling", {{"type", "linear"}, {"factor", 8}}}}}}),
+              scenario(60, 1, 2000, 11));
+  check_layer("llama3",
+              config_from({{"rotary",
+                            {{"theta", 5e5},
+                             {"scaling",
+                              {{"type", "llama3"},
+                               {"factor", 8},
+                               {"low_freq_factor", 1},
+                               {"high_freq_factor", 4},
+                               {"original_max_position", 8192}}}}}}),
+              scenario(60, 2, 9000, 12));
+  check_layer(
+      "yarn (gpt-oss)",
+      config_from(
+          {{"rotary",
+            {{"theta", 150000},
+             {"scaling",
+              {{"type", "yarn"}, {"factor", 32}, {"original_max_position", 4096}, {"truncate", false}}}}}}),
+      scenario(60, 1, 20000, 13));
+  check_layer("no RoPE", config_from({{"rotary", {{"dim", 0}}}}), scenario(33, 1, 0, 14));
+}
+
+TEST_CASE("norms, biases, window, spans, softcap, sinks", "[gpu][layer][features]") {
+  check_layer("q/k norm offset 0", config_from({{"qkv_norm", {{"query", true}, {"key", true}}}}),
+              scenario(80, 2, 8, 15));
+  check_layer("q/k norm offset 1, input norm offset 1",
+              config_from({{"qkv_norm", {{"query", true}, {"key", true}, {"weight_offset", 1}}},
+                           {"input_norm", {{"weight_offset", 1}, {"epsilon", 1e-6}}}}),
+              scenario(80, 1, 0, 16));
+  check_layer("v norm", config_from({{"qkv_norm", {{"value", true}}}}), scenario(50, 1, 0, 17));
+  check_layer("biases", config_from({{"qkv_bias", true}, {"output_bias", true}}), scenario(50, 2, 3, 18));
+  check_layer("fused qkv with bias", config_from({{"qkv_bias", true}, {"projection", {{"fused_qkv", true}}}}),
+              scenario(50, 1, 0, 19));
+  check_layer("window 1", config_from({{"sliding_window", 1}}), scenario(40, 1, 10, 20));
+  check_layer("window 37", config_from({{"sliding_window", 37}}), scenario(300, 3, 100, 21));
+  check_layer("spans", config_from({{"bidirectional_spans", true}}), scenario(150, 3, 20, 22));
+  check_layer("spans on a sliding layer",
+              config_from({{"bidirectional_spans", true}, {"sliding_window", 16}}), scenario(150, 2, 0, 23));
+  check_layer("softcap", config_from({{"softcap", 30.0}}), scenario(100, 1, 0, 24));
+  check_layer("sinks", config_from({{"sinks", true}, {"sliding_window", 32}}), scenario(100, 2, 50, 25));
+}
+
+TEST_CASE("batches: 1 to 8 sequences, prefixes, block sizes, odd token counts", "[gpu][layer][batch]") {
+  for (int block_size : {16, 32, 64}) {
+    check_layer("block size " + std::to_string(block_size),
+                config_from({{"kv_cache", {{"block_size", block_size}}}}),
+                scenario(257, 5, 33, 26 + block_size));
+  }
+  check_layer("8 sequences", config_from({}), scenario(8 * 37 + 3, 8, 70, 30));
+  check_layer("one token", config_from({}), scenario(1, 1, 500, 31));
+  check_layer("block size 1", config_from({{"kv_cache", {{"block_size", 1}}}}), scenario(45, 2, 9, 32));
+}
+
+TEST_CASE("one sequence as one chunk or as two gives the same output and cache", "[gpu][layer][chunks]") {
+  const config::AttentionConfig config = config_from({{"qkv_norm", {{"query", true}, {"key", true}}}});
+  check::Scenario whole = scenario(150, 1, 0, 40);
+  const check::LayerCase layer = check::random_case(config, whole);
+  const plan::PrefillPlan plan = gpu().load(config);
+  const check::DeviceWeights weights = check::upload_weights(config, layer.weights);
+  const int hidden = config.hidden_size, tokens = layer.num_tokens();
+  driver::DeviceBuffer input = driver::DeviceBuffer::from_host(layer.input);
+
+  // Runs rows [first, first + count) as a chunk with context_len `first`, into the given pool and output.
+  auto run = [&](int first, int count, driver::DeviceBuffer& keys, driver::DeviceBuffer& values,
+                 driver::DeviceBuffer& output) {
+    const std::vector<int> starts{0, count}, context{first};
+    driver::DeviceBuffer d_starts = driver::DeviceBuffer::from_host(starts);
+    driver::DeviceBuffer d_context = driver::DeviceBuffer::from_host(context);
+    driver::DeviceBuffer d_tables = driver::DeviceBuffer::from_host(layer.batch.block_tables);
+    driver::DeviceBuffer workspace(plan.workspace_bytes(count));
+    plan::ExecuteArgs args;
+    args.input = static_cast<const char*>(input.data<const void>()) + std::size_t(first) * hidden * 2;
+    args.output = static_cast<char*>(output.data<void>()) + std::size_t(first) * hidden * 2;
+    args.weights = weights.view;
+    args.cache = {keys.data<void>(), values.data<void>(), layer.num_blocks};
+    args.batch.num_seqs = 1;
+    args.batch.num_tokens = count;
+    args.batch.max_query_len = count;
+    args.batch.max_blocks_per_seq = layer.batch.max_blocks_per_seq;
+    args.batch.query_starts = d_starts.data<const int>();
+    args.batch.context_lens = d_context.data<const int>();
+    args.batch.block_tables = d_tables.data<const int>();
+    args.batch.host_query_starts = starts;
+    args.batch.host_context_lens = context;
+    args.batch.host_block_tables = layer.batch.block_tables;
+    args.workspace = workspace.data<void>();
+    args.workspace_bytes = workspace.size_bytes();
+    driver::check(driver::api().cuCtxSynchronize(), "cuCtxSynchronize");
+    plan.execute(args, nullptr);
+    driver::check(driver::api().cuCtxSynchronize(), "cuCtxSynchronize");
+  };
+  driver::DeviceBuffer keys_a = driver::DeviceBuffer::from_host(layer.key_cache);
+  driver::DeviceBuffer values_a = driver::DeviceBuffer::from_host(layer.value_cache);
+  driver::DeviceBuffer out_a(std::size_t(tokens) * hidden * 2);
+  run(0, tokens, keys_a, values_a, out_a);
+  driver::DeviceBuffer keys_b = driver::DeviceBuffer::from_host(layer.key_cache);
+  driver::DeviceBuffer values_b = driver::DeviceBuffer::from_host(layer.value_cache);
+  driver::DeviceBuffer out_b(std::size_t(tokens) * hidden * 2);
+  run(0, 61, keys_b, values_b, out_b);
+  run(61, tokens - 61, keys_b, values_b, out_b);
+  CHECK(keys_a.download_all<std::uint16_t>() == keys_b.download_all<std::uint16_t>());
+  CHECK(values_a.download_all<std::uint16_t>() == values_b.download_all<std::uint16_t>());
+  const auto a = out_a.download_all<std::uint16_t>(), b = out_b.download_all<std::uint16_t>();
+  // Attention over the same keys in another tile split may round differently in the last bit: compare values.
+  std::vector<double> da(a.size()), db(b.size());
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    da[i] = core::bf16_to_float(a[i]);
+    db[i] = core::bf16_to_float(b[i]);
+  }
+  CHECK(reference::relative_l2_error(da, db) < 2e-3);
+}
+
+TEST_CASE("every plan in plans/ verifies", "[gpu][layer][plans]") {
+  for (const auto& file :
+       std::filesystem::directory_iterator(std::filesystem::path(ATTNPLAN_SOURCE_DIR) / "plans")) {
+    if (file.path().extension() != ".json") continue;
+    const config::AttentionConfig config = config::load_file(file.path());
+    check_layer(file.path().filename().string(), config, scenario(300, 3, 64, 50));
+  }
+}

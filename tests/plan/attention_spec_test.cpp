@@ -1,0 +1,252 @@
+// The attention kernel's tile heuristic, spec rendering and Params checks (pure), and real NVRTC compiles
+// of its specializations for sm_80 and sm_90a with their ptxas resource reports (no GPU needed).
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "compiler/compiler.hpp"
+#include "compiler/parallel.hpp"
+#include "config/parse.hpp"
+#include "core/error.hpp"
+#include "plan/attention_spec.hpp"
+#include "plan_testing.hpp"
+#include "support/catch.hpp"
+
+using namespace attnplan;
+using namespace attnplan::plan_testing;
+using namespace attnplan::plan;
+
+namespace {
+
+AttentionSpec make_spec(int head_dim, int value_head_dim, int group_size, int block_size, config::Arch arch,
+                        bool all_features = false) {
+  AttentionSpec spec;
+  spec.head_dim = head_dim;
+  spec.value_head_dim = value_head_dim;
+  spec.group_size = group_size;
+  spec.block_size = block_size;
+  spec.has_softcap = spec.has_window = spec.has_spans = spec.has_sinks = all_features;
+  spec.tiling = choose_attention_tiling(head_dim, value_head_dim, arch);
+  return spec;
+}
+
+// A valid Params for Llama-3.1-8B (Hq 32, Hkv 8, D 128) reading q from the fused QKV rows.
+AttentionParams llama_params() {
+  AttentionParams params{};
+  params.query = fake_pointer<const bf16_bits>(0x10000);
+  params.key_cache = fake_pointer<const bf16_bits>(0x100000);
+  params.value_cache = fake_pointer<const bf16_bits>(0x200000);
+  params.output = fake_pointer<bf16_bits>(0x300000);
+  params.query_starts = fake_pointer<const int>(0x400000);
+  params.context_lens = fake_pointer<const int>(0x400100);
+  params.block_tables = fake_pointer<const int>(0x400200);
+  params.query_row_stride = (32 + 2 * 8) * 128;
+  params.output_row_stride = 32 * 128;
+  params.scale = 0.08838834764f;
+  params.num_seqs = 3;
+  params.max_query_len = 500;
+  params.kv_heads = 8;
+  params.max_blocks_per_seq = 64;
+  params.num_blocks = 1000;
+  return params;
+}
+
+}  // namespace
+
+TEST_CASE("attention tiling: 8 warps up to 128-wide heads, 4 beyond; key tiles shrink to fit smem",
+          "[plan][attention]") {
+  const AttentionTiling llama = choose_attention_tiling(128, 128, kSm90a);
+  CHECK(llama.block_m == 128);
+  CHECK(llama.block_n == 64);
+  CHECK(llama.warps() == 8);
+  CHECK(llama.threads() == 256);
+  CHECK(llama.shared_bytes == attention_shared_bytes(128, 128, 128, 64));
+  CHECK(llama.shared_bytes == 2 * 64 * 4 + 2 * (128 * 136 + 2 * 64 * (136 + 136)));  // slots, Q, K/V stages
+
+  const AttentionTiling wide = choose_attention_tiling(256, 256, kSm90a);
+  CHECK(wide.block_m == 64);
+  CHECK(wide.block_n == 64);
+  // sm_89 has 99 KiB per block: 256-wide heads need 16-key tiles, 128-wide ones 32-key tiles.
+  CHECK(choose_attention_tiling(256, 256, kSm89).block_n == 16);
+  CHECK(choose_attention_tiling(240, 240, kSm89).block_n == 32);
+  CHECK(choose_attention_tiling(128, 128, kSm89).block_n == 32);
+  CHECK(choose_attention_tiling(256, 256, kSm80).block_n == 32);  // 163 KiB: 64-key tiles need 165.5
+  CHECK(choose_attention_tiling(64, 64, kSm89).block_n == 64);
+  // value_head_dim decides the warps as much as head_dim does.
+  CHECK(choose_attention_tiling(128, 256, kSm90a).block_m == 64);
+  CHECK(choose_attention_tiling(192, 128, kSm90a).block_m == 64);
+  CHECK(choose_attention_tiling(120, 128, kSm90a).block_m == 128);
+}
+
+TEST_CASE("attention tiling: every config-valid head dim is either tiled to fit or rejected clearly",
+          "[plan][attention]") {
+  for (const config::Arch arch : {kSm80, kSm86, kSm89, kSm90a, kSm100a}) {
+    for (int head_dim = 16; head_dim <= 512; head_dim += 8) {
+      for (const int value_head_dim : {16, 64, head_dim, 256, 512}) {
+        INFO(arch.name() << " head_dim " << head_dim << " value_head_dim " << value_head_dim);
+        if (head_dim <= kMaxAttentionHeadDim && value_head_dim <= kMaxAttentionHeadDim) {
+          const AttentionTiling t = choose_attention_tiling(head_dim, value_head_dim, arch);
+          CHECK(t.block_m % 16 == 0);
+          CHECK(t.block_n % 16 == 0);
+          CHECK(t.shared_bytes <= max_shared_bytes_per_block(arch));
+          CHECK(t.shared_bytes == attention_shared_bytes(head_dim, value_head_dim, t.block_m, t.block_n));
+        } else {
+          try {
+            choose_attention_tiling(head_dim, value_head_dim, arch);
+            FAIL("accepted an unsupported head dim");
+          } catch (const Error& error) {
+            CHECK(error.stage() == Stage::config);
+            CHECK(error.message().find(head_dim > kMaxAttentionHeadDim ? "head_dim" : "value_head_dim") !=
+                  std::string::npos);
+            CHECK(error.message().find("not supported") != std::string::npos);
+          }
+        }
+      }
+    }
+  }
+  CHECK_THROWS_AS(choose_attention_tiling(100, 128, kSm90a), Error);  // not a multiple of 8
+  CHECK_THROWS_AS(choose_attention_tiling(8, 8, kSm90a), Error);
+}
+
+TEST_CASE("attention spec from a config: shapes, flags and the arch's tiling", "[plan][attention]") {
+  const config::AttentionConfig gpt_oss = config::parse(nlohmann::json{{"schema", "attnplan/v1"},
+                                                                       {"hidden_size", 2880},
+                                                                       {"query_heads", 64},
+                                                                       {"kv_heads", 8},
+                                                                       {"head_dim", 64},
+                                                                       {"sliding_window", 128},
+                                                                       {"sinks", true},
+                                                                       {"kv_cache", {{"block_size", 32}}}});
+  const AttentionSpec spec = AttentionSpec::from_config(gpt_oss, kSm90a);
+  CHECK(spec.head_dim == 64);
+  CHECK(spec.value_head_dim == 64);
+  CHECK(spec.group_size == 8);
+  CHECK(spec.block_size == 32);
+  CHECK(spec.has_window);
+  CHECK(spec.has_sinks);
+  CHECK_FALSE(spec.has_softcap);
+  CHECK_FALSE(spec.has_spans);
+  CHECK(spec.tiling == choose_attention_tiling(64, 64, kSm90a));
+
+  const compiler::KernelSource source = spec.source();
+  const std::string stub = source.render_stub();
+  CHECK(stub.find("#include \"attnplan/attention.cuh\"") != std::string::npos);
+  CHECK(stub.find("/*head_dim=*/64, /*value_head_dim=*/64, /*group_size=*/8, /*block_size=*/32") !=
+        std::string::npos);
+  CHECK(stub.find("/*has_softcap=*/false, /*has_window=*/true, /*has_spans=*/false, /*has_sinks=*/true") !=
+        std::string::npos);
+  CHECK(source.spec.at("dynamic_shared_bytes") == spec.dynamic_shared_bytes());
+
+  nlohmann::json fp8_cache = {{"schema", "attnplan/v1"},
+                              {"hidden_size", 4096},
+                              {"query_heads", 32},
+                              {"kv_heads", 8},
+                              {"kv_cache", {{"block_size", 16}, {"dtype", "fp8_e4m3"}}}};
+  const config::AttentionConfig fp8_config = config::parse(fp8_cache);     // a valid config...
+  CHECK_THROWS_AS(AttentionSpec::from_config(fp8_config, kSm90a), Error);  // ...the kernel cannot read yet
+
+  const driver::LaunchShape shape = spec.launch_shape(3, 300, 64);
+  CHECK(shape.grid.x == 3);  // ceil(300 / 128)
+  CHECK(shape.grid.y == 3);
+  CHECK(shape.grid.z == 64);
+  CHECK(shape.block.x == 256);
+  CHECK(shape.dynamic_shared_bytes == unsigned(spec.dynamic_shared_bytes()));
+  CHECK_THROWS_AS(spec.launch_shape(0, 300, 64), Error);
+  CHECK_THROWS_AS(spec.launch_shape(3, 0, 64), Error);
+  CHECK_THROWS_AS(spec.launch_shape(70000, 1, 64), Error);
+}
+
+TEST_CASE("attention Params checks name the broken field", "[plan][attention]") {
+  AttentionSpec spec = make_spec(128, 128, 4, 16, kSm90a);
+  spec.has_window = spec.has_softcap = spec.has_spans = spec.has_sinks = true;
+  AttentionParams good = llama_params();
+  good.window = 4096;
+  good.softcap = 50.0f;
+  good.span_offsets = fake_pointer<const int>(0x500000);
+  good.span_bounds = fake_pointer<const int>(0x500100);
+  good.sinks = fake_pointer<const float>(0x600000);
+  CHECK_NOTHROW(spec.check(good, 32));
+
+  auto rejected = [&](auto mutate, const std::string& field, int query_heads = 32) {
+    AttentionParams bad = good;
+    mutate(bad);
+    try {
+      spec.check(bad, query_heads);
+      FAIL("accepted bad params: " << field);
+    } catch (const Error& error) {
+      CHECK(error.stage() == Stage::input);
+      INFO(error.message());
+      CHECK(error.message().find(field) != std::string::npos);
+    }
+  };
+  rejected([](AttentionParams&) {}, "query_heads", 30);
+  rejected([](AttentionParams& p) { p.kv_heads = 4; }, "kv_heads");
+  rejected([](AttentionParams& p) { p.query = nullptr; }, "query");
+  rejected([](AttentionParams& p) { p.query = fake_pointer<const bf16_bits>(0x10008); }, "query");
+  rejected([](AttentionParams& p) { p.key_cache = fake_pointer<const bf16_bits>(0x100002); }, "key_cache");
+  rejected([](AttentionParams& p) { p.value_cache = nullptr; }, "value_cache");
+  rejected([](AttentionParams& p) { p.output = fake_pointer<bf16_bits>(0x300004); }, "output");
+  rejected([](AttentionParams& p) { p.query_row_stride = 31 * 128; }, "query_row_stride");
+  rejected([](AttentionParams& p) { p.query_row_stride = 6148; }, "query_row_stride");
+  rejected([](AttentionParams& p) { p.output_row_stride = 4092; }, "output_row_stride");
+  rejected([](AttentionParams& p) { p.block_tables = nullptr; }, "block_tables");
+  rejected([](AttentionParams& p) { p.num_seqs = 0; }, "num_seqs");
+  rejected([](AttentionParams& p) { p.max_query_len = 0; }, "max_query_len");
+  rejected([](AttentionParams& p) { p.max_blocks_per_seq = 0; }, "max_blocks_per_seq");
+  rejected([](AttentionParams& p) { p.num_blocks = 0; }, "num_blocks");
+  rejected([](AttentionParams& p) { p.num_blocks = 200000000; }, "num_blocks");  // x 16 slots > 2^31
+  rejected([](AttentionParams& p) { p.window = 0; }, "window");
+  rejected([](AttentionParams& p) { p.softcap = 0.0f; }, "softcap");
+  rejected([](AttentionParams& p) { p.span_offsets = nullptr; }, "span_offsets");
+  rejected([](AttentionParams& p) { p.sinks = nullptr; }, "sinks");
+
+  // Without the features, their fields are ignored.
+  const AttentionSpec plain = make_spec(128, 128, 4, 16, kSm90a);
+  AttentionParams bare = llama_params();
+  CHECK_NOTHROW(plain.check(bare, 32));
+}
+
+TEST_CASE("attention compiles for sm_80 and sm_90a without spills", "[plan][attention][nvrtc]") {
+  struct Case {
+    int head_dim, value_head_dim, group_size, block_size;
+    bool all_features;
+  };
+  const std::vector<Case> cases = {
+      {64, 64, 8, 16, false},   {64, 64, 8, 32, true},    {128, 128, 4, 16, false}, {128, 128, 1, 1, true},
+      {256, 256, 2, 64, false}, {256, 256, 2, 16, true},  {80, 80, 1, 16, true},    {96, 96, 3, 32, false},
+      {128, 64, 4, 16, true},   {192, 128, 8, 16, false}, {40, 40, 1, 16, true},    {16, 16, 1, 8, false},
+      {256, 128, 1, 16, true},  {72, 200, 2, 16, false},
+  };
+  std::vector<std::pair<AttentionSpec, config::Arch>> jobs;
+  for (const config::Arch arch : {kSm80, kSm90a})
+    for (const Case& c : cases)
+      jobs.push_back(
+          {make_spec(c.head_dim, c.value_head_dim, c.group_size, c.block_size, arch, c.all_features), arch});
+  std::vector<compiler::CompiledKernel> kernels(jobs.size());
+  try {
+    compiler::for_each_parallel(jobs.size(), 0, [&](std::size_t i) {
+      kernels[i] = plan_testing::source_tree_compiler().compile(jobs[i].first.source(),
+                                                                compiler::CompileOptions{jobs[i].second});
+    });
+  } catch (const Error& error) {
+    FAIL(error.what() << "\n" << error.payload());
+  }
+  for (std::size_t i = 0; i < jobs.size(); ++i) {
+    const AttentionSpec& spec = jobs[i].first;
+    const compiler::ResourceUsage& r = kernels[i].resources;
+    INFO(jobs[i].second.name() << " " << spec.source().spec.dump());
+    INFO(kernels[i].log);
+    std::printf(
+        "attention %-6s D %3d Dv %3d group %d block %2d bm %3d bn %2d features %d: %3d registers, "
+        "%d spill bytes, %d stack bytes, %6d dynamic smem\n",
+        jobs[i].second.name().c_str(), spec.head_dim, spec.value_head_dim, spec.group_size, spec.block_size,
+        spec.tiling.block_m, spec.tiling.block_n, int(spec.has_softcap), r.registers, r.spill_bytes(),
+        r.stack_bytes, spec.dynamic_shared_bytes());
+    CHECK(kernels[i].lowered_name.find("attention_kernel") != std::string::npos);
+    CHECK(r.registers > 0);
+    CHECK(r.registers <= 255);
+    CHECK(r.spill_bytes() == 0);
+    CHECK(r.stack_bytes == 0);
+  }
+}

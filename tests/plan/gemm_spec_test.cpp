@@ -1,0 +1,192 @@
+// The projection GEMM's tile heuristic, spec rendering and Params checks (pure), and real NVRTC compiles
+// of its specializations for sm_80 and sm_90a with their ptxas resource reports (no GPU needed).
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "compiler/compiler.hpp"
+#include "core/error.hpp"
+#include "plan/gemm_spec.hpp"
+#include "plan_testing.hpp"
+#include "support/catch.hpp"
+
+using namespace attnplan;
+using namespace attnplan::plan_testing;
+using namespace attnplan::plan;
+
+namespace {
+
+const GemmTiling kLarge{
+    .block_m = 128, .block_n = 128, .block_k = 32, .warps_m = 2, .warps_n = 4, .stages = 4};
+const GemmTiling kMedium{
+    .block_m = 64, .block_n = 128, .block_k = 64, .warps_m = 2, .warps_n = 2, .stages = 3};
+const GemmTiling kSmall{.block_m = 64, .block_n = 64, .block_k = 64, .warps_m = 2, .warps_n = 2, .stages = 4};
+
+// A valid Params for Llama's QKV projection split into q | k | v segments.
+GemmParams llama_qkv_params() {
+  GemmParams params{};
+  params.a = fake_pointer<const bf16_bits>(0x10000);
+  params.c = fake_pointer<bf16_bits>(0x20000);
+  params.m = 300;
+  params.n = 6144;
+  params.k = 4096;
+  params.lda = 4096;
+  params.ldc = 6144;
+  params.segments[0] = {fake_pointer<const bf16_bits>(0x100000), nullptr, 0, 4096};
+  params.segments[1] = {fake_pointer<const bf16_bits>(0x200000), nullptr, 4096, 5120};
+  params.segments[2] = {fake_pointer<const bf16_bits>(0x300000), nullptr, 5120, 6144};
+  return params;
+}
+
+}  // namespace
+
+TEST_CASE("gemm tiling: large M takes 128x128, small M smaller tiles that fill the SMs", "[plan][gemm]") {
+  // Prefill of thousands of tokens: many rounds of two 128x128 CTAs per SM, the best rate.
+  CHECK(choose_gemm_tiling(8192, 6144, 4096, kSm90a) == kLarge);
+  CHECK(choose_gemm_tiling(8192, 4096, 4096, kSm80) == kLarge);
+  CHECK(choose_gemm_tiling(4096, 2880, 2880, kSm90a) == kLarge);
+  // 300 tokens (measured on an H200): 3 x 48 = 144 large tiles put two 128x128 CTAs on some SMs
+  // (0.098 ms), 5 x 48 tiles of 64x128 at most two shorter CTAs per SM (0.056 ms).
+  CHECK(choose_gemm_tiling(300, 6144, 4096, kSm90a) == kMedium);
+  // o_proj at 300 tokens: 96 large tiles leave SMs idle and each CTA latency-bound (0.073 ms); 160 tiles
+  // of 64x128 (0.056 ms); 320 of 64x64, three on some SMs (0.062 ms).
+  CHECK(choose_gemm_tiling(300, 4096, 4096, kSm90a) == kMedium);
+  // One token, or a handful: weight-streaming, bound by one CTA's trip over K, and 64x64 has twice the
+  // CTAs of 64x128 (0.039 ms against 0.043 and 0.068 for N = 6144).
+  CHECK(choose_gemm_tiling(1, 6144, 4096, kSm90a) == kSmall);
+  CHECK(choose_gemm_tiling(37, 4096, 4096, kSm90a) == kSmall);
+  // A tiny product: any 4-warp tile (their estimates are within a few percent).
+  CHECK(choose_gemm_tiling(1, 200, 72, kSm80).block_m == 64);
+}
+
+TEST_CASE("gemm tiling: every choice is a valid warp grid for any shape", "[plan][gemm]") {
+  for (const config::Arch arch : {kSm80, kSm89, kSm90a}) {
+    for (int m : {0, 1, 7, 37, 64, 65, 300, 1000, 4096, 8192, 65536}) {
+      for (int n : {8, 200, 1024, 2880, 4096, 6144, 18432}) {
+        for (int k : {8, 72, 2880, 4096}) {
+          const GemmTiling t = choose_gemm_tiling(m, n, k, arch);
+          INFO(arch.name() << " m " << m << " n " << n << " k " << k);
+          CHECK(t.block_m % (16 * t.warps_m) == 0);
+          CHECK(t.block_n % (16 * t.warps_n) == 0);
+          CHECK(t.block_k % 16 == 0);
+          CHECK(t.stages >= 2);
+          CHECK((t.threads() == 128 || t.threads() == 256));
+          // Fits the smallest opt-in shared memory of the supported archs (sm_89: 99 KiB).
+          CHECK(GemmSpec{1, false, t}.dynamic_shared_bytes() <= 99 * 1024);
+        }
+      }
+    }
+  }
+  // Larger M never picks a smaller tile area.
+  int previous_area = 0;
+  for (int m = 1; m <= 16384; m *= 2) {
+    const GemmTiling t = choose_gemm_tiling(m, 4096, 4096, kSm90a);
+    CHECK(t.block_m * t.block_n >= previous_area);
+    previous_area = t.block_m * t.block_n;
+  }
+}
+
+TEST_CASE("gemm spec renders a stub with named arguments and a launch shape", "[plan][gemm]") {
+  const GemmSpec spec{.segments = 3, .has_bias = true, .tiling = kLarge};
+  const compiler::KernelSource source = spec.source();
+  const std::string stub = source.render_stub();
+  INFO(stub);
+  CHECK(stub.find("#include \"attnplan/gemm.cuh\"") != std::string::npos);
+  CHECK(stub.find("attnplan::kernels::GemmTraits</*block_m=*/128, /*block_n=*/128, /*block_k=*/32, "
+                  "/*warps_m=*/2, /*warps_n=*/4, /*stages=*/4, /*segments=*/3, /*has_bias=*/true>") !=
+        std::string::npos);
+  CHECK(source.name_expression() == "attnplan::kernels::gemm_kernel<Traits>");
+  CHECK(source.spec.at("dynamic_shared_bytes") == 65536);
+
+  CHECK(spec.dynamic_shared_bytes() == 4 * (128 + 128) * 32 * 2);
+  CHECK(GemmSpec{1, false, kMedium}.dynamic_shared_bytes() == 3 * (64 + 128) * 64 * 2);
+  // A one-stage-deep pipeline would be smaller than the epilogue's staging tile, which then decides.
+  GemmTiling shallow = kMedium;
+  shallow.stages = 2;
+  shallow.block_k = 16;  // 2 * 192 rows * 32 bytes < 64 rows * 272 bytes
+  CHECK(GemmSpec{1, false, shallow}.dynamic_shared_bytes() == 64 * (128 + 8) * 2);
+
+  const driver::LaunchShape shape = spec.launch_shape(300, 6144);
+  CHECK(shape.grid.x == 3 * 48);
+  CHECK(shape.grid.y == 1);
+  CHECK(shape.block.x == 256);
+  CHECK(shape.dynamic_shared_bytes == 65536u);
+  CHECK(GemmSpec{1, false, kSmall}.launch_shape(1, 200).grid.x == 4);
+  CHECK_THROWS_AS(spec.launch_shape(0, 6144), Error);
+}
+
+TEST_CASE("gemm spec checks Params against the kernel's preconditions", "[plan][gemm]") {
+  const GemmSpec spec{.segments = 3, .has_bias = false, .tiling = kLarge};
+  CHECK_NOTHROW(spec.check(llama_qkv_params()));
+
+  auto rejects = [&](auto edit, const GemmSpec& with = GemmSpec{3, false, GemmTiling{}}) {
+    GemmParams params = llama_qkv_params();
+    edit(params);
+    CHECK_THROWS_AS(with.check(params), Error);
+  };
+  rejects([](GemmParams& p) { p.k = 4092; });                                    // K not a multiple of 8
+  rejects([](GemmParams& p) { p.lda = 4092; });                                  // lda < K
+  rejects([](GemmParams& p) { p.lda = 4100; });                                  // lda not a multiple of 8
+  rejects([](GemmParams& p) { p.ldc = 6100; });                                  // ldc < N
+  rejects([](GemmParams& p) { p.a = fake_pointer<const bf16_bits>(0x10008); });  // 8-byte aligned only
+  rejects([](GemmParams& p) { p.c = nullptr; });
+  rejects([](GemmParams& p) { p.segments[1].weight = fake_pointer<const bf16_bits>(0x200002); });
+  rejects([](GemmParams& p) { p.segments[1].n_begin = 4000; });  // a gap / overlap between segments
+  rejects([](GemmParams& p) { p.segments[2].n_end = 6000; });    // segments do not reach N
+  rejects(
+      [](GemmParams& p) { p.segments[0].bias = fake_pointer<const bf16_bits>(0x400000); });  // no-bias spec
+  rejects([](GemmParams& p) { p.segments[0].bias = fake_pointer<const bf16_bits>(0x400001); },
+          GemmSpec{3, true, GemmTiling{}});  // misaligned bias
+  rejects([](GemmParams& p) { p.m = -1; });
+
+  // One fused segment covering all of N; the other entries are ignored.
+  GemmParams fused = llama_qkv_params();
+  fused.segments[0].n_end = 6144;
+  fused.segments[0].bias = fake_pointer<const bf16_bits>(0x400000);
+  const GemmSpec one_segment{1, true, kLarge};
+  const GemmSpec three_segments{3, true, kLarge};
+  CHECK_NOTHROW(one_segment.check(fused));
+  CHECK_THROWS_AS(three_segments.check(fused), Error);
+
+  // Nothing to do: nothing to check.
+  GemmParams empty{};
+  CHECK_NOTHROW(spec.check(empty));
+}
+
+TEST_CASE("gemm specializations compile for sm_80 and sm_90a without spills", "[plan][gemm][nvrtc]") {
+  struct Variant {
+    GemmTiling tiling;
+    int segments;
+    bool has_bias;
+  };
+  const std::vector<Variant> variants = {
+      {kLarge, 3, false}, {kLarge, 1, true}, {kMedium, 3, true}, {kMedium, 1, false}, {kSmall, 3, true},
+  };
+  for (const config::Arch arch : {kSm80, kSm90a}) {
+    for (const Variant& variant : variants) {
+      const GemmSpec spec{variant.segments, variant.has_bias, variant.tiling};
+      const compiler::KernelSource source = spec.source();
+      INFO(arch.name() << "\n" << source.render_stub());
+      const compiler::CompiledKernel kernel =
+          plan_testing::source_tree_compiler().compile(source, compiler::CompileOptions{arch});
+      INFO(kernel.log);
+      const compiler::ResourceUsage& usage = kernel.resources;
+      std::printf(
+          "gemm %s %3dx%3dx%2d warps %dx%d stages %d segments %d bias %d: %3d registers, "
+          "%d spill bytes, %d stack bytes, %d static smem, %d dynamic smem\n",
+          arch.name().c_str(), spec.tiling.block_m, spec.tiling.block_n, spec.tiling.block_k,
+          spec.tiling.warps_m, spec.tiling.warps_n, spec.tiling.stages, spec.segments, spec.has_bias,
+          usage.registers, usage.spill_bytes(), usage.stack_bytes, usage.shared_bytes,
+          spec.dynamic_shared_bytes());
+      CHECK(kernel.lowered_name.find("gemm_kernel") != std::string::npos);
+      CHECK(usage.spill_bytes() == 0);
+      CHECK(usage.stack_bytes == 0);
+      CHECK(usage.shared_bytes == 0);  // all of it is dynamic
+      // At least two CTAs per SM by registers (65536), and no more registers than the tile heuristic's
+      // residency estimate assumes (126 for 128x128, 177 for 64x128, 91 for 64x64).
+      CHECK(usage.registers * spec.threads() * 2 <= 65536);
+      CHECK(usage.registers <= (spec.threads() == 256 ? 126 : spec.tiling.block_n == 128 ? 177 : 91));
+    }
+  }
+}
