@@ -8,9 +8,17 @@
 #include <filesystem>
 #include <fstream>
 
+#include <algorithm>
+#include <optional>
+#include <string>
+#include <vector>
+
 #include "cache/cubin_cache.hpp"
 #include "commands.hpp"
+#include "compiler/cache_key.hpp"
+#include "config/parse.hpp"
 #include "core/error.hpp"
+#include "plan/runtime.hpp"
 #include "plan/runtime_options.hpp"
 #include "runtime_setup.hpp"
 
@@ -168,6 +176,79 @@ int verify(const RuntimeOptions& options) {
   return report.problems.empty() ? kExitOk : kExitBadInput;
 }
 
+// The entry of the same kernel (name and family) whose recorded key inputs differ from `wanted` in the
+// fewest fields, with those differences; nullopt when the cache holds no usable entry of this kernel.
+struct Nearest {
+  const cache::EntryInfo* entry = nullptr;
+  std::vector<std::string> differences;
+};
+std::optional<Nearest> nearest_entry(const std::vector<cache::EntryInfo>& entries, const PlannedKey& wanted) {
+  std::optional<Nearest> best;
+  for (const cache::EntryInfo& info : entries) {
+    const nlohmann::json& manifest = info.manifest;
+    if (!manifest.is_object() || manifest.value("name", "") != wanted.name ||
+        manifest.value("family", "") != wanted.family || !manifest.contains("key_inputs")) {
+      continue;
+    }
+    compiler::KeyInputs cached;
+    try {
+      cached = compiler::KeyInputs::from_json(manifest["key_inputs"]);
+    } catch (const Error&) {
+      continue;  // written by another attnplan version: nothing to compare field by field
+    }
+    std::vector<std::string> differences = compiler::key_differences(cached, wanted.inputs);
+    if (!best || differences.size() < best->differences.size()) best = Nearest{&info, std::move(differences)};
+  }
+  return best;
+}
+
+// Informational: always exit 0 once the config is read, whatever would miss.
+int explain(const Arguments& args, RuntimeOptions options) {
+  if (args.positional().size() != 2) throw UsageError{"cache explain needs exactly one CONFIG"};
+  const config::AttentionConfig config = config::load_file(args.positional()[1]);
+  // Looking must not touch: read-only keeps the cache from probing, locking, quarantining or refreshing.
+  options.jit = JitPolicy::read_only;
+  Runtime runtime(options);
+  const config::Arch arch = runtime.resolve_arch(config);
+  const std::vector<PlannedKey> keys = runtime.plan_keys(config);
+  std::vector<cache::EntryInfo> entries = runtime.cache().list_tiers();
+  for (cache::EntryInfo& info : runtime.cache().list()) entries.push_back(std::move(info));
+
+  fmt::print("plan    {}arch {}\n", config.name.empty() ? "" : config.name + ": ", arch.name());
+  fmt::print("cache   {}\n", options.cache_dir.string());
+  for (const std::filesystem::path& tier : options.cache_path)
+    fmt::print("tier    {} (read-only)\n", tier.string());
+  fmt::print("\n{:<18} {:<12} {:<8} {}\n", "kernel", "key", "cache", "why");
+  int misses = 0;
+  for (const PlannedKey& planned : keys) {
+    const std::string prefix = fmt::format("{:<18} {:<12} ", planned.name, planned.key.substr(0, 12));
+    if (std::optional<std::filesystem::path> root = runtime.cache().locate(planned.key)) {
+      const bool prebuilt =
+          std::find(options.cache_path.begin(), options.cache_path.end(), *root) != options.cache_path.end();
+      fmt::print("{}{:<8} in {}\n", prefix, prebuilt ? "prebuilt" : "hit", root->string());
+      continue;
+    }
+    ++misses;
+    const std::optional<Nearest> nearest = nearest_entry(entries, planned);
+    if (!nearest) {
+      fmt::print("{}{:<8} no entry of this kernel in the cache\n", prefix, "miss");
+    } else if (nearest->differences.empty()) {
+      // Same inputs, so the same key: the entry is there but failed its checks.
+      fmt::print("{}{:<8} entry {} in {} is bad (see 'attnplan cache verify')\n", prefix, "miss",
+                 nearest->entry->key.substr(0, 12), nearest->entry->root.string());
+    } else {
+      fmt::print("{}{:<8} nearest entry {} in {} differs in {}:\n", prefix, "miss",
+                 nearest->entry->key.substr(0, 12), nearest->entry->root.string(),
+                 nearest->differences.size() == 1 ? "one input"
+                                                  : fmt::format("{} inputs", nearest->differences.size()));
+      for (const std::string& difference : nearest->differences) fmt::print("{:<41}  {}\n", "", difference);
+    }
+  }
+  fmt::print("\n{} kernels: {} would be found, {} would be compiled\n", keys.size(), keys.size() - misses,
+             misses);
+  return kExitOk;
+}
+
 std::uint64_t parse_bytes(const std::string& text) {
   std::size_t used = 0;
   unsigned long long value = 0;
@@ -187,7 +268,9 @@ std::uint64_t parse_bytes(const std::string& text) {
 Command cache_command() {
   Command command;
   command.name = "cache";
-  command.synopsis = "cache path|list|show KEY [--ptx|--sass|--manifest]|verify|prune [--max-bytes N]|clear";
+  command.synopsis =
+      "cache path|list|show KEY [--ptx|--sass|--manifest]|verify|prune [--max-bytes N]|clear|explain CONFIG "
+      "[--arch A]";
   command.description =
       "Inspects and maintains the cubin cache.\n"
       "  path     print the cache directory\n"
@@ -195,19 +278,23 @@ Command cache_command() {
       "  show     one entry (KEY may be a unique prefix): summary, or its manifest, PTX or SASS\n"
       "  verify   check every entry's hash and manifest; exit 1 if any is bad\n"
       "  prune    remove least-recently-used entries until the cache fits --max-bytes\n"
-      "  clear    remove every entry";
+      "  clear    remove every entry\n"
+      "  explain  for each kernel of CONFIG's plan: would it hit (in which tier), and if not, which key\n"
+      "           input differs from the nearest entry of the same kernel";
   command.options = {
       kCacheDirOption,
       {"--ptx", "", "show: the PTX (stored when compiled with --keep-ptx)"},
       {"--sass", "", "show: the SASS, through cuobjdump or nvdisasm"},
       {"--manifest", "", "show: the manifest JSON"},
-      {"--max-bytes", "N", "prune: the size to fit (default $ATTNPLAN_CACHE_MAX_BYTES or 2 GiB)"}};
+      {"--max-bytes", "N", "prune: the size to fit (default $ATTNPLAN_CACHE_MAX_BYTES or 2 GiB)"},
+      {"--arch", "A", "explain: the arch to plan for (default: the config's target.arch, else auto)"},
+      kCachePathOption};
   command.run = [](const Arguments& args) {
     if (args.positional().empty())
-      throw UsageError{"missing action (path, list, show, verify, prune, clear)"};
+      throw UsageError{"missing action (path, list, show, verify, prune, clear, explain)"};
     const std::string& action = args.positional().front();
     const RuntimeOptions options = runtime_options(args);
-    if (action != "show" && args.positional().size() > 1) {
+    if (action != "show" && action != "explain" && args.positional().size() > 1) {
       throw UsageError{fmt::format("cache {} takes no further arguments", action)};
     }
     if (action == "path") {
@@ -215,6 +302,7 @@ Command cache_command() {
       return kExitOk;
     }
     if (action == "list") return list(options);
+    if (action == "explain") return explain(args, options);
     if (action == "show") return show(args, options);
     if (action == "verify") return verify(options);
     if (action == "prune") {
@@ -229,7 +317,8 @@ Command cache_command() {
       fmt::print("cleared {}\n", options.cache_dir.string());
       return kExitOk;
     }
-    throw UsageError{fmt::format("unknown action '{}' (path, list, show, verify, prune, clear)", action)};
+    throw UsageError{
+        fmt::format("unknown action '{}' (path, list, show, verify, prune, clear, explain)", action)};
   };
   return command;
 }

@@ -73,7 +73,9 @@ Command run_command() {
                      {"--output", "OUT", "safetensors file to write"},
                      {"--dump-stages", "", "also write normed, qkv_projection, qkv_postprocessed, attention"},
                      {"--arch", "A", "compile for A instead of the device's arch"},
-                     kCacheDirOption};
+                     kCacheDirOption,
+                     kCachePathOption,
+                     kJitOption};
   command.run = [](const Arguments& args) {
     const config::AttentionConfig config = config::load_file(args.only_positional("CONFIG"));
     auto required = [&](const char* name) {

@@ -48,6 +48,8 @@ Command verify_command() {
                      {"--tolerance", "T", "relative L2 bound per stage (default 1e-2)"},
                      {"--arch", "A", "compile for A instead of the device's arch"},
                      kCacheDirOption,
+                     kCachePathOption,
+                     kJitOption,
                      {"--json", "", "print the report as JSON"}};
   command.run = [](const Arguments& args) {
     const config::AttentionConfig config = config::load_file(args.only_positional("CONFIG"));

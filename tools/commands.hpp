@@ -10,5 +10,7 @@ Command validate_command();
 Command cache_command();
 Command verify_command();
 Command run_command();
+Command import_hf_command();
+Command doctor_command();
 
 }  // namespace attnplan::cli

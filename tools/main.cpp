@@ -32,8 +32,15 @@ void print_error(const attnplan::Error& error) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const std::vector<Command> commands = {compile_command(), validate_command(), cache_command(),
-                                         run_command(), verify_command()};
+  const std::vector<Command> commands = {
+      compile_command(),
+      validate_command(),
+      cache_command(),
+      run_command(),
+      verify_command(),
+      import_hf_command(),
+      doctor_command(),
+  };
   if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h" ||
       std::string(argv[1]) == "help") {
     print_overview(commands);

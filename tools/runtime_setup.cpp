@@ -6,16 +6,32 @@
 
 namespace attnplan::cli {
 
-RuntimeOptions runtime_options(const Arguments& args) {
+std::optional<config::Arch> parse_arch_option(const std::string& text) {
+  if (text == "auto") return std::nullopt;
+  std::optional<config::Arch> arch = config::parse_arch(text);
+  if (!arch) {
+    throw Error(Stage::input,
+                fmt::format("--arch {}: expected auto or a real arch such as sm_80, sm_89, sm_90a", text));
+  }
+  return arch;
+}
+
+RuntimeOptions runtime_options_except_arch(const Arguments& args) {
   RuntimeOptions options = RuntimeOptions::from_environment();
   if (auto dir = args.value("--cache-dir")) options.cache_dir = *dir;
-  if (auto arch = args.value("--arch"); arch && *arch != "auto") {
-    options.arch = config::parse_arch(*arch);
-    if (!options.arch) {
-      throw Error(Stage::input,
-                  fmt::format("--arch {}: expected auto or a real arch such as sm_80, sm_89, sm_90a", *arch));
-    }
+  if (auto path = args.value("--cache-path")) options.cache_path = parse_cache_path(*path);
+  if (auto jit = args.value("--jit")) {
+    const std::optional<JitPolicy> policy = parse_jit_policy(*jit);
+    if (!policy)
+      throw Error(Stage::input, fmt::format("--jit {}: expected on, off, read-only or rebuild", *jit));
+    options.jit = *policy;
   }
+  return options;
+}
+
+RuntimeOptions runtime_options(const Arguments& args) {
+  RuntimeOptions options = runtime_options_except_arch(args);
+  if (auto arch = args.value("--arch")) options.arch = parse_arch_option(*arch);
   return options;
 }
 

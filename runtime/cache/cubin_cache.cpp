@@ -109,6 +109,11 @@ CubinCache::CubinCache(CacheOptions options, WarningSink warn)
         "memory only");
     return;
   }
+  if (options_.never_write) {
+    // Asked for (ATTNPLAN_JIT=read-only), so not worth a warning; the probe itself would write.
+    writable_ = false;
+    return;
+  }
   const std::string reason = unwritable_reason(entries_directory());
   if (!reason.empty()) {
     writable_ = false;
@@ -168,8 +173,12 @@ void CubinCache::remember(const std::shared_ptr<const Entry>& entry) {
 // `bad`, including ones a concurrent publish, prune or quarantine can cause for an instant; callers
 // settle those by reading again under the key's lock.
 CubinCache::DiskRead CubinCache::read_entry(const std::string& key) const {
-  const std::filesystem::path manifest_file = manifest_path(key);
-  const std::filesystem::path cubin_file = cubin_path(key);
+  return read_entry_in(entries_directory(), key);
+}
+
+CubinCache::DiskRead CubinCache::read_entry_in(const std::filesystem::path& entries, const std::string& key) {
+  const std::filesystem::path manifest_file = entry_file(entries, key, kManifestExtension);
+  const std::filesystem::path cubin_file = entry_file(entries, key, kCubinExtension);
   const bool has_manifest = exists_quietly(manifest_file);
   const bool has_cubin = exists_quietly(cubin_file);
   if (!has_manifest && !has_cubin) return {};
@@ -198,6 +207,36 @@ CubinCache::DiskRead CubinCache::read_entry(const std::string& key) const {
   entry->cubin = std::move(cubin);
   entry->manifest = std::move(manifest.json);
   return {DiskRead::State::found, std::move(entry), {}};
+}
+
+std::optional<Fetched> CubinCache::read_tiers(const std::string& key) {
+  for (const std::filesystem::path& tier : options_.read_only_tiers) {
+    const std::filesystem::path entries = tier / fmt::format("v{}", kFormatVersion);
+    DiskRead read = read_entry_in(entries, key);
+    if (read.state == DiskRead::State::found) return Fetched{read.entry, Lookup::prebuilt, tier};
+    if (read.state != DiskRead::State::bad) continue;
+    // A pack is someone else's (an image, a shared mount): it is never repaired from here, so one
+    // warning per entry is all the user can act on; the next tier or the writable directory serves it.
+    const std::filesystem::path manifest = entry_file(entries, key, kManifestExtension);
+    std::lock_guard lock(warn_mutex_);
+    if (reported_tier_entries_.insert(manifest).second && warn_) {
+      warn_(fmt::format("read-only cache entry {} in {} is bad ({}); skipping it", key, tier.string(),
+                        read.problem));
+    }
+  }
+  return std::nullopt;
+}
+
+std::optional<std::filesystem::path> CubinCache::locate(const std::string& key) const {
+  require_valid_key(key);
+  for (const std::filesystem::path& tier : options_.read_only_tiers) {
+    if (read_entry_in(tier / fmt::format("v{}", kFormatVersion), key).state == DiskRead::State::found) {
+      return tier;
+    }
+  }
+  if (!options_.directory.empty() && read_entry(key).state == DiskRead::State::found)
+    return options_.directory;
+  return std::nullopt;
 }
 
 std::optional<core::FileLock> CubinCache::lock_key(const std::string& key) {
@@ -318,6 +357,13 @@ Fetched CubinCache::get_or_build(const std::string& key, const std::function<Bui
   }
   BuildingGuard building(mutex_, building_, building_done_, key);
 
+  if (!options_.rebuild) {
+    if (std::optional<Fetched> prebuilt = read_tiers(key)) {
+      remember(prebuilt->entry);
+      return *prebuilt;
+    }
+  }
+
   if (options_.directory.empty()) {
     std::string ptx;
     auto entry = make_entry(key, build, ptx);
@@ -325,19 +371,20 @@ Fetched CubinCache::get_or_build(const std::string& key, const std::function<Bui
     return {entry, Lookup::miss};
   }
 
-  DiskRead read = read_entry(key);
+  DiskRead read;  // stays absent when rebuilding: whatever is on disk is to be replaced
+  if (!options_.rebuild) read = read_entry(key);
   if (read.state == DiskRead::State::found) {
-    mark_used(manifest_path(key));
+    if (writable_) mark_used(manifest_path(key));
     remember(read.entry);
-    return {read.entry, Lookup::hit};
+    return {read.entry, Lookup::hit, options_.directory};
   }
 
   if (!writable_) {
     if (read.state == DiskRead::State::bad) {
       warn(
-          fmt::format("cache entry {} is bad ({}); the cache directory is not writable, so it stays and the "
-                      "kernel is compiled in memory",
-                      key, read.problem));
+          fmt::format("cache entry {} is bad ({}); the cache directory is {}, so it stays and the kernel is "
+                      "compiled in memory",
+                      key, read.problem, options_.never_write ? "used read-only" : "not writable"));
     }
     std::string ptx;
     auto entry = make_entry(key, build, ptx);
@@ -361,10 +408,12 @@ Fetched CubinCache::get_or_build(const std::string& key, const std::function<Bui
 
   // Re-check under the lock: another process may have published this key (or repaired it) while we
   // waited, and a bad entry is quarantined only while no writer can be halfway through it.
-  if (auto entry = settle_locked(key)) {
-    mark_used(manifest_path(key));
-    remember(entry);
-    return {entry, Lookup::hit};
+  if (!options_.rebuild) {
+    if (auto entry = settle_locked(key)) {
+      mark_used(manifest_path(key));
+      remember(entry);
+      return {entry, Lookup::hit, options_.directory};
+    }
   }
   std::string ptx;
   auto entry = make_entry(key, build, ptx);
@@ -381,8 +430,8 @@ std::shared_ptr<const Entry> CubinCache::find(const std::string& key) {
   DiskRead read = read_entry(key);
   if (read.state != DiskRead::State::bad) return read.entry;
   if (!writable_) {
-    warn(fmt::format("cache entry {} is bad ({}); the cache directory is not writable, so it stays", key,
-                     read.problem));
+    warn(fmt::format("cache entry {} is bad ({}); the cache directory is {}, so it stays", key, read.problem,
+                     options_.never_write ? "used read-only" : "not writable"));
     return nullptr;
   }
   std::optional<core::FileLock> file_lock = lock_key(key);
@@ -393,10 +442,22 @@ std::shared_ptr<const Entry> CubinCache::find(const std::string& key) {
 std::vector<EntryInfo> CubinCache::list() const {
   std::vector<EntryInfo> infos;
   if (options_.directory.empty()) return infos;
-  for (const StoredEntry& stored : scan_store(entries_directory()).entries) {
+  list_root(options_.directory, infos);
+  return infos;
+}
+
+std::vector<EntryInfo> CubinCache::list_tiers() const {
+  std::vector<EntryInfo> infos;
+  for (const std::filesystem::path& tier : options_.read_only_tiers) list_root(tier, infos);
+  return infos;
+}
+
+void CubinCache::list_root(const std::filesystem::path& root, std::vector<EntryInfo>& infos) {
+  for (const StoredEntry& stored : scan_store(root / fmt::format("v{}", kFormatVersion)).entries) {
     if (!stored.has_data()) continue;
     EntryInfo info;
     info.key = stored.key;
+    info.root = root;
     info.bytes = stored.bytes();
     info.last_used = stored.last_used();
     if (stored.manifest) {
@@ -409,7 +470,6 @@ std::vector<EntryInfo> CubinCache::list() const {
     }
     infos.push_back(std::move(info));
   }
-  return infos;
 }
 
 VerifyReport CubinCache::verify() const {

@@ -5,6 +5,7 @@
 // readers take no lock; writers of one key serialize on a per-key flock with a timeout and re-check
 // after taking it; a cubin whose SHA-256 differs from its manifest is moved to quarantine/, reported
 // and rebuilt; an unwritable directory degrades to in-memory compilation with one warning.
+// Read-only tiers (prebuilt packs) are consulted before the writable directory and never modified.
 //
 // Thread safety: every member function may be called from several threads at once. Threads of one
 // process asking for the same key wait for the first one, so a key is built once per process; across
@@ -42,6 +43,15 @@ struct CacheOptions {
   std::filesystem::path directory;
   std::uint64_t max_bytes = 2ull << 30;  // size cap; LRU pruning after each publish beyond it (0: no cap)
   std::chrono::milliseconds lock_timeout{60000};
+  // Roots laid out like `directory` (entries under <tier>/v<kFormatVersion>/), searched in order before
+  // it. They are only read: no mtime refresh, no lock, no quarantine; a bad entry there is skipped with
+  // one warning. A tier that does not exist is simply empty.
+  std::vector<std::filesystem::path> read_only_tiers;
+  // Never write to `directory`: no probe, no publish, no lock, no LRU refresh; misses stay in memory.
+  bool never_write = false;
+  // Ignore every entry on disk (tiers included) and build each key once in this process, then publish it
+  // over whatever was there. Hits from this process's memory still count.
+  bool rebuild = false;
 };
 
 // The default root: $ATTNPLAN_CACHE_DIR, else $XDG_CACHE_HOME/attnplan, else $HOME/.cache/attnplan.
@@ -62,11 +72,13 @@ struct Entry {
   nlohmann::json manifest;  // see docs/cache.md for the fields
 };
 
-enum class Lookup { hit, miss, memory };  // memory: served from this process's map, no disk access
+// hit: the writable directory; prebuilt: a read-only tier; miss: built now; memory: this process's map.
+enum class Lookup { hit, miss, memory, prebuilt };
 
 struct Fetched {
   std::shared_ptr<const Entry> entry;
   Lookup lookup;
+  std::filesystem::path tier;  // the root that served a hit or prebuilt entry; empty otherwise
 };
 
 // Called for each problem worth telling a user about (bad entry quarantined, directory unwritable...).
@@ -78,6 +90,7 @@ struct EntryInfo {
   std::uint64_t bytes = 0;                    // cubin + manifest (+ ptx)
   nlohmann::json manifest;                    // null when the manifest is missing or unreadable
   std::filesystem::file_time_type last_used;  // the manifest's mtime (the cubin's if there is no manifest)
+  std::filesystem::path root;                 // the cache root it lives under (a tier or the directory)
 };
 
 struct VerifyReport {
@@ -110,7 +123,11 @@ class CubinCache {
   // Neither reads nor fills the in-memory map, and does not count as a use for LRU.
   std::shared_ptr<const Entry> find(const std::string& key);
 
-  std::vector<EntryInfo> list() const;           // every key with a file on disk, sorted by key
+  std::vector<EntryInfo> list() const;        // every key with a file on disk, sorted by key
+  std::vector<EntryInfo> list_tiers() const;  // the same for each read-only tier, in tier order
+  // The root (a read-only tier, else the directory) whose entry for `key` get_or_build would use, if
+  // any; checks hashes like a lookup but changes nothing and warns about nothing.
+  std::optional<std::filesystem::path> locate(const std::string& key) const;
   VerifyReport verify() const;                   // checks every entry's hash and manifest; changes nothing
   std::uint64_t prune(std::uint64_t max_bytes);  // LRU; returns bytes removed
   void clear();                                  // every entry, lock, temp file and quarantine; the map too
@@ -118,6 +135,7 @@ class CubinCache {
   std::optional<std::string> ptx(const std::string& key) const;
 
   const std::filesystem::path& directory() const { return options_.directory; }
+  const std::vector<std::filesystem::path>& read_only_tiers() const { return options_.read_only_tiers; }
   std::filesystem::path entries_directory() const;     // <root>/v1
   std::filesystem::path quarantine_directory() const;  // <root>/v1/quarantine
   // Where `key`'s files live (whether or not they exist). Throw Error(cache) for an invalid key.
@@ -129,7 +147,11 @@ class CubinCache {
 
  private:
   struct DiskRead;
-  DiskRead read_entry(const std::string& key) const;
+  DiskRead read_entry(const std::string& key) const;  // from the writable directory
+  static DiskRead read_entry_in(const std::filesystem::path& entries, const std::string& key);
+  // The first good entry for `key` in the read-only tiers; warns once per bad tier entry.
+  std::optional<Fetched> read_tiers(const std::string& key);
+  static void list_root(const std::filesystem::path& root, std::vector<EntryInfo>& infos);
   // Creates the key's shard directory and waits up to lock_timeout for its lock; nullopt on timeout.
   std::optional<core::FileLock> lock_key(const std::string& key);
   Error lock_timeout_error(const std::string& key) const;
@@ -155,6 +177,7 @@ class CubinCache {
   std::condition_variable building_done_;
 
   std::mutex warn_mutex_;
+  std::set<std::filesystem::path> reported_tier_entries_;  // bad tier entries warned about; under warn_mutex_
 };
 
 }  // namespace attnplan::cache

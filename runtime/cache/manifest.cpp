@@ -76,6 +76,12 @@ ParsedManifest parse_manifest(const std::string& text, std::string_view key) {
     parsed.json = nullptr;
     parsed.problem = fmt::format("manifest is not valid JSON (syntax error at byte {})", error.byte);
     return parsed;
+  } catch (const nlohmann::json::out_of_range&) {
+    // A number literal beyond double's range ("1e400") is out_of_range, not parse_error; uncaught it
+    // escaped find()/verify() instead of getting the entry quarantined.
+    parsed.json = nullptr;
+    parsed.problem = "manifest is not valid JSON (a number is out of range)";
+    return parsed;
   }
   const nlohmann::json& json = parsed.json;
   if (!json.is_object()) {

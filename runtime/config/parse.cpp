@@ -528,6 +528,11 @@ AttentionConfig parse_text(std::string_view json_text, std::string_view source_n
                            });
   } catch (const json::parse_error& error) {
     throw syntax_error(json_text, source_name, error);
+  } catch (const json::out_of_range& error) {
+    // nlohmann reports a number literal beyond double's range ("1e400") as out_of_range, not as a
+    // parse_error, and without a position: still bad input, so still Error(config).
+    throw Error(Stage::config, fmt::format("invalid JSON in {}: a number is out of range", source_name), {},
+                {error.what()});
   }
   Report report;
   for (const std::string& path : finder.duplicates()) {

@@ -2,6 +2,7 @@
 // no GPU involved. PrefillPlan loads it onto a device.
 #pragma once
 
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -17,10 +18,11 @@ struct PlanKernel {
   StageKind stage;
   std::string name;
   compiler::KernelSource source;
-  std::string key;           // cache key, 64 hex digits
-  cache::Lookup lookup;      // hit (disk), miss (compiled now) or memory (this process)
-  double compile_ms = 0;     // NVRTC time spent by this build; 0 on a hit
-  std::string lowered_name;  // the kernel symbol inside the cubin
+  std::string key;             // cache key, 64 hex digits
+  cache::Lookup lookup;        // hit (cache dir), prebuilt (read-only tier), miss (compiled now), memory
+  std::filesystem::path tier;  // the cache root that served a hit or prebuilt entry; empty otherwise
+  double compile_ms = 0;       // NVRTC time spent by this build; 0 on a hit
+  std::string lowered_name;    // the kernel symbol inside the cubin
   compiler::ResourceUsage resources;
   std::shared_ptr<const cache::Entry> entry;  // the cubin and its manifest
 };

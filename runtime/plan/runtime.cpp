@@ -1,6 +1,7 @@
 #include "plan/runtime.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <chrono>
 #include <cstdio>
@@ -46,12 +47,22 @@ nlohmann::json resources_to_json(const compiler::ResourceUsage& usage) {
           {"barriers", usage.barriers}};
 }
 
+cache::CacheOptions cache_options(const RuntimeOptions& options) {
+  cache::CacheOptions cache;
+  cache.directory = options.cache_dir;
+  cache.max_bytes = options.cache_max_bytes;
+  cache.read_only_tiers = options.cache_path;
+  cache.never_write = options.jit == JitPolicy::read_only;
+  cache.rebuild = options.jit == JitPolicy::rebuild;
+  return cache;
+}
+
 }  // namespace
 
 Runtime::Runtime(RuntimeOptions options, cache::WarningSink warn)
     : options_(std::move(options)),
       warn_(warn ? std::move(warn) : stderr_sink()),
-      cache_(cache::CacheOptions{options_.cache_dir, options_.cache_max_bytes}, warn_) {}
+      cache_(cache_options(options_), warn_) {}
 
 Runtime::~Runtime() = default;
 
@@ -86,6 +97,46 @@ config::Arch Runtime::resolve_arch(const config::AttentionConfig& config) const 
   return config::kDefaultArch;
 }
 
+std::vector<PlannedKey> Runtime::plan_keys(const config::AttentionConfig& config) {
+  const config::Arch arch = resolve_arch(config);
+  return plan_keys(plan::plan_kernels(config, arch), arch);
+}
+
+std::vector<PlannedKey> Runtime::plan_keys(const plan::KernelPlan& kernels, const config::Arch& arch) {
+  const compiler::Compiler& nvrtc = compiler();
+  const compiler::CompileOptions options = compile_options(arch);
+  std::vector<PlannedKey> keys;
+  keys.reserve(kernels.kernels.size());
+  for (const plan::PlannedKernel& planned : kernels.kernels) {
+    PlannedKey& planned_key = keys.emplace_back();
+    planned_key.stage = planned.stage;
+    planned_key.name = planned.name;
+    planned_key.family = planned.source.family;
+    planned_key.inputs = compiler::key_inputs(planned.source, options, nvrtc.toolkit(), nvrtc.templates(),
+                                              cache::kFormatVersion);
+    planned_key.key = compiler::cache_key(planned_key.inputs);
+  }
+  return keys;
+}
+
+Error Runtime::not_prebuilt_error(const PlannedKey& kernel) const {
+  std::vector<std::string> searched;
+  for (const std::filesystem::path& tier : options_.cache_path)
+    searched.push_back(tier.string() + " (read-only)");
+  if (!options_.cache_dir.empty()) searched.push_back(options_.cache_dir.string());
+  return Error(
+      Stage::compile,
+      fmt::format("kernel {} (key {}) is not prebuilt or cached, and the JIT policy is off "
+                  "(ATTNPLAN_JIT / --jit), so it is not compiled",
+                  kernel.name, kernel.key),
+      {},
+      {searched.empty() ? std::string("searched: no cache directory")
+                        : fmt::format("searched: {}", fmt::join(searched, ", ")),
+       fmt::format("prebuild it with 'attnplan compile CONFIG --arch {} --cache-dir DIR' and add DIR "
+                   "to ATTNPLAN_CACHE_PATH",
+                   kernel.inputs.arch)});
+}
+
 plan::CompiledPlan Runtime::compile(const config::AttentionConfig& config, const ProgressCallback& progress) {
   const auto start = std::chrono::steady_clock::now();
   plan::CompiledPlan compiled;
@@ -93,6 +144,9 @@ plan::CompiledPlan Runtime::compile(const config::AttentionConfig& config, const
   compiled.arch = resolve_arch(config);
   compiled.kernels_planned = plan::plan_kernels(config, compiled.arch);
 
+  // Keys first, all of them: cheap next to a compile, and JitPolicy::off then fails on the first
+  // missing kernel in launch order however the workers are scheduled.
+  const std::vector<PlannedKey> keys = plan_keys(compiled.kernels_planned, compiled.arch);
   const compiler::Compiler& nvrtc = compiler();
   const compiler::CompileOptions options = compile_options(compiled.arch);
 
@@ -109,6 +163,16 @@ plan::CompiledPlan Runtime::compile(const config::AttentionConfig& config, const
 
   const unsigned workers = options_.compile_workers != 0 ? options_.compile_workers
                                                          : std::max(1u, std::thread::hardware_concurrency());
+  // JitPolicy::off looks every kernel up before anything else, in launch order, so that the error names
+  // the first missing kernel however the workers would have been scheduled; the loop uses what it found.
+  std::vector<std::optional<cache::Fetched>> prefetched(total);
+  if (options_.jit == JitPolicy::off) {
+    for (std::size_t index = 0; index < total; ++index) {
+      prefetched[index] = cache_.get_or_build(
+          keys[index].key, [&]() -> cache::CubinCache::Built { throw not_prebuilt_error(keys[index]); });
+    }
+  }
+
   compiler::for_each_parallel(total, workers, [&](std::size_t index) {
     const plan::PlannedKernel& planned = compiled.kernels_planned.kernels[index];
     plan::PlanKernel& kernel = compiled.kernels[index];
@@ -116,12 +180,11 @@ plan::CompiledPlan Runtime::compile(const config::AttentionConfig& config, const
     kernel.name = planned.name;
     kernel.source = planned.source;
 
-    const compiler::KeyInputs inputs = compiler::key_inputs(planned.source, options, nvrtc.toolkit(),
-                                                            nvrtc.templates(), cache::kFormatVersion);
-    kernel.key = compiler::cache_key(inputs);
+    const compiler::KeyInputs& inputs = keys[index].inputs;
+    kernel.key = keys[index].key;
 
     double compile_ms = 0;
-    cache::Fetched fetched = cache_.get_or_build(kernel.key, [&]() {
+    cache::Fetched fetched = prefetched[index] ? *prefetched[index] : cache_.get_or_build(kernel.key, [&]() {
       report(planned.name, /*started=*/true);
       compiler::CompiledKernel built = nvrtc.compile(planned.source, options);
       compile_ms = built.compile_ms;
@@ -143,6 +206,7 @@ plan::CompiledPlan Runtime::compile(const config::AttentionConfig& config, const
       return entry;
     });
     kernel.lookup = fetched.lookup;
+    kernel.tier = fetched.tier;
     kernel.entry = fetched.entry;
     kernel.compile_ms = compile_ms;
     kernel.lowered_name = fetched.entry->manifest.value("lowered_name", "");

@@ -15,8 +15,10 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "cache/cubin_cache.hpp"
+#include "compiler/cache_key.hpp"
 #include "compiler/compiler.hpp"
 #include "config/attention_config.hpp"
 #include "plan/compiled_plan.hpp"
@@ -35,6 +37,16 @@ struct CompileProgress {
 };
 using ProgressCallback = std::function<void(const CompileProgress&)>;
 
+// One kernel of a plan with its cache key, computed without compiling (what compile() looks up, and
+// what `attnplan cache explain` compares with the cache's manifests).
+struct PlannedKey {
+  plan::StageKind stage;
+  std::string name;  // the plan's kernel name ("input_rmsnorm")
+  std::string family;
+  compiler::KeyInputs inputs;
+  std::string key;  // compiler::cache_key(inputs)
+};
+
 class Runtime {
  public:
   // `warn` receives the warnings worth a user's attention (cache degraded, bad entry quarantined...).
@@ -47,7 +59,14 @@ class Runtime {
   config::Arch resolve_arch(const config::AttentionConfig& config) const;
 
   // Compiles (or finds in the cache) every kernel of the config's plan. Needs no GPU and no driver.
+  // RuntimeOptions::jit decides whether a kernel found nowhere may be compiled (off: Error(compile)) and
+  // whether the cache directory is written (read_only) or its entries ignored (rebuild).
   plan::CompiledPlan compile(const config::AttentionConfig& config, const ProgressCallback& progress = {});
+
+  // The keys of the config's plan for resolve_arch(config), in launch order. Needs the toolkit headers
+  // (for the key), but no NVRTC run, no GPU and no cache access.
+  std::vector<PlannedKey> plan_keys(const config::AttentionConfig& config);
+  std::vector<PlannedKey> plan_keys(const plan::KernelPlan& kernels, const config::Arch& arch);
 
   // Loads a compiled plan on the device of RuntimeOptions::device. Needs a driver and a device whose
   // arch matches the plan's.
@@ -60,6 +79,9 @@ class Runtime {
   const RuntimeOptions& options() const { return options_; }
 
  private:
+  // Error(compile) for JitPolicy::off: `kernel` is in no tier and may not be compiled.
+  Error not_prebuilt_error(const PlannedKey& kernel) const;
+
   RuntimeOptions options_;
   cache::WarningSink warn_;
   cache::CubinCache cache_;

@@ -10,55 +10,24 @@
 #include <string>
 #include <vector>
 
+#include "cli_testing.hpp"
 #include "support/catch.hpp"
 #include "support/temp_dir.hpp"
 
 namespace {
 
 namespace fs = std::filesystem;
-
-struct Result {
-  int exit_code = -1;
-  std::string out;
-  std::string err;
-};
-
-std::string slurp(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return buffer.str();
-}
-
-std::string quote(const std::string& text) {
-  std::string quoted = "'";
-  for (char c : text) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return quoted + "'";
-}
+using namespace attnplan::cli_testing;
 
 // Runs `attnplan ARGS` with ATTNPLAN_CACHE_DIR=cache (unless empty), capturing stdout and stderr.
 Result run(const fs::path& scratch, const std::string& cache, const std::vector<std::string>& args) {
-  static int counter = 0;
-  const fs::path out = scratch / ("out" + std::to_string(counter));
-  const fs::path err = scratch / ("err" + std::to_string(counter++));
-  std::string command = cache.empty() ? "" : "ATTNPLAN_CACHE_DIR=" + quote(cache) + " ";
-  command += quote(ATTNPLAN_CLI_PATH);
-  for (const std::string& arg : args) command += " " + quote(arg);
-  command += " >" + quote(out.string()) + " 2>" + quote(err.string());
-  const int status = std::system(command.c_str());
-  Result result;
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  result.out = slurp(out);
-  result.err = slurp(err);
-  return result;
+  return run_cli(
+      scratch, args,
+      cache.empty() ? std::vector<std::string>{} : std::vector<std::string>{"ATTNPLAN_CACHE_DIR=" + cache});
 }
 
 std::string plan(const std::string& name) {
-  return std::string(ATTNPLAN_SOURCE_DIR) + "/plans/" + name;
-}
-
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
+  return plan_path(name);
 }
 
 }  // namespace
