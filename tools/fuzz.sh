@@ -5,7 +5,9 @@
 # Reproducers land in tests/fuzz/crashes/ (gitignored); new interesting inputs in build-fuzz/corpus/.
 # Replay one: build-fuzz/tests/fuzz/<name>_fuzz tests/fuzz/crashes/<file>
 #
-#   tools/fuzz.sh [SECONDS]     env: ATTNPLAN_FUZZ_BUILD_DIR (default build-fuzz/)
+#   tools/fuzz.sh [SECONDS]     env: ATTNPLAN_FUZZ_BUILD_DIR (default build-fuzz/),
+#                               ATTNPLAN_FUZZ_RUNS=N: N inputs per harness from a fixed seed instead of
+#                               SECONDS of random search, so that a run (CI's) is reproducible
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -99,8 +101,14 @@ for harness in "${HARNESSES[@]}"; do
     failed+=("$name (seed replay)")
     continue
   fi
-  echo "== $name: fuzzing for ${SECONDS_EACH}s"
-  if ! "$binary" "${options[@]}" -max_total_time="$SECONDS_EACH" "$work" "$seeds" >>"$log" 2>&1; then
+  if [[ -n "${ATTNPLAN_FUZZ_RUNS:-}" ]]; then
+    budget=(-runs="$ATTNPLAN_FUZZ_RUNS" -seed=1)
+    echo "== $name: fuzzing $ATTNPLAN_FUZZ_RUNS inputs from seed 1"
+  else
+    budget=(-max_total_time="$SECONDS_EACH")
+    echo "== $name: fuzzing for ${SECONDS_EACH}s"
+  fi
+  if ! "$binary" "${options[@]}" "${budget[@]}" "$work" "$seeds" >>"$log" 2>&1; then
     tail -n 60 "$log"
     failed+=("$name")
   fi
