@@ -11,6 +11,7 @@
 #include "compiler/parallel.hpp"
 #include "core/error.hpp"
 #include "driver/device.hpp"
+#include "plan/arch_memo.hpp"
 
 namespace attnplan {
 
@@ -89,10 +90,21 @@ compiler::CompileOptions Runtime::compile_options(const config::Arch& arch) cons
 config::Arch Runtime::resolve_arch(const config::AttentionConfig& config) const {
   if (options_.arch) return *options_.arch;
   if (config.target.arch) return *config.target.arch;
+  // "auto": the device's arch, remembered per machine so that a warm compile does not pay cuInit.
+  const std::optional<std::string> identity =
+      plan::device_identity("/proc", options_.device, options_.cuda_visible_devices);
+  if (identity) {
+    if (auto remembered = plan::remembered_arch(options_.cache_dir, *identity)) return *remembered;
+  }
   std::string reason;
   if (driver::device_available(&reason)) {
     const driver::DeviceInfo device = driver::query_device(options_.device);
-    if (auto arch = config::parse_arch(device.arch_name())) return *arch;
+    if (auto arch = config::parse_arch(device.arch_name())) {
+      // read-only writes nothing to the cache directory, the memo included.
+      if (identity && options_.jit != JitPolicy::read_only)
+        plan::remember_arch(options_.cache_dir, *identity, *arch);
+      return *arch;
+    }
   }
   return config::kDefaultArch;
 }

@@ -82,6 +82,7 @@ RuntimeOptions RuntimeOptions::from_environment() {
   if (auto dir = variable("ATTNPLAN_TEMPLATE_DIR")) options.template_dir = std::filesystem::path(*dir);
   options.cuda_home = variable("CUDA_HOME");
   options.cuda_path = variable("CUDA_PATH");
+  options.cuda_visible_devices = variable("CUDA_VISIBLE_DEVICES");
   if (auto device = variable("ATTNPLAN_DEVICE")) {
     options.device = static_cast<int>(parse_integer(*device, "ATTNPLAN_DEVICE"));
   }

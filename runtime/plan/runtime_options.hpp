@@ -41,6 +41,7 @@ struct RuntimeOptions {
   std::optional<std::string> cuda_home;               // CUDA_HOME
   std::optional<std::string> cuda_path;               // CUDA_PATH
   std::optional<config::Arch> arch;                   // overrides the config's target.arch
+  std::optional<std::string> cuda_visible_devices;    // CUDA_VISIBLE_DEVICES: part of the device identity
   int device = 0;                                     // ATTNPLAN_DEVICE: CUDA device ordinal
   unsigned compile_workers = 0;                       // parallel NVRTC compiles; 0 = one per core
   bool keep_ptx = false;                              // store PTX beside each cubin
