@@ -42,12 +42,12 @@ void print_table(const plan::CompiledPlan& compiled, const Runtime& runtime) {
     fmt::print("tier    {} (read-only)\n", tier.string());
   }
   fmt::print("\n");
-  fmt::print("{:<16} {:<12} {:<6} {:>10} {:>9} {:>10} {:>9}\n", "kernel", "key", "cache", "compile ms",
+  fmt::print("{:<17} {:<12} {:<8} {:>10} {:>9} {:>10} {:>9}\n", "kernel", "key", "cache", "compile ms",
              "registers", "shared B", "spills B");
   int hits = 0;
   for (const plan::PlanKernel& kernel : compiled.kernels) {
     if (kernel.lookup != cache::Lookup::miss) ++hits;
-    fmt::print("{:<16} {:<12} {:<6} {:>10.1f} {:>9} {:>10} {:>9}\n", kernel.name, kernel.key.substr(0, 12),
+    fmt::print("{:<17} {:<12} {:<8} {:>10.1f} {:>9} {:>10} {:>9}\n", kernel.name, kernel.key.substr(0, 12),
                lookup_name(kernel.lookup), kernel.compile_ms, kernel.resources.registers,
                kernel.resources.shared_bytes, kernel.resources.spill_bytes());
   }
