@@ -36,20 +36,20 @@ enum class RopeScalingType { none, linear, llama3, yarn };
 
 struct RopeScaling {
   RopeScalingType type = RopeScalingType::none;
-  double factor = 1.0;                      // linear, llama3, yarn
-  double low_freq_factor = 1.0;             // llama3
-  double high_freq_factor = 4.0;            // llama3
-  std::int64_t original_max_position = 0;   // llama3, yarn (required for both)
-  double beta_fast = 32.0;                  // yarn
-  double beta_slow = 1.0;                   // yarn
-  bool truncate = true;                     // yarn
-  std::optional<double> attention_factor;   // yarn; unset: 0.1 ln(factor) + 1 (1 if factor <= 1)
+  double factor = 1.0;                     // linear, llama3, yarn
+  double low_freq_factor = 1.0;            // llama3
+  double high_freq_factor = 4.0;           // llama3
+  std::int64_t original_max_position = 0;  // llama3, yarn (required for both)
+  double beta_fast = 32.0;                 // yarn
+  double beta_slow = 1.0;                  // yarn
+  bool truncate = true;                    // yarn
+  std::optional<double> attention_factor;  // yarn; unset: 0.1 ln(factor) + 1 (1 if factor <= 1)
   friend bool operator==(const RopeScaling&, const RopeScaling&) = default;
 };
 
 struct Rotary {
-  int offset = 0;                // first rotated dimension (DeepSeek MLA-style rope at the end: 128)
-  std::optional<int> dim;        // rotary dim R; unset: head_dim - offset. 0 disables RoPE.
+  int offset = 0;                  // first rotated dimension (DeepSeek MLA-style rope at the end: 128)
+  std::optional<int> dim;          // rotary dim R; unset: head_dim - offset. 0 disables RoPE.
   std::optional<int> pairing_dim;  // P2; unset: R (rotate_half). 2 = interleaved (GPT-J).
   double theta = 10000.0;
   RopeScaling scaling;
@@ -77,8 +77,8 @@ struct WeightEncoding {
 };
 
 struct Projection {
-  WeightEncoding qkv;     // q_proj, k_proj, v_proj (or the fused qkv_proj)
-  WeightEncoding output;  // o_proj; defaults to the qkv encoding
+  WeightEncoding qkv;      // q_proj, k_proj, v_proj (or the fused qkv_proj)
+  WeightEncoding output;   // o_proj; defaults to the qkv encoding
   bool fused_qkv = false;  // one [q; k; v] tensor (Phi-3 `qkv_proj`)
   friend bool operator==(const Projection&, const Projection&) = default;
 };
@@ -92,11 +92,11 @@ struct KvCache {
 };
 
 struct AttentionConfig {
-  std::string name;  // free text, e.g. "Llama-3.1-8B"
-  int hidden_size = 0;  // required
-  int query_heads = 0;  // required
-  int kv_heads = 0;     // unset in JSON: query_heads (MHA)
-  int head_dim = 0;     // unset in JSON: hidden_size / query_heads
+  std::string name;        // free text, e.g. "Llama-3.1-8B"
+  int hidden_size = 0;     // required
+  int query_heads = 0;     // required
+  int kv_heads = 0;        // unset in JSON: query_heads (MHA)
+  int head_dim = 0;        // unset in JSON: hidden_size / query_heads
   int value_head_dim = 0;  // unset in JSON: head_dim
   InputNorm input_norm;
   bool qkv_bias = false;

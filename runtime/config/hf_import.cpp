@@ -18,10 +18,14 @@
 #include <vector>
 
 #include "config/parse.hpp"
+#include "config/problems.hpp"
 #include "core/error.hpp"
 
 namespace attnplan::config {
 namespace {
+
+using detail::describe;
+using detail::pointer_token;
 
 using nlohmann::json;
 
@@ -92,27 +96,6 @@ constexpr std::string_view kGenericIrrelevant[] = {"_name_or_path",
                                                    "use_bfloat16",
                                                    "use_cache",
                                                    "vocab_size"};
-
-std::string pointer_token(std::string_view key) {
-  std::string token;
-  for (const char c : key) {
-    if (c == '~') {
-      token += "~0";
-    } else if (c == '/') {
-      token += "~1";
-    } else {
-      token += c;
-    }
-  }
-  return token;
-}
-
-std::string describe(const json& value) {
-  if (!value.is_primitive() || value.is_null()) return value.type_name();
-  std::string text = value.dump();
-  if (text.size() > 40) text = text.substr(0, 37) + "...";
-  return fmt::format("{} {}", value.type_name(), text);
-}
 
 // One JSON object of the HF config (the top level, text_config, rope_scaling) and the keys read
 // from it so far. Reading a key marks it known; `refuse_unknown` then reports every other key.

@@ -24,6 +24,9 @@
 namespace attnplan::config {
 namespace {
 
+using detail::describe;
+using detail::pointer_token;
+
 using nlohmann::json;
 using Keys = std::span<const std::string_view>;
 
@@ -106,29 +109,6 @@ std::string join(Keys keys) {
     text += key;
   }
   return text;
-}
-
-// RFC 6901: "~" and "/" inside a key are escaped so the path stays unambiguous.
-std::string pointer_token(std::string_view key) {
-  std::string token;
-  for (const char c : key) {
-    if (c == '~') {
-      token += "~0";
-    } else if (c == '/') {
-      token += "~1";
-    } else {
-      token += c;
-    }
-  }
-  return token;
-}
-
-// What a value of the wrong type was: `string "1e-5"`, `number 4096.5`, `object`.
-std::string describe(const json& value) {
-  if (!value.is_primitive() || value.is_null()) return value.type_name();
-  std::string text = value.dump();
-  if (text.size() > 40) text = text.substr(0, 37) + "...";
-  return fmt::format("{} {}", value.type_name(), text);
 }
 
 // A JSON value as T, or nullopt with the reason in `problem`.

@@ -330,6 +330,27 @@ void throw_problems(std::vector<std::string> problems, std::string_view source_n
               std::move(problems));
 }
 
+std::string pointer_token(std::string_view key) {
+  std::string token;
+  for (const char c : key) {
+    if (c == '~') {
+      token += "~0";
+    } else if (c == '/') {
+      token += "~1";
+    } else {
+      token += c;
+    }
+  }
+  return token;
+}
+
+std::string describe(const nlohmann::json& value) {
+  if (!value.is_primitive() || value.is_null()) return value.type_name();
+  std::string text = value.dump();
+  if (text.size() > 40) text = text.substr(0, 37) + "...";
+  return fmt::format("{} {}", value.type_name(), text);
+}
+
 }  // namespace detail
 
 }  // namespace attnplan::config

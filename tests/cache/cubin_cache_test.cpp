@@ -8,6 +8,7 @@
 #include <string>
 
 #include "cache/cubin_cache.hpp"
+#include "cache/manifest.hpp"
 #include "cache_test_support.hpp"
 #include "core/error.hpp"
 #include "core/files.hpp"
@@ -28,15 +29,6 @@ cache::Fetched fetch(CubinCache& cache, const std::string& key, int& builds, std
     ++builds;
     return fake_built(key, size);
   });
-}
-
-std::string iso8601(std::chrono::system_clock::time_point time) {
-  const std::time_t seconds = std::chrono::system_clock::to_time_t(time);
-  std::tm utc{};
-  gmtime_r(&seconds, &utc);
-  char text[32];
-  std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%SZ", &utc);
-  return text;
 }
 
 void set_last_used(const CubinCache& cache, const std::string& key, std::chrono::seconds age) {
@@ -102,8 +94,8 @@ TEST_CASE("the manifest holds the cache's fields and every field the build suppl
   CHECK_FALSE(manifest.contains("ptx_sha256"));
   const std::string created = manifest.at("created");
   CHECK(std::regex_match(created, std::regex(R"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ)")));
-  CHECK(created >= iso8601(before));
-  CHECK(created <= iso8601(std::chrono::system_clock::now()));
+  CHECK(created >= cache::iso8601_utc(before));
+  CHECK(created <= cache::iso8601_utc(std::chrono::system_clock::now()));
   // Opaque to the cache, kept verbatim.
   for (const char* field :
        {"name", "spec", "lowered_name", "options", "arch", "nvrtc_version", "resources", "compile_ms"}) {
