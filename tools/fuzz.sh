@@ -23,24 +23,8 @@ RSS_LIMIT_MB=2048
 TIMEOUT_S=10  # per input; a reader that takes longer on a few KB is hanging
 # clang 14 is what Debian 12 ships, with libFuzzer and the sanitizer runtimes in libclang-rt-14-dev.
 DEBIAN_PACKAGES=(clang-14 libclang-rt-14-dev)
-
-install_clang() {
-  command -v dpkg-query >/dev/null || return 0
-  local missing=()
-  for package in "${DEBIAN_PACKAGES[@]}"; do
-    dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
-  done
-  [[ ${#missing[@]} == 0 ]] && return 0
-  if [[ "$(id -u)" == 0 ]]; then
-    echo "attnplan fuzz: installing ${missing[*]}" >&2
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
-  else
-    echo "attnplan fuzz: missing packages; run:" >&2
-    echo "  sudo apt-get install -y ${missing[*]}" >&2
-    exit 1
-  fi
-}
+# shellcheck source=../scripts/lib.sh
+source "$ROOT/scripts/lib.sh"
 
 find_clang() {
   for candidate in clang++-14 clang++; do
@@ -53,19 +37,7 @@ find_clang() {
   exit 1
 }
 
-find_cuda() {
-  # The project configures only with the CUDA toolkit present (NVRTC), even though no harness uses it.
-  for root in "${CUDA_HOME:-}" "${CUDA_PATH:-}" /usr/local/cuda; do
-    if [[ -n "$root" && -f "$root/include/nvrtc.h" ]]; then
-      CUDA_ROOT="$root"
-      return 0
-    fi
-  done
-  echo "attnplan fuzz: the CUDA toolkit was not found in \$CUDA_HOME, \$CUDA_PATH or /usr/local/cuda" >&2
-  exit 1
-}
-
-install_clang
+ensure_debian_packages "${DEBIAN_PACKAGES[@]}"
 find_clang
 find_cuda
 # CMake drops every -D given along with a changed compiler; start such a tree afresh instead.
