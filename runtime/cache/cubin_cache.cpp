@@ -416,8 +416,19 @@ Fetched CubinCache::get_or_build(const std::string& key, const std::function<Bui
     }
   }
   std::string ptx;
-  auto entry = make_entry(key, build, ptx);
+  std::shared_ptr<const Entry> entry;
+  try {
+    entry = make_entry(key, build, ptx);
+  } catch (...) {
+    // Nothing will be published (a compile error, or JitPolicy::off finding the kernel nowhere), so the
+    // lock file is debris: remove it while still held, as prune does for lock-only keys. A process that
+    // opened it just before locks an orphan inode and may build once more, which rename makes harmless.
+    remove_quietly(lock_path(key));
+    throw;
+  }
   const bool published = publish(*entry, ptx);
+  // A failed publish (a full disk) leaves no entry, so its lock file would be the only debris.
+  if (!published) remove_quietly(lock_path(key));
   file_lock.reset();  // pruning below takes other keys' locks; this one is not needed any more
   remember(entry);
   if (published && options_.max_bytes > 0) prune_except(options_.max_bytes, key);

@@ -79,15 +79,26 @@ inline cache::CacheOptions options_for(const std::filesystem::path& directory, s
   return options;
 }
 
-// Every file under `root` whose name starts with '.' (temp files of publishes); should be none at rest.
-inline std::vector<std::filesystem::path> temp_files_under(const std::filesystem::path& root) {
+// Every entry under `root` for which `keep(directory_entry)` holds; empty when `root` does not exist.
+template <class Keep>
+std::vector<std::filesystem::path> files_under(const std::filesystem::path& root, Keep keep) {
   std::vector<std::filesystem::path> found;
   std::error_code error;
   for (auto it = std::filesystem::recursive_directory_iterator(root, error);
        !error && it != std::filesystem::recursive_directory_iterator(); it.increment(error)) {
-    if (it->path().filename().string().starts_with(".")) found.push_back(it->path());
+    if (keep(*it)) found.push_back(it->path());
   }
   return found;
+}
+
+// Temp files of publishes (names starting with '.'); should be none at rest.
+inline std::vector<std::filesystem::path> temp_files_under(const std::filesystem::path& root) {
+  return files_under(root, [](const auto& item) { return item.path().filename().string().starts_with("."); });
+}
+
+// Every regular file: none should be left by a cache that could not publish.
+inline std::vector<std::filesystem::path> regular_files_under(const std::filesystem::path& root) {
+  return files_under(root, [](const auto& item) { return item.is_regular_file(); });
 }
 
 inline bool contains(const std::string& text, const std::string& part) {

@@ -346,6 +346,7 @@ TEST_CASE("a failing build propagates its exception and leaves nothing behind", 
   }
   CHECK_FALSE(std::filesystem::exists(cache.manifest_path(key)));
   CHECK_FALSE(std::filesystem::exists(cache.cubin_path(key)));
+  CHECK_FALSE(std::filesystem::exists(cache.lock_path(key)));  // no empty .lock for a key never built
   // The lock was released and the key is not stuck: a later build works.
   int builds = 0;
   CHECK(fetch(cache, key, builds).lookup == Lookup::miss);

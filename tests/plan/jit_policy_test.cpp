@@ -86,6 +86,11 @@ TEST_CASE("JIT policies: off, read-only and rebuild", "[plan][jit][nvrtc]") {
     CHECK(contains(details, (dir / "no-pack").string()));
     CHECK(contains(details, (dir / "empty").string()));
     CHECK(runtime.cache().list().empty());
+    // Not even an empty lock file is left for the kernel that was looked up and not found.
+    for (const auto& item : std::filesystem::recursive_directory_iterator(dir / "empty")) {
+      INFO(item.path().string());
+      CHECK_FALSE(item.is_regular_file());
+    }
   }
 
   // A pack built the ordinary way.
