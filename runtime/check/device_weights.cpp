@@ -1,6 +1,12 @@
 #include "check/device_weights.hpp"
 
 #include <cstdint>
+#include <string>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "core/error.hpp"
 
 namespace attnplan::check {
 
@@ -17,9 +23,58 @@ Bits concat(std::initializer_list<const io::HostTensor*> parts) {
   return all;
 }
 
+// What one tensor must be: a projection (bf16 only) or a small vector (bf16, f16 or f32).
+void check_tensor(const std::string& name, const io::HostTensor& tensor, std::vector<std::int64_t> shape,
+                  bool projection) {
+  const bool dtype_ok = tensor.dtype == io::Dtype::bf16 ||
+                        (!projection && (tensor.dtype == io::Dtype::f16 || tensor.dtype == io::Dtype::f32));
+  if (!dtype_ok) {
+    throw Error(Stage::input,
+                fmt::format("weights.{}: dtype {}, expected {}", name, io::to_string(tensor.dtype),
+                            projection ? "BF16 (projection weights)" : "BF16, F16 or F32"));
+  }
+  if (tensor.shape != shape) {
+    throw Error(Stage::input, fmt::format("weights.{}: shape [{}], expected [{}]", name,
+                                          fmt::join(tensor.shape, ", "), fmt::join(shape, ", ")));
+  }
+  if (tensor.bytes.size() != tensor.element_count() * io::element_size(tensor.dtype)) {
+    throw Error(Stage::input,
+                fmt::format("weights.{}: {} bytes, but shape [{}] of {} needs {}", name, tensor.bytes.size(),
+                            fmt::join(shape, ", "), io::to_string(tensor.dtype),
+                            tensor.element_count() * io::element_size(tensor.dtype)));
+  }
+}
+
+void check_optional(const std::string& name, const std::optional<io::HostTensor>& tensor, bool wanted,
+                    const char* setting, std::vector<std::int64_t> shape) {
+  if (tensor && !wanted)
+    throw Error(Stage::input, fmt::format("weights.{}: given, but {} is false", name, setting));
+  if (!tensor && wanted)
+    throw Error(Stage::input, fmt::format("weights.{}: missing, and {} is true", name, setting));
+  if (tensor) check_tensor(name, *tensor, std::move(shape), false);
+}
+
 }  // namespace
 
+void validate_host_weights(const config::AttentionConfig& config, const io::HostLayerWeights& w) {
+  const std::int64_t hidden = config.hidden_size, hq = config.query_heads, hkv = config.kv_heads;
+  const std::int64_t d = config.head_dim, dv = config.value_head_dim;
+  check_tensor("input_norm", w.input_norm, {hidden}, false);
+  check_tensor("q_proj", w.q_proj, {hq * d, hidden}, true);
+  check_tensor("k_proj", w.k_proj, {hkv * d, hidden}, true);
+  check_tensor("v_proj", w.v_proj, {hkv * dv, hidden}, true);
+  check_optional("q_bias", w.q_bias, config.qkv_bias, "qkv_bias", {hq * d});
+  check_optional("k_bias", w.k_bias, config.qkv_bias, "qkv_bias", {hkv * d});
+  check_optional("v_bias", w.v_bias, config.qkv_bias, "qkv_bias", {hkv * dv});
+  check_optional("q_norm", w.q_norm, config.qkv_norm.query, "qkv_norm.query", {d});
+  check_optional("k_norm", w.k_norm, config.qkv_norm.key, "qkv_norm.key", {d});
+  check_tensor("o_proj", w.o_proj, {hidden, hq * dv}, true);
+  check_optional("o_bias", w.o_bias, config.output_bias, "output_bias", {hidden});
+  check_optional("sinks", w.sinks, config.sinks, "sinks", {hq});
+}
+
 DeviceWeights upload_weights(const config::AttentionConfig& config, const io::HostLayerWeights& w) {
+  validate_host_weights(config, w);  // before the first allocation: a bad tensor costs no device memory
   DeviceWeights device;
   device.buffers.reserve(16);  // the view points into the buffers: no reallocation may move them
   auto hold = [&](const Bits& bits) -> const void* {

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <cstdint>
 #include <unordered_map>
 
 #include "core/error.hpp"
@@ -14,6 +15,14 @@ void require(bool condition, std::string message) {
   if (!condition) throw Error(Stage::input, std::move(message));
 }
 
+// The kernels load these arrays as int32: a misaligned one is a device fault, so it is refused here.
+void require_int_array(const int* pointer, const char* field) {
+  require(pointer != nullptr, fmt::format("{}: null device pointer", field));
+  require(reinterpret_cast<std::uintptr_t>(pointer) % alignof(int) == 0,
+          fmt::format("{}: device pointer {} is not aligned to {} bytes", field,
+                      static_cast<const void*>(pointer), alignof(int)));
+}
+
 }  // namespace
 
 void validate_batch(const BatchDescription& batch, const BatchLimits& limits) {
@@ -23,8 +32,14 @@ void validate_batch(const BatchDescription& batch, const BatchLimits& limits) {
           fmt::format("num_tokens: {} is outside [0, max_tokens = {}]", batch.num_tokens, limits.max_tokens));
   require(batch.max_blocks_per_seq >= 1,
           fmt::format("max_blocks_per_seq: {} must be at least 1", batch.max_blocks_per_seq));
-  require(batch.query_starts && batch.context_lens && batch.block_tables,
-          "query_starts, context_lens and block_tables: device pointers must not be null");
+  // Launch shapes are sized by max_query_len; an engine may pad it (one graph for many batches), but
+  // never past what the plan was compiled for.
+  require(batch.max_query_len >= 0 && batch.max_query_len <= limits.max_tokens,
+          fmt::format("max_query_len: {} is outside [0, max_tokens = {}]", batch.max_query_len,
+                      limits.max_tokens));
+  require_int_array(batch.query_starts, "query_starts");
+  require_int_array(batch.context_lens, "context_lens");
+  require_int_array(batch.block_tables, "block_tables");
   require(batch.host_query_starts.size() == std::size_t(seqs) + 1,
           fmt::format("host_query_starts: {} entries, expected num_seqs + 1 = {}",
                       batch.host_query_starts.size(), seqs + 1));
@@ -83,8 +98,8 @@ void validate_batch(const BatchDescription& batch, const BatchLimits& limits) {
     return;
   }
   require(limits.spans_allowed, "span_offsets: this plan's config has bidirectional_spans false");
-  require(batch.span_offsets && batch.span_bounds,
-          "span_offsets, span_bounds: device pointers must not be null");
+  require_int_array(batch.span_offsets, "span_offsets");
+  require_int_array(batch.span_bounds, "span_bounds");
   const auto& offsets = batch.host_span_offsets;
   const auto& bounds = batch.host_span_bounds;
   require(offsets.size() == std::size_t(seqs) + 1,

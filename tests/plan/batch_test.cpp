@@ -1,5 +1,6 @@
 #include "plan/batch.hpp"
 
+#include <cstdint>
 #include <vector>
 
 #include "support/catch.hpp"
@@ -118,6 +119,46 @@ TEST_CASE("every contradiction is named before any launch", "[plan][batch]") {
     f.limits.spans_allowed = false;
     rejected(f, "bidirectional_spans false");
   }
+}
+
+TEST_CASE("device arrays must be present and int-aligned; max_query_len within max_tokens",
+          "[plan][batch][reliability]") {
+  const Fixture f;
+  auto rejected_batch = [&](const std::string& needle, auto mutate) {
+    BatchDescription batch = f.describe();
+    mutate(batch);
+    const attnplan::Error error = expect_error([&] { validate_batch(batch, f.limits); });
+    INFO(error.what());
+    CHECK(error.stage() == attnplan::Stage::input);
+    CHECK(contains(error.message(), needle));
+  };
+  // A pointer one byte past an int: never dereferenced here, only its address is checked.
+  const int* misaligned = reinterpret_cast<const int*>(reinterpret_cast<std::uintptr_t>(&f.dummy) + 1);
+  rejected_batch("query_starts: null device pointer", [](BatchDescription& b) { b.query_starts = nullptr; });
+  rejected_batch("context_lens: null device pointer", [](BatchDescription& b) { b.context_lens = nullptr; });
+  rejected_batch("block_tables: null device pointer", [](BatchDescription& b) { b.block_tables = nullptr; });
+  rejected_batch("query_starts: device pointer", [&](BatchDescription& b) { b.query_starts = misaligned; });
+  rejected_batch("not aligned to 4 bytes", [&](BatchDescription& b) { b.block_tables = misaligned; });
+  rejected_batch("max_query_len: 65 is outside [0, max_tokens = 64]",
+                 [](BatchDescription& b) { b.max_query_len = 65; });
+  rejected_batch("max_query_len: 4 is less than the longest chunk, 5 tokens",
+                 [](BatchDescription& b) { b.max_query_len = 4; });
+  const std::vector<int> offsets{0, 0, 1}, bounds{1, 3};
+  rejected_batch("span_bounds: null device pointer", [&](BatchDescription& b) {
+    b.host_span_offsets = offsets;
+    b.host_span_bounds = bounds;
+    b.span_offsets = &f.dummy;
+  });
+  rejected_batch("span_offsets: device pointer", [&](BatchDescription& b) {
+    b.host_span_offsets = offsets;
+    b.host_span_bounds = bounds;
+    b.span_offsets = misaligned;
+    b.span_bounds = &f.dummy;
+  });
+  // A padded max_query_len (one captured graph for many batches) is fine.
+  BatchDescription padded = f.describe();
+  padded.max_query_len = f.limits.max_tokens;
+  CHECK_NOTHROW(validate_batch(padded, f.limits));
 }
 
 TEST_CASE("prefix pages may be shared, unused table entries are ignored", "[plan][batch]") {
