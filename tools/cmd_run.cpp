@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "check/device_batch.hpp"
 #include "check/device_weights.hpp"
 #include "commands.hpp"
 #include "config/parse.hpp"
@@ -97,6 +98,12 @@ Command run_command() {
     const int tokens = static_cast<int>(hidden_states.shape[0]);
     std::vector<int> starts{0, tokens}, context{0};
     if (input_file.contains("query_starts")) starts = int_tensor(input_file, "query_starts", {});
+    if (starts.size() < 2 || starts.back() != tokens) {
+      // The batch's token count is query_starts' last entry: it must be the rows the input has.
+      throw Error(Stage::input, fmt::format("query_starts: must have at least 2 entries and end at the {} "
+                                            "rows of hidden_states",
+                                            tokens));
+    }
     const int seqs = static_cast<int>(starts.size()) - 1;
     if (input_file.contains("context_lens")) context = int_tensor(input_file, "context_lens", {seqs});
     if (context.size() != std::size_t(seqs)) {
@@ -107,14 +114,20 @@ Command run_command() {
       span_offsets = int_tensor(input_file, "span_offsets", {seqs + 1});
       span_bounds = int_tensor(input_file, "span_bounds", {});
     }
+    if (span_bounds.size() % 2 != 0) {
+      throw Error(Stage::input, fmt::format("span_bounds: {} values, expected [N, 2]", span_bounds.size()));
+    }
+    reference::Spans spans;
+    spans.offsets = span_offsets;
+    for (std::size_t i = 0; i < span_bounds.size(); i += 2)
+      spans.bounds.push_back({span_bounds[i], span_bounds[i + 1]});
 
     // One page table over a fresh pool: each sequence gets its pages in order.
     const int block_size = config.kv_cache.block_size;
-    int max_blocks = 1, max_query = 0, cached = 0;
+    int max_blocks = 1, cached = 0;
     for (int s = 0; s < seqs; ++s) {
       const int total = context[s] + starts[s + 1] - starts[s];
       max_blocks = std::max(max_blocks, (total + block_size - 1) / block_size);
-      max_query = std::max(max_query, starts[s + 1] - starts[s]);
       cached += context[s];
     }
     const int num_blocks = seqs * max_blocks;
@@ -154,20 +167,8 @@ Command run_command() {
     driver::DeviceBuffer output(std::size_t(tokens) * config.hidden_size * 2);
     driver::DeviceBuffer keys = driver::DeviceBuffer::from_host(key_pool);
     driver::DeviceBuffer values = driver::DeviceBuffer::from_host(value_pool);
-    driver::DeviceBuffer d_starts = driver::DeviceBuffer::from_host(starts);
-    driver::DeviceBuffer d_context = driver::DeviceBuffer::from_host(context);
-    driver::DeviceBuffer d_tables = driver::DeviceBuffer::from_host(tables);
-    driver::DeviceBuffer d_span_offsets, d_span_bounds;
-    std::vector<int> zero_offsets;
-    if (config.bidirectional_spans && span_offsets.empty()) {
-      zero_offsets.assign(std::size_t(seqs) + 1, 0);  // the kernel reads span_offsets when the plan has spans
-    }
-    const std::vector<int>& offsets = span_offsets.empty() ? zero_offsets : span_offsets;
-    if (!offsets.empty()) {
-      d_span_offsets = driver::DeviceBuffer::from_host(offsets);
-      d_span_bounds =
-          driver::DeviceBuffer::from_host(span_bounds.empty() ? std::vector<int>{0, 0} : span_bounds);
-    }
+    const check::DeviceBatch device_batch(reference::Batch{starts, context, tables, max_blocks}, spans,
+                                          config.bidirectional_spans);
     driver::DeviceBuffer workspace(std::max<std::size_t>(plan.workspace_bytes(tokens), 256));
 
     plan::ExecuteArgs execute;
@@ -175,22 +176,7 @@ Command run_command() {
     execute.output = output.data<void>();
     execute.weights = device_weights.view;
     execute.cache = {keys.data<void>(), values.data<void>(), num_blocks};
-    execute.batch.num_seqs = seqs;
-    execute.batch.num_tokens = tokens;
-    execute.batch.max_query_len = max_query;
-    execute.batch.max_blocks_per_seq = max_blocks;
-    execute.batch.query_starts = d_starts.data<const int>();
-    execute.batch.context_lens = d_context.data<const int>();
-    execute.batch.block_tables = d_tables.data<const int>();
-    execute.batch.host_query_starts = starts;
-    execute.batch.host_context_lens = context;
-    execute.batch.host_block_tables = tables;
-    if (!offsets.empty()) {
-      execute.batch.span_offsets = d_span_offsets.data<const int>();
-      execute.batch.span_bounds = d_span_bounds.data<const int>();
-      execute.batch.host_span_offsets = offsets;
-      execute.batch.host_span_bounds = span_bounds;
-    }
+    execute.batch = device_batch.description();
     execute.workspace = workspace.data<void>();
     execute.workspace_bytes = workspace.size_bytes();
 

@@ -4,6 +4,7 @@
 
 #include "config/parse.hpp"
 #include "core/bf16.hpp"
+#include "driver/cuda_api.hpp"
 #include "driver/device.hpp"
 
 // Exit 77 (CTest: skipped) before any test runs when no CUDA device is usable.
@@ -51,6 +52,13 @@ config::AttentionConfig make_config(int hidden_size, int query_heads, int kv_hea
   return config::parse(json);
 }
 
+config::AttentionConfig config_from(nlohmann::json patch) {
+  nlohmann::json json = {{"schema", "attnplan/v1"}, {"hidden_size", 512}, {"query_heads", 8},
+                         {"kv_heads", 2},           {"head_dim", 64},     {"max_tokens", 4096}};
+  if (!patch.is_null()) json.merge_patch(patch);  // `{}` converts to null, which would replace everything
+  return config::parse(json);
+}
+
 std::vector<std::uint16_t> random_bf16(std::size_t count, std::mt19937_64& rng, double mean, double stddev) {
   std::normal_distribution<double> normal(mean, stddev);
   std::vector<std::uint16_t> bits(count);
@@ -62,6 +70,24 @@ std::vector<double> to_doubles(const std::vector<std::uint16_t>& bits) {
   std::vector<double> values(bits.size());
   for (std::size_t i = 0; i < bits.size(); ++i) values[i] = core::bf16_to_float(bits[i]);
   return values;
+}
+
+DeviceCase::DeviceCase(const plan::PrefillPlan& plan, const check::LayerCase& layer)
+    : weights(check::upload_weights(layer.config, layer.weights)),
+      input(driver::DeviceBuffer::from_host(layer.input)),
+      output(std::size_t(layer.num_tokens()) * layer.config.hidden_size * 2),
+      keys(driver::DeviceBuffer::from_host(layer.key_cache)),
+      values(driver::DeviceBuffer::from_host(layer.value_cache)),
+      workspace(plan.workspace_bytes(layer.num_tokens())),
+      batch(layer.batch, layer.spans, layer.config.bidirectional_spans) {
+  args.input = input.data<const void>();
+  args.output = output.data<void>();
+  args.weights = weights.view;
+  args.cache = {keys.data<void>(), values.data<void>(), layer.num_blocks};
+  args.batch = batch.description();
+  args.workspace = workspace.data<void>();
+  args.workspace_bytes = workspace.size_bytes();
+  driver::check(driver::api().cuCtxSynchronize(), "cuCtxSynchronize");  // pageable uploads are done
 }
 
 }  // namespace attnplan::gpu_testing

@@ -7,8 +7,14 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
+#include "check/device_batch.hpp"
+#include "check/device_weights.hpp"
+#include "check/layer_check.hpp"
 #include "config/attention_config.hpp"
 #include "driver/context.hpp"
+#include "driver/memory.hpp"
 #include "plan/runtime.hpp"
 #include "support/temp_dir.hpp"
 
@@ -34,9 +40,24 @@ Gpu& gpu();
 config::AttentionConfig make_config(int hidden_size, int query_heads, int kv_heads, int head_dim,
                                     int value_head_dim, int block_size);
 
+// A small layer (hidden 512, 8 query heads, 2 KV heads, head_dim 64, max_tokens 4096) with `patch`
+// merged over it (JSON merge patch; `{}` changes nothing), validated.
+config::AttentionConfig config_from(nlohmann::json patch);
+
 // `count` bf16 values drawn from N(mean, stddev), as raw bits.
 std::vector<std::uint16_t> random_bf16(std::size_t count, std::mt19937_64& rng, double mean = 0.0,
                                        double stddev = 1.0);
 std::vector<double> to_doubles(const std::vector<std::uint16_t>& bits);
+
+// A layer case on the device: weights, input, an unwritten output, the case's KV pools, the batch and
+// a workspace, with ExecuteArgs over all of them. Synchronizes the context once the uploads are done.
+struct DeviceCase {
+  check::DeviceWeights weights;
+  driver::DeviceBuffer input, output, keys, values, workspace;
+  check::DeviceBatch batch;
+  plan::ExecuteArgs args;
+
+  DeviceCase(const plan::PrefillPlan& plan, const check::LayerCase& layer);
+};
 
 }  // namespace attnplan::gpu_testing

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <filesystem>
 
+#include "check/device_batch.hpp"
 #include "check/device_weights.hpp"
 #include "check/layer_check.hpp"
 #include "config/parse.hpp"
@@ -18,13 +19,6 @@ using namespace attnplan;
 using namespace attnplan::gpu_testing;
 
 namespace {
-
-config::AttentionConfig config_from(nlohmann::json patch) {
-  nlohmann::json json = {{"schema", "attnplan/v1"}, {"hidden_size", 512}, {"query_heads", 8},
-                         {"kv_heads", 2},           {"head_dim", 64},     {"max_tokens", 4096}};
-  if (!patch.is_null()) json.merge_patch(patch);  // `{}` converts to null, which would replace everything
-  return config::parse(json);
-}
 
 void check_layer(const std::string& what, const config::AttentionConfig& config,
                  const check::Scenario& scenario) {
@@ -144,26 +138,16 @@ TEST_CASE("one sequence as one chunk or as two gives the same output and cache",
   // Runs rows [first, first + count) as a chunk with context_len `first`, into the given pool and output.
   auto run = [&](int first, int count, driver::DeviceBuffer& keys, driver::DeviceBuffer& values,
                  driver::DeviceBuffer& output) {
-    const std::vector<int> starts{0, count}, context{first};
-    driver::DeviceBuffer d_starts = driver::DeviceBuffer::from_host(starts);
-    driver::DeviceBuffer d_context = driver::DeviceBuffer::from_host(context);
-    driver::DeviceBuffer d_tables = driver::DeviceBuffer::from_host(layer.batch.block_tables);
+    const check::DeviceBatch batch(
+        reference::Batch{{0, count}, {first}, layer.batch.block_tables, layer.batch.max_blocks_per_seq}, {},
+        config.bidirectional_spans);
     driver::DeviceBuffer workspace(plan.workspace_bytes(count));
     plan::ExecuteArgs args;
     args.input = static_cast<const char*>(input.data<const void>()) + std::size_t(first) * hidden * 2;
     args.output = static_cast<char*>(output.data<void>()) + std::size_t(first) * hidden * 2;
     args.weights = weights.view;
     args.cache = {keys.data<void>(), values.data<void>(), layer.num_blocks};
-    args.batch.num_seqs = 1;
-    args.batch.num_tokens = count;
-    args.batch.max_query_len = count;
-    args.batch.max_blocks_per_seq = layer.batch.max_blocks_per_seq;
-    args.batch.query_starts = d_starts.data<const int>();
-    args.batch.context_lens = d_context.data<const int>();
-    args.batch.block_tables = d_tables.data<const int>();
-    args.batch.host_query_starts = starts;
-    args.batch.host_context_lens = context;
-    args.batch.host_block_tables = layer.batch.block_tables;
+    args.batch = batch.description();
     args.workspace = workspace.data<void>();
     args.workspace_bytes = workspace.size_bytes();
     driver::check(driver::api().cuCtxSynchronize(), "cuCtxSynchronize");
@@ -200,46 +184,6 @@ TEST_CASE("every plan in plans/ verifies", "[gpu][layer][plans]") {
   }
 }
 
-namespace {
-
-// Device copies of a case's batch and pools, and ExecuteArgs over them.
-struct DeviceCase {
-  check::DeviceWeights weights;
-  driver::DeviceBuffer input, output, keys, values, starts, context, tables, workspace;
-  plan::ExecuteArgs args;
-
-  DeviceCase(const plan::PrefillPlan& plan, const check::LayerCase& layer)
-      : weights(check::upload_weights(layer.config, layer.weights)),
-        input(driver::DeviceBuffer::from_host(layer.input)),
-        output(std::size_t(layer.num_tokens()) * layer.config.hidden_size * 2),
-        keys(driver::DeviceBuffer::from_host(layer.key_cache)),
-        values(driver::DeviceBuffer::from_host(layer.value_cache)),
-        starts(driver::DeviceBuffer::from_host(layer.batch.query_starts)),
-        context(driver::DeviceBuffer::from_host(layer.batch.context_lens)),
-        tables(driver::DeviceBuffer::from_host(layer.batch.block_tables)),
-        workspace(plan.workspace_bytes(layer.num_tokens())) {
-    args.input = input.data<const void>();
-    args.output = output.data<void>();
-    args.weights = weights.view;
-    args.cache = {keys.data<void>(), values.data<void>(), layer.num_blocks};
-    args.batch.num_seqs = layer.batch.num_seqs();
-    args.batch.num_tokens = layer.num_tokens();
-    args.batch.max_query_len = layer.max_query_len;
-    args.batch.max_blocks_per_seq = layer.batch.max_blocks_per_seq;
-    args.batch.query_starts = starts.data<const int>();
-    args.batch.context_lens = context.data<const int>();
-    args.batch.block_tables = tables.data<const int>();
-    args.batch.host_query_starts = layer.batch.query_starts;
-    args.batch.host_context_lens = layer.batch.context_lens;
-    args.batch.host_block_tables = layer.batch.block_tables;
-    args.workspace = workspace.data<void>();
-    args.workspace_bytes = workspace.size_bytes();
-    driver::check(driver::api().cuCtxSynchronize(), "cuCtxSynchronize");
-  }
-};
-
-}  // namespace
-
 TEST_CASE("execute captured in a CUDA graph replays the direct result", "[gpu][layer][graph]") {
   const config::AttentionConfig config = config_from({{"qkv_bias", true}, {"sliding_window", 50}});
   const check::LayerCase layer = check::random_case(config, scenario(120, 3, 20, 60));
@@ -272,64 +216,4 @@ TEST_CASE("execute captured in a CUDA graph replays the direct result", "[gpu][l
   driver::check(cu.cuGraphDestroy(graph), "cuGraphDestroy");
 }
 
-TEST_CASE("execute rejects contradictory inputs before any launch, changing nothing",
-          "[gpu][layer][rejects]") {
-  const config::AttentionConfig config = config_from({{"qkv_bias", true}});
-  const check::LayerCase layer = check::random_case(config, scenario(60, 2, 10, 61));
-  const plan::PrefillPlan plan = gpu().load(config);
-  DeviceCase device(plan, layer);
-  device.output.fill_bytes(kPoisonByte);
-  driver::check(driver::api().cuCtxSynchronize(), "cuCtxSynchronize");
-
-  std::vector<int> bad_tables = layer.batch.block_tables;
-  bad_tables[0] = layer.num_blocks;  // a page past the pool
-  std::vector<int> bad_starts = layer.batch.query_starts;
-  std::swap(bad_starts[1], bad_starts[0]);                                       // unsorted
-  const std::vector<int> straddling_offsets{0, 1, 1}, straddling_bounds{5, 15};  // context_len 10
-  auto rejected = [&](const char* what, auto mutate) {
-    INFO(what);
-    plan::ExecuteArgs args = device.args;
-    mutate(args);
-    CHECK_THROWS_AS(plan.execute(args, nullptr), Error);
-  };
-  rejected("page outside the pool", [&](plan::ExecuteArgs& a) { a.batch.host_block_tables = bad_tables; });
-  rejected("unsorted query_starts", [&](plan::ExecuteArgs& a) { a.batch.host_query_starts = bad_starts; });
-  rejected("too many tokens", [&](plan::ExecuteArgs& a) { a.batch.num_tokens = config.max_tokens + 1; });
-  rejected("spans on a plan without spans", [&](plan::ExecuteArgs& a) {
-    a.batch.host_span_offsets = straddling_offsets;
-    a.batch.host_span_bounds = straddling_bounds;
-    a.batch.span_offsets = a.batch.span_bounds = a.batch.query_starts;
-  });
-  rejected("missing bias", [&](plan::ExecuteArgs& a) { a.weights.k_bias = nullptr; });
-  rejected("unexpected q norm", [&](plan::ExecuteArgs& a) { a.weights.q_norm = a.weights.input_norm; });
-  rejected("workspace too small", [&](plan::ExecuteArgs& a) { a.workspace_bytes = 1024; });
-  rejected("misaligned output", [&](plan::ExecuteArgs& a) { a.output = static_cast<char*>(a.output) + 2; });
-  driver::check(driver::api().cuCtxSynchronize(), "cuCtxSynchronize");
-  CHECK(device.keys.download_all<std::uint16_t>() == layer.key_cache);
-  CHECK(device.values.download_all<std::uint16_t>() == layer.value_cache);
-  const auto output = device.output.download_all<std::uint16_t>();
-  CHECK(std::all_of(output.begin(), output.end(), [](std::uint16_t bits) { return bits == kPoisonBits; }));
-}
-
-TEST_CASE("spans that straddle context_len are rejected", "[gpu][layer][rejects]") {
-  const config::AttentionConfig config = config_from({{"bidirectional_spans", true}});
-  const check::LayerCase layer = check::random_case(config, scenario(40, 1, 10, 62));
-  const plan::PrefillPlan plan = gpu().load(config);
-  DeviceCase device(plan, layer);
-  const std::vector<int> offsets{0, 1},
-      bounds{5, 15};  // context_len 10: the cached prefix cannot be recomputed
-  driver::DeviceBuffer d_offsets = driver::DeviceBuffer::from_host(offsets);
-  driver::DeviceBuffer d_bounds = driver::DeviceBuffer::from_host(bounds);
-  plan::ExecuteArgs args = device.args;
-  args.batch.span_offsets = d_offsets.data<const int>();
-  args.batch.span_bounds = d_bounds.data<const int>();
-  args.batch.host_span_offsets = offsets;
-  args.batch.host_span_bounds = bounds;
-  try {
-    plan.execute(args, nullptr);
-    FAIL("expected an error");
-  } catch (const Error& error) {
-    CHECK(std::string(error.what()).find("straddles context_len 10") != std::string::npos);
-  }
-  CHECK(device.keys.download_all<std::uint16_t>() == layer.key_cache);
-}
+// Rejected inputs (every field execute() checks): reliability_gpu_test.cpp.
