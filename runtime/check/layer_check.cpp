@@ -1,5 +1,6 @@
 #include "check/layer_check.hpp"
 
+#include "check/device_batch.hpp"
 #include "check/device_weights.hpp"
 
 #include <fmt/format.h>
@@ -216,39 +217,13 @@ Report run_case(const plan::PrefillPlan& plan, const LayerCase& layer, double to
   plan::ExecuteArgs args;
   args.weights = weights.view;
   driver::DeviceBuffer key_cache = upload(layer.key_cache), value_cache = upload(layer.value_cache);
-  driver::DeviceBuffer query_starts = driver::DeviceBuffer::from_host(layer.batch.query_starts);
-  driver::DeviceBuffer context_lens = driver::DeviceBuffer::from_host(layer.batch.context_lens);
-  driver::DeviceBuffer block_tables = driver::DeviceBuffer::from_host(layer.batch.block_tables);
-  std::vector<int> span_bounds;
-  for (const auto& span : layer.spans.bounds) span_bounds.insert(span_bounds.end(), {span[0], span[1]});
-  driver::DeviceBuffer span_offsets_device, span_bounds_device;
-  if (!layer.spans.offsets.empty()) {
-    span_offsets_device = driver::DeviceBuffer::from_host(layer.spans.offsets);
-    const std::vector<int> padded = span_bounds.empty() ? std::vector<int>{0, 0} : span_bounds;
-    span_bounds_device = driver::DeviceBuffer::from_host(padded);
-  }
+  const DeviceBatch device_batch = upload_batch(layer.batch, layer.spans, layer.max_query_len);
   driver::DeviceBuffer workspace(plan.workspace_bytes(tokens));
 
   args.input = input.data<const void>();
   args.output = output.data<void>();
   args.cache = {key_cache.data<void>(), value_cache.data<void>(), layer.num_blocks};
-  plan::BatchDescription& batch = args.batch;
-  batch.num_seqs = layer.batch.num_seqs();
-  batch.num_tokens = tokens;
-  batch.max_query_len = layer.max_query_len;
-  batch.max_blocks_per_seq = layer.batch.max_blocks_per_seq;
-  batch.query_starts = query_starts.data<const int>();
-  batch.context_lens = context_lens.data<const int>();
-  batch.block_tables = block_tables.data<const int>();
-  batch.host_query_starts = layer.batch.query_starts;
-  batch.host_context_lens = layer.batch.context_lens;
-  batch.host_block_tables = layer.batch.block_tables;
-  if (!layer.spans.offsets.empty()) {
-    batch.span_offsets = span_offsets_device.data<const int>();
-    batch.span_bounds = span_bounds_device.data<const int>();
-    batch.host_span_offsets = layer.spans.offsets;
-    batch.host_span_bounds = span_bounds;
-  }
+  args.batch = device_batch.description;
   args.workspace = workspace.data<void>();
   args.workspace_bytes = workspace.size_bytes();
 
