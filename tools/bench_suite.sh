@@ -44,7 +44,9 @@ fi
 
 {
   echo "GPU: $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), driver $(nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -1)"
-  echo "date: $(date -u '+%Y-%m-%d %H:%M UTC'), commit: $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$ROOT" diff --quiet 2>/dev/null || echo ' (dirty)')"
+  commit="$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+  [[ $commit != unknown ]] && ! git -C "$ROOT" diff --quiet HEAD 2>/dev/null && commit="$commit (plus uncommitted changes)"
+  echo "date: $(date -u '+%Y-%m-%d %H:%M UTC'), commit: $commit"
   echo "torch: $(python3 -c 'import torch; print(torch.__version__, "cuDNN", torch.backends.cudnn.version())' 2>/dev/null || echo 'not importable')"
   echo "attnplan bench: median of $ITERATIONS runs after 5 warm-up, inputs rotated over > 2x L2"
 } >"$WORK/header.txt"
