@@ -127,7 +127,6 @@ std::vector<Row> measure(const plan::PrefillPlan& plan, const std::vector<Device
                          const std::vector<check::StageWork>& work, int iterations, int warmup) {
   const driver::CudaApi& cu = driver::api();
   driver::Stream stream = driver::Stream::create();
-  const std::size_t stage_count = work.size();
   auto set_of = [&](int run) -> const DeviceSet& {
     return sets[static_cast<std::size_t>(run) % sets.size()];
   };
@@ -135,29 +134,40 @@ std::vector<Row> measure(const plan::PrefillPlan& plan, const std::vector<Device
 
   // Per stage: an event before the first stage and one after each (the observer runs right after a
   // stage is enqueued). Every run is enqueued before any is read, so the device never waits on the host.
+  // Stages are matched to their counts by kind: a plan that fuses a stage away (say RoPE into the QKV
+  // epilogue) just reports fewer rows.
   std::vector<std::vector<driver::Event>> marks(static_cast<std::size_t>(iterations));
-  for (auto& run_marks : marks) {
-    for (std::size_t i = 0; i <= stage_count; ++i) run_marks.push_back(driver::Event::create());
-  }
+  std::vector<plan::StageKind> stages;  // in the order the plan enqueues them (the first run's)
   for (int run = 0; run < iterations; ++run) {
     std::vector<driver::Event>& run_marks = marks[static_cast<std::size_t>(run)];
-    std::size_t next = 1;
-    run_marks[0].record(stream.handle());
+    run_marks.push_back(driver::Event::create());
+    run_marks.front().record(stream.handle());
+    std::size_t seen = 0;
     plan.execute(set_of(run).args, stream.handle(), [&](plan::StageKind stage, const plan::WorkspaceLayout&) {
-      if (next > stage_count || work[next - 1].stage != stage) {
-        throw Error(Stage::internal, fmt::format("bench: stage {} ran where the counts expected another",
+      if (run == 0) stages.push_back(stage);
+      if (seen >= stages.size() || stages[seen] != stage) {
+        throw Error(Stage::internal, fmt::format("bench: stage {} enqueued out of the first run's order",
                                                  plan::to_string(stage)));
       }
-      run_marks[next++].record(stream.handle());
+      ++seen;
+      run_marks.push_back(driver::Event::create());
+      run_marks.back().record(stream.handle());
     });
   }
   stream.synchronize();
   std::vector<Row> rows;
-  for (std::size_t s = 0; s < stage_count; ++s) {
+  for (std::size_t s = 0; s < stages.size(); ++s) {
     std::vector<double> times;
     for (const auto& run_marks : marks) times.push_back(driver::elapsed_ms(run_marks[s], run_marks[s + 1]));
-    rows.push_back({std::string(plan::to_string(work[s].stage)), plan.compiled().kernel(work[s].stage).name,
-                    check::spread(times), work[s].flops, work[s].bytes});
+    Row row{std::string(plan::to_string(stages[s])), plan.compiled().kernel(stages[s]).name,
+            check::spread(times)};
+    for (const check::StageWork& counted : work) {
+      if (counted.stage == stages[s]) {
+        row.flops = counted.flops;
+        row.bytes = counted.bytes;
+      }
+    }
+    rows.push_back(row);
   }
   double flops = 0, bytes = 0;
   for (const auto& stage : work) {
