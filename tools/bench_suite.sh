@@ -10,7 +10,7 @@
 # Default: a representative subset (estimated 3-5 minutes on an H200, not yet timed there); --full: every row of
 # the matrix (GQA 32/8 x D 64/128/256 x causal/bidirectional x 1k/4k/16k x 1/4 sequences x block 16/64/
 # contiguous, and every projection shape at 512/2k/8k/16k tokens: estimated 12-15 minutes, so split it over calls
-# with --only, e.g. --only 'attn-d64|attn-d128' then --only 'attn-d256|proj|layer'; each call writes its own
+# with --only, e.g. --only attn-d64, --only attn-d128, --only 'attn-d256|proj|layer'; each call writes its own
 # table). --only keeps the rows whose id matches the extended regex. Exit status: non-zero when the build fails
 # or any row did not run.
 set -uo pipefail
