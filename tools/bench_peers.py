@@ -34,6 +34,10 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 L2_BYTES = 50 * 1000 * 1000
 
 
+def first_line(error):
+    return (str(error).splitlines() or [type(error).__name__])[0]
+
+
 def rotation_sets(set_bytes):
     return max(2, min(64, math.ceil(2 * L2_BYTES / max(set_bytes, 1))))
 
@@ -101,7 +105,7 @@ def attention_peers(row, iterations, warmup):
                                             "repeat_interleave")
                 del expanded
             except RuntimeError as error:
-                peers[name] = {"error": f"{str(gqa_error).splitlines()[0]} / {str(error).splitlines()[0]}"}
+                peers[name] = {"error": f"{first_line(gqa_error)} / {first_line(error)}"}
     return peers
 
 
@@ -117,7 +121,7 @@ def projection_peers(row, iterations, warmup):
         peers["cublas_bf16"] = with_rate(time_ms(lambda s: torch.matmul(s[0], s[1].t()), sets, iterations, warmup),
                                          flops, "torch.matmul")
     except RuntimeError as error:
-        peers["cublas_bf16"] = {"error": str(error).splitlines()[0]}
+        peers["cublas_bf16"] = {"error": first_line(error)}
     try:
         # Row-wise scales: one per activation row (token), one per weight row (output channel).
         fp8 = []
@@ -130,7 +134,7 @@ def projection_peers(row, iterations, warmup):
             torch._scaled_mm(s[0], s[2].t(), scale_a=s[1], scale_b=s[3], out_dtype=torch.bfloat16)
         peers["scaled_mm_fp8"] = with_rate(time_ms(run, fp8, iterations, warmup), flops, "row-wise scales")
     except RuntimeError as error:
-        peers["scaled_mm_fp8"] = {"error": str(error).splitlines()[0]}
+        peers["scaled_mm_fp8"] = {"error": first_line(error)}
     return peers
 
 
@@ -199,7 +203,7 @@ def layer_peer(row, iterations, warmup, attention_backend):
         return {"eager": with_rate(time_ms(run, sets, iterations, warmup), flops,
                                    f"eager, SDPA {attention_backend.name}")}
     except RuntimeError as error:
-        return {"eager": {"error": str(error).splitlines()[0]}}
+        return {"eager": {"error": first_line(error)}}
 
 
 def main():
