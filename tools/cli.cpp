@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include "core/error.hpp"
+
 namespace attnplan::cli {
 
 Arguments::Arguments(int argc, char** argv, int first, const std::vector<OptionSpec>& options) {
@@ -56,6 +58,22 @@ std::string usage(const Command& command) {
     }
   }
   return text;
+}
+
+int int_option(const Arguments& args, const std::string& name, int fallback, int minimum) {
+  const std::optional<std::string> text = args.value(name);
+  if (!text) return fallback;
+  std::size_t used = 0;
+  long long value = 0;
+  try {
+    value = std::stoll(*text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != text->size() || value < minimum || value > (1 << 30)) {
+    throw Error(Stage::input, fmt::format("{} {}: expected an integer >= {}", name, *text, minimum));
+  }
+  return static_cast<int>(value);
 }
 
 }  // namespace attnplan::cli

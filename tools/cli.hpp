@@ -51,4 +51,8 @@ struct Command {
 
 std::string usage(const Command& command);
 
+// The integer value of option `name` (`fallback` when absent); Error(input) naming the option unless it
+// is a whole number in [minimum, 2^30].
+int int_option(const Arguments& args, const std::string& name, int fallback, int minimum);
+
 }  // namespace attnplan::cli

@@ -12,26 +12,6 @@
 
 namespace attnplan::cli {
 
-namespace {
-
-int parse_int(const Arguments& args, const std::string& name, int fallback, int minimum) {
-  const std::optional<std::string> text = args.value(name);
-  if (!text) return fallback;
-  std::size_t used = 0;
-  long long value = 0;
-  try {
-    value = std::stoll(*text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used != text->size() || value < minimum || value > (1 << 30)) {
-    throw Error(Stage::input, fmt::format("{} {}: expected an integer >= {}", name, *text, minimum));
-  }
-  return static_cast<int>(value);
-}
-
-}  // namespace
-
 Command verify_command() {
   Command command;
   command.name = "verify";
@@ -54,10 +34,10 @@ Command verify_command() {
   command.run = [](const Arguments& args) {
     const config::AttentionConfig config = config::load_file(args.only_positional("CONFIG"));
     check::Scenario scenario;
-    scenario.tokens = parse_int(args, "--tokens", 256, 1);
-    scenario.seqs = parse_int(args, "--seqs", 1, 1);
-    scenario.prefix = parse_int(args, "--prefix", 0, 0);
-    scenario.seed = static_cast<std::uint64_t>(parse_int(args, "--seed", 1, 0));
+    scenario.tokens = int_option(args, "--tokens", 256, 1);
+    scenario.seqs = int_option(args, "--seqs", 1, 1);
+    scenario.prefix = int_option(args, "--prefix", 0, 0);
+    scenario.seed = static_cast<std::uint64_t>(int_option(args, "--seed", 1, 0));
     double tolerance = 1e-2;
     if (auto text = args.value("--tolerance")) {
       try {

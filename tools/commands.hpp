@@ -12,5 +12,6 @@ Command verify_command();
 Command run_command();
 Command import_hf_command();
 Command doctor_command();
+Command bench_command();
 
 }  // namespace attnplan::cli

@@ -38,6 +38,7 @@ int main(int argc, char** argv) {
       cache_command(),
       run_command(),
       verify_command(),
+      bench_command(),
       import_hf_command(),
       doctor_command(),
   };

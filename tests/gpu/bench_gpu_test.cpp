@@ -1,0 +1,67 @@
+// `attnplan bench` end to end on the device: the real binary over a small batch, its JSON checked for every
+// stage of the plan, positive times in order (min <= median <= max) and the host's work counts.
+#include <nlohmann/json.hpp>
+
+#include "../tools/cli_testing.hpp"
+#include "check/bench_counts.hpp"
+#include "config/parse.hpp"
+#include "support/catch.hpp"
+#include "support/temp_dir.hpp"
+
+namespace {
+
+using namespace attnplan::cli_testing;
+
+nlohmann::json bench_json(const attnplan::testing::TempDir& scratch, std::vector<std::string> args) {
+  args.insert(args.begin(),
+              {"bench", plan_path("qwen3-8b.json"), "--iterations", "5", "--warmup", "2", "--json"});
+  const Result result =
+      run_cli(scratch.path(), args, {"ATTNPLAN_CACHE_DIR=" + (scratch.path() / "cache").string()});
+  INFO(result.err);
+  REQUIRE(result.exit_code == 0);
+  return nlohmann::json::parse(result.out);
+}
+
+}  // namespace
+
+TEST_CASE("attnplan bench times every stage and counts the work the host counts", "[gpu][bench]") {
+  attnplan::testing::TempDir scratch;
+  for (const std::string mask : {"causal", "bidirectional"}) {
+    const std::vector<std::string> prefix =
+        mask == "causal" ? std::vector<std::string>{"--prefix", "40"} : std::vector<std::string>{};
+    std::vector<std::string> args = {"--tokens", "300", "--seqs", "3", "--block-size", "64", "--mask", mask};
+    args.insert(args.end(), prefix.begin(), prefix.end());
+    const nlohmann::json out = bench_json(scratch, args);
+    INFO(out.dump(1));
+    CHECK(out["chunk_lens"] == std::vector<int>{50, 100, 150});
+    CHECK(out["block_size"] == 64);
+    CHECK(out["rotation_sets"].get<int>() >= 2);
+    CHECK(out["rotation_sets"].get<double>() * out["set_bytes"].get<double>() >=
+          2 * out["l2_bytes"].get<double>());
+
+    attnplan::config::AttentionConfig config = attnplan::config::load_file(plan_path("qwen3-8b.json"));
+    config.bidirectional_spans = mask == "bidirectional";
+    std::vector<attnplan::check::SequenceShape> sequences;
+    for (int length : {50, 100, 150}) {
+      attnplan::check::SequenceShape sequence{mask == "causal" ? 40 : 0, length, {}};
+      if (mask == "bidirectional") sequence.spans.push_back({0, length});
+      sequences.push_back(sequence);
+    }
+    const auto work = attnplan::check::stage_work(config, sequences);
+    const nlohmann::json& rows = out["rows"];
+    REQUIRE(rows.size() == work.size() + 2);  // every stage, then layer and layer_graph
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      const nlohmann::json& row = rows[i];
+      CHECK(row["min_ms"].get<double>() > 0);
+      CHECK(row["min_ms"].get<double>() <= row["median_ms"].get<double>());
+      CHECK(row["median_ms"].get<double>() <= row["max_ms"].get<double>());
+      if (i < work.size()) {
+        CHECK(row["stage"] == std::string(attnplan::plan::to_string(work[i].stage)));
+        CHECK(row["flops"].get<double>() == work[i].flops);
+        CHECK(row["bytes"].get<double>() == work[i].bytes);
+      }
+    }
+    CHECK(rows[rows.size() - 2]["stage"] == "layer");
+    CHECK(rows[rows.size() - 1]["stage"] == "layer_graph");
+  }
+}

@@ -1,0 +1,252 @@
+#!/usr/bin/env python3
+"""The peers of `attnplan bench`, on the same shapes: PyTorch SDPA (cuDNN and flash backends) for attention,
+torch.matmul (cuBLAS, bf16) and torch._scaled_mm (fp8, row-wise scales) for the projections, and one attention
+layer composed in PyTorch eager for the whole-layer row.
+
+  python3 tools/bench_peers.py ROWS.json OUT.json [--iterations I] [--warmup W] [--seed X]
+
+ROWS.json is the list tools/bench_suite.sh writes (one object per row, "kind": attention | projection |
+layer); OUT.json gets {"device", "torch", "cudnn", "rows": [{"id", "peers": {name: result}}]}, where a result
+is {"median_ms", "min_ms", "max_ms", "tflops", "note"} or {"error": "..."} when the backend cannot run it.
+
+Choices (docs/performance.md says the same):
+- GQA: enable_gqa=True where the backend takes it; where it raises, K/V are expanded once with
+  repeat_interleave outside the timed region, and the note says "repeat_interleave".
+- Varlen batches: one SDPA call per sequence, all calls inside one timed region (no nested tensors).
+- Causal is is_causal=True with a prefix of 0 only (PyTorch aligns the causal mask top-left; a cached prefix
+  would need an explicit mask, which the flash and cuDNN backends do not take): rows with a prefix or a
+  sliding window report an error instead of a wrong peer.
+- FLOPs are counted as attnplan counts them (runtime/check/bench_counts.cpp): 2 (D + Dv) per allowed
+  (query, key) pair per query head; 2 M N K per GEMM.
+- Inputs: random normal from --seed, never zeros; enough copies rotated that they span twice the L2 (50 MB on
+  an H200), like attnplan bench.
+"""
+
+import argparse
+import json
+import math
+import sys
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+L2_BYTES = 50 * 1000 * 1000
+
+
+def first_line(error):
+    return (str(error).splitlines() or [type(error).__name__])[0]
+
+
+def rotation_sets(set_bytes):
+    return max(2, min(64, math.ceil(2 * L2_BYTES / max(set_bytes, 1))))
+
+
+def time_ms(run, sets, iterations, warmup):
+    """Median, min and max of `run(set)` over `iterations` runs, rotating through `sets`."""
+    for i in range(warmup):
+        run(sets[i % len(sets)])
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(iterations)]
+    stops = [torch.cuda.Event(enable_timing=True) for _ in range(iterations)]
+    for i in range(iterations):
+        starts[i].record()
+        run(sets[i % len(sets)])
+        stops[i].record()
+    torch.cuda.synchronize()
+    times = sorted(start.elapsed_time(stop) for start, stop in zip(starts, stops))
+    middle = len(times) // 2
+    median = times[middle] if len(times) % 2 else (times[middle - 1] + times[middle]) / 2
+    return {"median_ms": median, "min_ms": times[0], "max_ms": times[-1]}
+
+
+def with_rate(timing, flops, note=""):
+    timing["tflops"] = flops / (timing["median_ms"] * 1e-3) / 1e12
+    timing["note"] = note
+    return timing
+
+
+def attention_peers(row, iterations, warmup):
+    hq, hkv, d, dv = row["query_heads"], row["kv_heads"], row["head_dim"], row["value_head_dim"]
+    lengths = row["chunk_lens"]
+    causal = row["mask"] == "causal"
+    if row.get("prefix", 0) or row.get("window", 0):
+        return {"cudnn": {"error": "prefix/window: no exact SDPA peer"}, "flash": {"error": "prefix/window"}}
+    pairs = sum(n * (n + 1) // 2 if causal else n * n for n in lengths)
+    flops = 2.0 * (d + dv) * hq * pairs
+    tokens = sum(lengths)
+    set_bytes = tokens * (hq * d + hkv * d + hkv * dv + hq * dv) * 2
+    sets = []
+    for _ in range(rotation_sets(set_bytes)):
+        sets.append([(torch.randn(1, hq, n, d, device="cuda", dtype=torch.bfloat16),
+                      torch.randn(1, hkv, n, d, device="cuda", dtype=torch.bfloat16),
+                      torch.randn(1, hkv, n, dv, device="cuda", dtype=torch.bfloat16)) for n in lengths])
+    peers = {}
+    for name, backend in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("flash", SDPBackend.FLASH_ATTENTION)):
+        try:
+            with sdpa_kernel(backend):
+                def run(sequences):
+                    for q, k, v in sequences:
+                        F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True)
+                run(sets[0])
+                torch.cuda.synchronize()
+                peers[name] = with_rate(time_ms(run, sets, iterations, warmup), flops, "enable_gqa")
+        except RuntimeError as gqa_error:
+            try:
+                group = hq // hkv
+                expanded = [[(q, k.repeat_interleave(group, 1), v.repeat_interleave(group, 1))
+                             for q, k, v in sequences] for sequences in sets]
+                with sdpa_kernel(backend):
+                    def run_expanded(sequences):
+                        for q, k, v in sequences:
+                            F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+                    run_expanded(expanded[0])
+                    torch.cuda.synchronize()
+                    peers[name] = with_rate(time_ms(run_expanded, expanded, iterations, warmup), flops,
+                                            "repeat_interleave")
+                del expanded
+            except RuntimeError as error:
+                peers[name] = {"error": f"{first_line(gqa_error)} / {first_line(error)}"}
+    return peers
+
+
+def projection_peers(row, iterations, warmup):
+    m, n, k = row["m"], row["n"], row["k"]
+    flops = 2.0 * m * n * k
+    set_bytes = (m * k + n * k + m * n) * 2
+    sets = [(torch.randn(m, k, device="cuda", dtype=torch.bfloat16),
+             torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / math.sqrt(k))
+            for _ in range(rotation_sets(set_bytes))]
+    peers = {}
+    try:
+        peers["cublas_bf16"] = with_rate(time_ms(lambda s: torch.matmul(s[0], s[1].t()), sets, iterations, warmup),
+                                         flops, "torch.matmul")
+    except RuntimeError as error:
+        peers["cublas_bf16"] = {"error": first_line(error)}
+    try:
+        # Row-wise scales: one per activation row (token), one per weight row (output channel).
+        fp8 = []
+        for x, w in sets:
+            x_scale = x.abs().amax(dim=1, keepdim=True).float() / 448.0
+            w_scale = w.abs().amax(dim=1, keepdim=True).float() / 448.0
+            fp8.append(((x / x_scale).to(torch.float8_e4m3fn), x_scale,
+                        (w / w_scale).to(torch.float8_e4m3fn), w_scale.t()))
+        def run(s):
+            torch._scaled_mm(s[0], s[2].t(), scale_a=s[1], scale_b=s[3], out_dtype=torch.bfloat16)
+        peers["scaled_mm_fp8"] = with_rate(time_ms(run, fp8, iterations, warmup), flops, "row-wise scales")
+    except RuntimeError as error:
+        peers["scaled_mm_fp8"] = {"error": first_line(error)}
+    return peers
+
+
+def layer_peer(row, iterations, warmup, attention_backend):
+    """RMSNorm, one fused QKV matmul, RoPE (rotate_half), the paged KV store (index_copy_ into the pool),
+    SDPA (causal, enable_gqa, the fastest backend of the attention rows), the o matmul: eager PyTorch."""
+    config = row["layer_config"]
+    hidden, hq, hkv = config["hidden_size"], config["query_heads"], config.get("kv_heads", config["query_heads"])
+    d = config.get("head_dim", hidden // hq)
+    dv = config.get("value_head_dim", d)
+    lengths = row["chunk_lens"]
+    tokens = sum(lengths)
+    eps = config.get("input_norm", {}).get("epsilon", 1e-5)
+    theta = config.get("rotary", {}).get("theta", 10000.0)
+    qkv_width = hq * d + hkv * d + hkv * dv
+    block = row["block_size"]
+    inv_freq = 1.0 / (theta ** (torch.arange(0, d, 2, device="cuda", dtype=torch.float64) / d))
+    positions = torch.cat([torch.arange(n, device="cuda") for n in lengths]).double()
+    angles = torch.outer(positions, inv_freq)
+    cos = torch.cat([angles.cos(), angles.cos()], dim=-1).to(torch.bfloat16)[:, None, :]
+    sin = torch.cat([angles.sin(), angles.sin()], dim=-1).to(torch.bfloat16)[:, None, :]
+    blocks_per_seq = [(n + block - 1) // block for n in lengths]
+    slots = torch.cat([torch.arange(n, device="cuda") + block * sum(blocks_per_seq[:s])
+                       for s, n in enumerate(lengths)])
+
+    def make_set():
+        return {
+            "x": torch.randn(tokens, hidden, device="cuda", dtype=torch.bfloat16),
+            "norm": 1 + 0.2 * torch.randn(hidden, device="cuda", dtype=torch.bfloat16),
+            "w_qkv": torch.randn(qkv_width, hidden, device="cuda", dtype=torch.bfloat16) / math.sqrt(hidden),
+            "w_o": torch.randn(hidden, hq * dv, device="cuda", dtype=torch.bfloat16) / math.sqrt(hq * dv),
+            "k_cache": torch.empty(sum(blocks_per_seq) * block, hkv, d, device="cuda", dtype=torch.bfloat16),
+            "v_cache": torch.empty(sum(blocks_per_seq) * block, hkv, dv, device="cuda", dtype=torch.bfloat16),
+        }
+
+    def rope(x):
+        half = x.shape[-1] // 2
+        rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+        return x * cos + rotated * sin
+
+    def run(s):
+        x = F.rms_norm(s["x"], (hidden,), s["norm"], eps)
+        qkv = torch.matmul(x, s["w_qkv"].t())
+        q, k, v = qkv.split([hq * d, hkv * d, hkv * dv], dim=-1)
+        q = rope(q.view(tokens, hq, d))
+        k = rope(k.reshape(tokens, hkv, d))
+        v = v.reshape(tokens, hkv, dv)
+        s["k_cache"].index_copy_(0, slots, k)
+        s["v_cache"].index_copy_(0, slots, v)
+        outputs, start = [], 0
+        with sdpa_kernel(attention_backend):
+            for n in lengths:
+                outputs.append(F.scaled_dot_product_attention(
+                    q[start:start + n].transpose(0, 1)[None], k[start:start + n].transpose(0, 1)[None],
+                    v[start:start + n].transpose(0, 1)[None], is_causal=True, enable_gqa=True)[0].transpose(0, 1))
+                start += n
+        o = torch.cat(outputs) if len(outputs) > 1 else outputs[0]
+        return torch.matmul(o.reshape(tokens, hq * dv), s["w_o"].t())
+
+    set_bytes = (tokens * hidden * 2 + qkv_width * hidden + hidden * hq * dv + tokens * qkv_width * 2) * 2
+    sets = [make_set() for _ in range(rotation_sets(set_bytes))]
+    flops = 2.0 * tokens * hidden * (qkv_width + hq * dv) + 2.0 * (d + dv) * hq * sum(n * (n + 1) // 2 for n in lengths)
+    try:
+        run(sets[0])
+        torch.cuda.synchronize()
+        return {"eager": with_rate(time_ms(run, sets, iterations, warmup), flops,
+                                   f"eager, SDPA {attention_backend.name}")}
+    except RuntimeError as error:
+        return {"eager": {"error": first_line(error)}}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("rows")
+    parser.add_argument("out")
+    parser.add_argument("--iterations", type=int, default=30)
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        print("bench_peers.py: no CUDA device", file=sys.stderr)
+        return 1
+    torch.manual_seed(args.seed)
+    with open(args.rows) as f:
+        rows = json.load(f)
+    results = []
+    attention_best = {"cudnn": [], "flash": []}  # ms of each backend on the rows both ran, to pick the layer's
+    for row in rows:
+        if row["kind"] == "attention":
+            peers = attention_peers(row, args.iterations, args.warmup)
+            if all("median_ms" in peers.get(name, {}) for name in attention_best):
+                for name in attention_best:
+                    attention_best[name].append(peers[name]["median_ms"])
+        elif row["kind"] == "projection":
+            peers = projection_peers(row, args.iterations, args.warmup)
+        elif row["kind"] == "layer":
+            cudnn_faster = sum(attention_best["cudnn"]) <= sum(attention_best["flash"])
+            backend = SDPBackend.CUDNN_ATTENTION if cudnn_faster else SDPBackend.FLASH_ATTENTION
+            peers = layer_peer(row, args.iterations, args.warmup, backend)
+        else:
+            raise ValueError(f"row {row['id']}: unknown kind {row['kind']}")
+        results.append({"id": row["id"], "peers": peers})
+        print(f"peers: {row['id']}: " + ", ".join(
+            f"{name} {p['median_ms']:.3f} ms" if "median_ms" in p else f"{name} error" for name, p in peers.items()),
+            file=sys.stderr, flush=True)
+        torch.cuda.empty_cache()
+    out = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+           "cudnn": torch.backends.cudnn.version(), "rows": results}
+    with open(args.out, "w") as f:
+        json.dump(out, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

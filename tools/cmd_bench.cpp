@@ -1,0 +1,377 @@
+// attnplan bench: times each stage of a config's prefill plan on the GPU with CUDA events and reports ms,
+// TFLOP/s (compute stages) and GB/s (memory-bound stages), plus the whole layer, eager and as a CUDA graph.
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <optional>
+
+#include "check/bench_counts.hpp"
+#include "check/device_batch.hpp"
+#include "check/device_weights.hpp"
+#include "check/layer_check.hpp"
+#include "commands.hpp"
+#include "config/parse.hpp"
+#include "core/error.hpp"
+#include "driver/context.hpp"
+#include "driver/cuda_api.hpp"
+#include "driver/device.hpp"
+#include "driver/event.hpp"
+#include "driver/memory.hpp"
+#include "driver/stream.hpp"
+#include "plan/runtime.hpp"
+#include "runtime_setup.hpp"
+
+namespace attnplan::cli {
+
+namespace {
+
+// What the command line asks for, checked against the config before any device work.
+struct BenchRequest {
+  config::AttentionConfig config;
+  std::vector<check::SequenceShape> sequences;
+  int tokens = 0;
+  int prefix = 0;
+  bool bidirectional = false;  // one span over each sequence's whole chunk: non-causal attention
+  int iterations = 0;
+  int warmup = 0;
+  std::uint64_t seed = 1;
+};
+
+BenchRequest parse_request(const Arguments& args) {
+  BenchRequest request;
+  request.config = config::load_file(args.only_positional("CONFIG"));
+  config::AttentionConfig& config = request.config;
+  if (args.value("--block-size")) {
+    config.kv_cache.block_size = int_option(args, "--block-size", 0, 1);
+    config::check(config, "--block-size");
+  }
+  const std::string mask = args.value("--mask").value_or("causal");
+  if (mask != "causal" && mask != "bidirectional") {
+    throw Error(Stage::input, fmt::format("--mask {}: expected causal or bidirectional", mask));
+  }
+  request.bidirectional = mask == "bidirectional";
+  // The runtime is causal; a span over the whole chunk is how a config asks for bidirectional attention.
+  if (request.bidirectional) config.bidirectional_spans = true;
+  request.tokens = int_option(args, "--tokens", std::min(4096, config.max_tokens), 1);
+  if (request.tokens > config.max_tokens) {
+    throw Error(Stage::input,
+                fmt::format("--tokens {}: more than the config's max_tokens {} (raise max_tokens "
+                            "in the config)",
+                            request.tokens, config.max_tokens));
+  }
+  const int seqs = int_option(args, "--seqs", 1, 1);
+  request.prefix = int_option(args, "--prefix", 0, 0);
+  if (request.bidirectional && request.prefix > 0) {
+    throw Error(Stage::input,
+                "--mask bidirectional: needs --prefix 0 (a span may not cover the cached prefix "
+                "and the chunk at once)");
+  }
+  for (int length : check::varlen_split(request.tokens, seqs)) {
+    check::SequenceShape sequence{request.prefix, length, {}};
+    if (request.bidirectional) sequence.spans.push_back({0, length});
+    request.sequences.push_back(sequence);
+  }
+  request.iterations = int_option(args, "--iterations", 50, 1);
+  request.warmup = int_option(args, "--warmup", 5, 0);
+  request.seed = static_cast<std::uint64_t>(int_option(args, "--seed", 1, 0));
+  return request;
+}
+
+// One rotation set: its own copy of everything execute() reads or writes, so runs that follow each
+// other touch different memory.
+struct DeviceSet {
+  driver::DeviceBuffer input, output, key_cache, value_cache, workspace;
+  check::DeviceWeights weights;
+  plan::ExecuteArgs args;
+  std::size_t bytes() const {
+    std::size_t total = input.size_bytes() + output.size_bytes() + key_cache.size_bytes() +
+                        value_cache.size_bytes() + workspace.size_bytes();
+    for (const auto& buffer : weights.buffers) total += buffer.size_bytes();
+    return total;
+  }
+};
+
+DeviceSet upload_set(const check::LayerCase& layer, const plan::PrefillPlan& plan,
+                     const check::DeviceBatch& batch) {
+  DeviceSet set;
+  const std::size_t tokens = static_cast<std::size_t>(layer.num_tokens());
+  set.input = driver::DeviceBuffer::from_host(layer.input);
+  set.output = driver::DeviceBuffer(tokens * static_cast<std::size_t>(layer.config.hidden_size) * 2);
+  set.key_cache = driver::DeviceBuffer::from_host(layer.key_cache);
+  set.value_cache = driver::DeviceBuffer::from_host(layer.value_cache);
+  set.workspace = driver::DeviceBuffer(plan.workspace_bytes(layer.num_tokens()));
+  set.weights = check::upload_weights(layer.config, layer.weights);
+  plan::ExecuteArgs& args = set.args;
+  args.input = set.input.data<const void>();
+  args.output = set.output.data<void>();
+  args.weights = set.weights.view;
+  args.cache = {set.key_cache.data<void>(), set.value_cache.data<void>(), layer.num_blocks};
+  args.batch = batch.description();
+  args.workspace = set.workspace.data<void>();
+  args.workspace_bytes = set.workspace.size_bytes();
+  return set;
+}
+
+struct Row {
+  std::string name;    // a stage's name, "layer" or "layer_graph"
+  std::string kernel;  // the plan's kernel for a stage
+  check::Spread ms;
+  double flops = 0;
+  double bytes = 0;
+};
+
+std::vector<Row> measure(const plan::PrefillPlan& plan, const std::vector<DeviceSet>& sets,
+                         const std::vector<check::StageWork>& work, int iterations, int warmup) {
+  const driver::CudaApi& cu = driver::api();
+  driver::Stream stream = driver::Stream::create();
+  auto set_of = [&](int run) -> const DeviceSet& {
+    return sets[static_cast<std::size_t>(run) % sets.size()];
+  };
+  for (int run = 0; run < warmup; ++run) plan.execute(set_of(run).args, stream.handle());
+
+  // Per stage: an event before the first stage and one after each (the observer runs right after a
+  // stage is enqueued). Every run is enqueued before any is read, so the device never waits on the host.
+  // Stages are matched to their counts by kind: a plan that fuses a stage away (say RoPE into the QKV
+  // epilogue) just reports fewer rows.
+  std::vector<std::vector<driver::Event>> marks(static_cast<std::size_t>(iterations));
+  std::vector<plan::StageKind> stages;  // in the order the plan enqueues them (the first run's)
+  for (int run = 0; run < iterations; ++run) {
+    std::vector<driver::Event>& run_marks = marks[static_cast<std::size_t>(run)];
+    run_marks.push_back(driver::Event::create());
+    run_marks.front().record(stream.handle());
+    std::size_t seen = 0;
+    plan.execute(set_of(run).args, stream.handle(), [&](plan::StageKind stage, const plan::WorkspaceLayout&) {
+      if (run == 0) stages.push_back(stage);
+      if (seen >= stages.size() || stages[seen] != stage) {
+        throw Error(Stage::internal, fmt::format("bench: stage {} enqueued out of the first run's order",
+                                                 plan::to_string(stage)));
+      }
+      ++seen;
+      run_marks.push_back(driver::Event::create());
+      run_marks.back().record(stream.handle());
+    });
+  }
+  stream.synchronize();
+  std::vector<Row> rows;
+  for (std::size_t s = 0; s < stages.size(); ++s) {
+    std::vector<double> times;
+    for (const auto& run_marks : marks) times.push_back(driver::elapsed_ms(run_marks[s], run_marks[s + 1]));
+    Row row{std::string(plan::to_string(stages[s])), plan.compiled().kernel(stages[s]).name,
+            check::spread(times)};
+    for (const check::StageWork& counted : work) {
+      if (counted.stage == stages[s]) {
+        row.flops = counted.flops;
+        row.bytes = counted.bytes;
+      }
+    }
+    rows.push_back(row);
+  }
+  double flops = 0, bytes = 0;
+  for (const auto& stage : work) {
+    flops += stage.flops;
+    bytes += stage.bytes;
+  }
+
+  // The whole layer: events around each execute(), without the observer, then each set's execute()
+  // captured once as a CUDA graph and replayed.
+  auto time_runs = [&](const std::function<void(int)>& enqueue) {
+    for (int run = 0; run < warmup; ++run) enqueue(run);
+    std::vector<driver::Event> starts, stops;
+    for (int run = 0; run < iterations; ++run) {
+      starts.push_back(driver::Event::create());
+      stops.push_back(driver::Event::create());
+    }
+    for (int run = 0; run < iterations; ++run) {
+      starts[std::size_t(run)].record(stream.handle());
+      enqueue(run);
+      stops[std::size_t(run)].record(stream.handle());
+    }
+    stream.synchronize();
+    std::vector<double> times;
+    for (int run = 0; run < iterations; ++run)
+      times.push_back(driver::elapsed_ms(starts[std::size_t(run)], stops[std::size_t(run)]));
+    return check::spread(times);
+  };
+  rows.push_back({"layer", "", time_runs([&](int run) { plan.execute(set_of(run).args, stream.handle()); }),
+                  flops, bytes});
+
+  std::vector<CUgraph> graphs;
+  std::vector<CUgraphExec> execs;
+  auto release_graphs = [&]() noexcept {
+    for (CUgraphExec exec : execs) cu.cuGraphExecDestroy(exec);
+    for (CUgraph graph : graphs) cu.cuGraphDestroy(graph);
+  };
+  try {
+    for (const DeviceSet& set : sets) {
+      CUgraph graph = nullptr;
+      CUgraphExec exec = nullptr;
+      driver::check(cu.cuStreamBeginCapture(stream.handle(), CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
+                    "cuStreamBeginCapture");
+      try {
+        plan.execute(set.args, stream.handle());
+      } catch (...) {
+        cu.cuStreamEndCapture(stream.handle(), &graph);
+        if (graph != nullptr) cu.cuGraphDestroy(graph);
+        throw;
+      }
+      driver::check(cu.cuStreamEndCapture(stream.handle(), &graph), "cuStreamEndCapture");
+      graphs.push_back(graph);
+      driver::check(cu.cuGraphInstantiateWithFlags(&exec, graph, 0), "cuGraphInstantiateWithFlags");
+      execs.push_back(exec);
+    }
+    rows.push_back({"layer_graph", "", time_runs([&](int run) {
+                      driver::check(cu.cuGraphLaunch(execs[std::size_t(run) % execs.size()], stream.handle()),
+                                    "cuGraphLaunch");
+                    }),
+                    flops, bytes});
+  } catch (...) {
+    stream.synchronize();
+    release_graphs();
+    throw;
+  }
+  release_graphs();
+  return rows;
+}
+
+double tflops(const Row& row) {
+  return row.flops / (row.ms.median * 1e-3) / 1e12;
+}
+double gbs(const Row& row) {
+  return row.bytes / (row.ms.median * 1e-3) / 1e9;
+}
+
+}  // namespace
+
+Command bench_command() {
+  Command command;
+  command.name = "bench";
+  command.synopsis =
+      "bench CONFIG [--tokens N] [--seqs S] [--prefix P] [--block-size B] [--mask M] [--iterations I] "
+      "[--warmup W] [--json]";
+  command.description =
+      "Times each stage of the config's prefill plan on the GPU (CUDA events; warm-up runs first, then the\n"
+      "median, min and max over --iterations runs), rotating among enough copies of the inputs, weights and\n"
+      "KV pool to exceed twice the L2. Random bf16 data; S sequences of unequal lengths share N new tokens,\n"
+      "each with P tokens already cached. Reports ms, TFLOP/s for the GEMMs and attention (attention FLOPs\n"
+      "over allowed (query, key) pairs only) and GB/s for the memory-bound stages, then the whole layer as\n"
+      "one execute() and as a replayed CUDA graph. Exit 1 for bad input or when no CUDA device is usable.";
+  command.options = {
+      {"--tokens", "N", "new tokens over all sequences (default min(4096, max_tokens))"},
+      {"--seqs", "S", "sequences sharing them, unequal lengths (default 1)"},
+      {"--prefix", "P", "tokens already cached per sequence (default 0)"},
+      {"--block-size", "B", "KV page size in tokens (default: the config's)"},
+      {"--mask", "M", "causal (default) or bidirectional (one span over each chunk; prefix 0)"},
+      {"--iterations", "I", "timed runs (default 50)"},
+      {"--warmup", "W", "untimed runs first (default 5)"},
+      {"--seed", "X", "random seed (default 1)"},
+      {"--arch", "A", "compile for A instead of the device's arch"},
+      kCacheDirOption,
+      kCachePathOption,
+      kJitOption,
+      {"--json", "", "print one JSON object with a row per stage"}};
+  command.run = [](const Arguments& args) {
+    BenchRequest request = parse_request(args);
+    const config::AttentionConfig& config = request.config;
+    const std::vector<check::StageWork> work = check::stage_work(config, request.sequences);
+    std::string reason;
+    if (!driver::device_available(&reason)) {
+      throw Error(Stage::input,
+                  fmt::format("bench: no CUDA device ({}); bench times kernels on a GPU", reason));
+    }
+
+    Runtime runtime(runtime_options(args));
+    driver::Context context(runtime.options().device);
+    context.make_current();
+    const driver::DeviceInfo device = driver::query_device(runtime.options().device);
+    const plan::PrefillPlan plan = runtime.load(runtime.compile(config));
+
+    check::Scenario scenario;
+    scenario.tokens = request.tokens;
+    scenario.seqs = static_cast<int>(request.sequences.size());
+    scenario.seed = request.seed;
+    for (const auto& sequence : request.sequences) {
+      scenario.chunk_lens.push_back(sequence.chunk_len);
+      scenario.context_lens.push_back(sequence.context_len);
+    }
+    check::LayerCase layer = check::random_case(config, scenario);
+    if (config.bidirectional_spans) {
+      // Exactly the spans the FLOPs were counted for: none (causal) or one per chunk (bidirectional).
+      layer.spans.offsets = {0};
+      layer.spans.bounds.clear();
+      for (const auto& sequence : request.sequences) {
+        for (const auto& span : sequence.spans) layer.spans.bounds.push_back(span);
+        layer.spans.offsets.push_back(static_cast<int>(layer.spans.bounds.size()));
+      }
+    }
+    // The batch arrays are shared by every set (a few KB: they never decide the L2's contents).
+    const check::DeviceBatch batch(layer.batch, layer.spans, config.bidirectional_spans);
+    std::vector<DeviceSet> sets;
+    sets.push_back(upload_set(layer, plan, batch));
+    std::size_t free_bytes = 0, total_bytes = 0;
+    driver::check(driver::api().cuMemGetInfo(&free_bytes, &total_bytes), "cuMemGetInfo");
+    const int set_count =
+        check::rotation_sets(sets.front().bytes(), static_cast<std::size_t>(device.l2_bytes), free_bytes);
+    while (static_cast<int>(sets.size()) < set_count) sets.push_back(upload_set(layer, plan, batch));
+    driver::check(driver::api().cuCtxSynchronize(), "cuCtxSynchronize");
+
+    const std::vector<Row> rows = measure(plan, sets, work, request.iterations, request.warmup);
+
+    std::vector<int> lengths;
+    for (const auto& sequence : request.sequences) lengths.push_back(sequence.chunk_len);
+    if (args.flag("--json")) {
+      nlohmann::ordered_json out_rows = nlohmann::ordered_json::array();
+      for (const Row& row : rows) {
+        nlohmann::ordered_json entry = {{"stage", row.name},          {"kernel", row.kernel},
+                                        {"median_ms", row.ms.median}, {"min_ms", row.ms.min},
+                                        {"max_ms", row.ms.max},       {"flops", row.flops},
+                                        {"bytes", row.bytes}};
+        entry["tflops"] =
+            row.flops > 0 ? nlohmann::ordered_json(tflops(row)) : nlohmann::ordered_json(nullptr);
+        entry["gbs"] = row.flops == 0 ? nlohmann::ordered_json(gbs(row)) : nlohmann::ordered_json(nullptr);
+        out_rows.push_back(entry);
+      }
+      nlohmann::ordered_json out = {{"config", config.name},
+                                    {"arch", plan.compiled().arch.name()},
+                                    {"device", device.name},
+                                    {"driver_version", device.driver_version},
+                                    {"tokens", request.tokens},
+                                    {"seqs", lengths.size()},
+                                    {"chunk_lens", lengths},
+                                    {"prefix", request.prefix},
+                                    {"block_size", config.kv_cache.block_size},
+                                    {"mask", request.bidirectional ? "bidirectional" : "causal"},
+                                    {"window", config.sliding_window.value_or(0)},
+                                    {"iterations", request.iterations},
+                                    {"warmup", request.warmup},
+                                    {"rotation_sets", sets.size()},
+                                    {"set_bytes", sets.front().bytes()},
+                                    {"l2_bytes", device.l2_bytes},
+                                    {"rows", out_rows}};
+      fmt::print("{}\n", out.dump(2));
+    } else {
+      fmt::print("{} on {} ({}): {} tokens in {} sequence(s) [{}], prefix {}, block {}, {}{}\n",
+                 config.name.empty() ? "config" : config.name, device.name, plan.compiled().arch.name(),
+                 request.tokens, lengths.size(), fmt::join(lengths, " "), request.prefix,
+                 config.kv_cache.block_size, request.bidirectional ? "bidirectional" : "causal",
+                 config.sliding_window ? fmt::format(", window {}", *config.sliding_window) : "");
+      fmt::print("{} runs after {} warm-up, rotating {} sets of {:.1f} MB (L2 {:.1f} MB)\n\n",
+                 request.iterations, request.warmup, sets.size(), double(sets.front().bytes()) / 1e6,
+                 double(device.l2_bytes) / 1e6);
+      fmt::print("{:<18} {:<20} {:>10} {:>10} {:>10} {:>10} {:>9}\n", "stage", "kernel", "median ms",
+                 "min ms", "max ms", "TFLOP/s", "GB/s");
+      for (const Row& row : rows) {
+        fmt::print("{:<18} {:<20} {:>10.4f} {:>10.4f} {:>10.4f} {:>10} {:>9}\n", row.name, row.kernel,
+                   row.ms.median, row.ms.min, row.ms.max,
+                   row.flops > 0 ? fmt::format("{:.1f}", tflops(row)) : "",
+                   row.flops == 0 ? fmt::format("{:.0f}", gbs(row)) : "");
+      }
+    }
+    return kExitOk;
+  };
+  return command;
+}
+
+}  // namespace attnplan::cli
