@@ -311,18 +311,13 @@ __device__ __forceinline__ void mbarrier_wait_parity(unsigned barrier, unsigned 
 }
 
 // ---------------------------------------------------------------------------------------------------
-// TMA (PTX "cp.async.bulk.tensor"). The tensor map (CUtensorMap, 128 bytes, 64-byte aligned) is encoded
-// on the host with cuTensorMapEncodeTiled and must live in kernel-parameter, constant or global memory:
-// pass it inside a `__grid_constant__ const` Params and take its address here.
-
-// The 128-byte opaque tensor map, shared by host (which fills it through cuTensorMapEncodeTiled: same size
-// and alignment as CUtensorMap) and device (which only takes its address).
-struct alignas(64) TensorMap {
-  unsigned long long opaque[16];
-};
+// TMA (PTX "cp.async.bulk.tensor"). The tensor map (CUtensorMap, 128 bytes, 64-byte aligned; on the
+// device side attnplan/tensor_map.h's TensorMap) is encoded on the host with cuTensorMapEncodeTiled and
+// must live in kernel-parameter, constant or global memory: pass it inside a `__grid_constant__ const`
+// Params and give its address here.
 
 // Fetches the tensor map into the TMA unit's cache ahead of the first load (one thread).
-__device__ __forceinline__ void prefetch_tensor_map(const TensorMap* map) {
+__device__ __forceinline__ void prefetch_tensor_map(const void* map) {
 #if ATTNPLAN_SM90A_ENABLED
   asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<unsigned long long>(map)) : "memory");
 #else
@@ -334,8 +329,8 @@ __device__ __forceinline__ void prefetch_tensor_map(const TensorMap* map) {
 // at `destination` (128-byte aligned; 1024-byte aligned for 128-byte swizzle so wgmma descriptors can use
 // base offset 0), then completes the box's full byte count on `barrier` — out-of-bounds elements are
 // written as zeros and still counted. Issued by one thread.
-__device__ __forceinline__ void tma_load_2d(unsigned destination, const TensorMap* map, unsigned barrier,
-                                            int x, int y) {
+__device__ __forceinline__ void tma_load_2d(unsigned destination, const void* map, unsigned barrier, int x,
+                                            int y) {
 #if ATTNPLAN_SM90A_ENABLED
   asm volatile(
       "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], "
