@@ -311,8 +311,8 @@ __device__ __forceinline__ void mbarrier_wait_parity(unsigned barrier, unsigned 
 }
 
 // ---------------------------------------------------------------------------------------------------
-// TMA (PTX "cp.async.bulk.tensor"). The tensor map (CUtensorMap, 128 bytes, 64-byte aligned; on the
-// device side attnplan/tensor_map.h's TensorMap) is encoded on the host with cuTensorMapEncodeTiled and
+// TMA (PTX "cp.async.bulk.tensor"). The tensor map (CUtensorMap, 128 bytes; TMA needs it 64-byte aligned; on
+// the device side attnplan/tensor_map.h's TensorMap) is encoded on the host with cuTensorMapEncodeTiled and
 // must live in kernel-parameter, constant or global memory: pass it inside a `__grid_constant__ const`
 // Params and give its address here.
 
