@@ -23,9 +23,10 @@ std::string KernelSource::render_stub() const {
       "// attnplan kernel: {family}\n"
       "#include \"{header}\"\n"
       "using Traits = {traits};\n"
-      "template __global__ void {kernel}<Traits>(const Traits::Params);\n",
+      "template __global__ void {kernel}<Traits>(const {annotation}Traits::Params);\n",
       fmt::arg("family", family), fmt::arg("header", header),
-      fmt::arg("traits", traits_instance(*this, true)), fmt::arg("kernel", kernel));
+      fmt::arg("traits", traits_instance(*this, true)), fmt::arg("kernel", kernel),
+      fmt::arg("annotation", grid_constant ? "__grid_constant__ " : ""));
 }
 
 std::string KernelSource::name_expression() const {

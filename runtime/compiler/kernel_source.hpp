@@ -23,6 +23,10 @@ struct KernelSource {
   std::vector<TemplateArgument> arguments;  // the traits' arguments, in declaration order
   nlohmann::json spec;   // the typed spec's fields, for manifests and error payloads
 
+  // The kernel declares its Params `const __grid_constant__` (it takes the parameter's address, e.g. for
+  // TMA tensor maps); the instantiation must repeat the annotation.
+  bool grid_constant = false;
+
   // The generated translation unit, e.g.
   //   #include "attnplan/rmsnorm.cuh"
   //   using Traits = attnplan::kernels::RmsNormTraits</*hidden_size=*/4096, /*unit_offset=*/false>;

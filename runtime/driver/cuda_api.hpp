@@ -62,6 +62,8 @@ namespace attnplan::driver {
   X(cuMemsetD8)                  \
   X(cuMemsetD8Async)             \
   X(cuMemGetInfo)                \
+  /* TMA tensor maps */          \
+  X(cuTensorMapEncodeTiled)      \
   /* graph capture */            \
   X(cuStreamBeginCapture)        \
   X(cuStreamEndCapture)          \

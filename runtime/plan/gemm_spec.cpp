@@ -7,6 +7,7 @@
 #include <string>
 
 #include "core/error.hpp"
+#include "driver/cuda_api.hpp"
 
 namespace attnplan::plan {
 
@@ -82,7 +83,60 @@ std::string cxx_bool(bool value) {
   return value ? "true" : "false";
 }
 
+// Every width but the last is a whole number of `block_n` tiles: no tile of C straddles two segments.
+bool segments_fit(std::span<const int> widths, int block_n) {
+  for (std::size_t s = 0; s + 1 < widths.size(); ++s) {
+    if (widths[s] % block_n != 0) return false;
+  }
+  return true;
+}
+
+// A 2D TMA map of a bf16 row-major matrix [rows, columns] (row stride in elements), read in boxes of
+// [box_rows, box_columns] into 128-byte-swizzled shared memory; out-of-bounds elements load as zeros.
+void encode_tensor_map(TensorMap& map, const bf16_bits* base, int columns, int rows, long long row_stride,
+                       int box_columns, int box_rows, const std::string& field) {
+  static_assert(sizeof(TensorMap) == sizeof(CUtensorMap) && alignof(TensorMap) == alignof(CUtensorMap),
+                "TensorMap must have CUtensorMap's layout");
+  const cuuint64_t dims[2] = {cuuint64_t(columns), cuuint64_t(rows)};
+  const cuuint64_t strides[1] = {cuuint64_t(row_stride) * 2};  // bytes between rows (dimension 1)
+  const cuuint32_t box[2] = {cuuint32_t(box_columns), cuuint32_t(box_rows)};
+  const cuuint32_t element_strides[2] = {1, 1};
+  driver::check(
+      driver::api().cuTensorMapEncodeTiled(
+          reinterpret_cast<CUtensorMap*>(&map), CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2,
+          const_cast<bf16_bits*>(base), dims, strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+          CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
+      fmt::format("cuTensorMapEncodeTiled (gemm {}: [{}, {}], row stride {})", field, rows, columns,
+                  row_stride));
+}
+
 }  // namespace
+
+std::string_view gemm_kernel_name(GemmKernel kernel) {
+  return kernel == GemmKernel::wgmma ? "wgmma" : "mma_sync";
+}
+
+GemmKernelChoice choose_gemm_kernel(config::Arch arch, int m_hint, int n, int k,
+                                    std::span<const int> segment_widths) {
+  GemmKernelChoice choice;
+  if (arch.sm() != 90 || !arch.arch_specific) return choice;  // wgmma exists only in sm_90a
+  if (n <= 0 || k <= 0 || segment_widths.empty()) return choice;
+  constexpr GemmSm90Tiling kWide{.block_n = 256, .stages = 4};
+  constexpr GemmSm90Tiling kNarrow{.block_n = 128, .stages = 6};
+  if (!segments_fit(segment_widths, kNarrow.block_n)) return choice;
+  choice.kernel = GemmKernel::wgmma;
+  choice.sm90 = kNarrow;
+  if (!segments_fit(segment_widths, kWide.block_n)) return choice;
+  // Busiest SM's rounds of tiles times a tile's time (proportional to block_n; a 128-wide tile does ~10%
+  // less per column: the A slice is re-read per tile and the epilogue share is larger).
+  const std::int64_t sms = typical_sm_count(arch);
+  const std::int64_t row_tiles = ceil_div(std::max(m_hint, 1), kGemmSm90BlockM);
+  auto cost = [&](const GemmSm90Tiling& t, double per_column) {
+    return double(ceil_div(row_tiles * ceil_div(n, t.block_n), sms)) * t.block_n * per_column;
+  };
+  if (cost(kWide, 1.0) <= cost(kNarrow, 1.1)) choice.sm90 = kWide;
+  return choice;
+}
 
 int typical_sm_count(config::Arch arch) {
   switch (arch.sm()) {
@@ -132,6 +186,27 @@ GemmTiling choose_gemm_tiling(int m_hint, int n, int k, config::Arch arch) {
 
 compiler::KernelSource GemmSpec::source() const {
   compiler::KernelSource source;
+  if (kernel == GemmKernel::wgmma) {
+    source.family = "gemm_sm90";
+    source.header = "attnplan/gemm_sm90.cuh";
+    source.traits = "attnplan::kernels::GemmSm90Traits";
+    source.kernel = "attnplan::kernels::gemm_sm90_kernel";
+    source.grid_constant = true;  // the tensor maps must stay in parameter memory
+    source.arguments = {{"block_n", std::to_string(sm90.block_n)},
+                        {"stages", std::to_string(sm90.stages)},
+                        {"segments", std::to_string(segments)},
+                        {"has_bias", cxx_bool(has_bias)}};
+    source.spec = {{"family", source.family},
+                   {"kernel", gemm_kernel_name(kernel)},
+                   {"block_m", kGemmSm90BlockM},
+                   {"block_n", sm90.block_n},
+                   {"block_k", kGemmSm90BlockK},
+                   {"stages", sm90.stages},
+                   {"segments", segments},
+                   {"has_bias", has_bias},
+                   {"dynamic_shared_bytes", dynamic_shared_bytes()}};
+    return source;
+  }
   source.family = "gemm";
   source.header = "attnplan/gemm.cuh";
   source.traits = "attnplan::kernels::GemmTraits";
@@ -150,14 +225,26 @@ compiler::KernelSource GemmSpec::source() const {
   return source;
 }
 
+int GemmSpec::threads() const {
+  return kernel == GemmKernel::wgmma ? 3 * 128 : tiling.threads();  // producer + 2 consumer warpgroups
+}
+
 int GemmSpec::dynamic_shared_bytes() const {
+  if (kernel == GemmKernel::wgmma) return gemm_sm90_dynamic_shared_bytes(sm90.block_n, sm90.stages);
   return gemm_dynamic_shared_bytes(tiling.block_m, tiling.block_n, tiling.block_k, tiling.stages);
 }
 
-driver::LaunchShape GemmSpec::launch_shape(int m, int n) const {
-  const std::int64_t tiles = ceil_div(m, tiling.block_m) * ceil_div(n, tiling.block_n);
+driver::LaunchShape GemmSpec::launch_shape(int m, int n, int multiprocessors) const {
+  const bool wgmma = kernel == GemmKernel::wgmma;
+  const int block_m = wgmma ? kGemmSm90BlockM : tiling.block_m;
+  const int block_n = wgmma ? sm90.block_n : tiling.block_n;
+  std::int64_t tiles = ceil_div(m, block_m) * ceil_div(n, block_n);
   if (m <= 0 || n <= 0 || tiles > 0x7fffffff) {
     throw Error(Stage::input, fmt::format("gemm: no launch shape for M = {}, N = {}", m, n));
+  }
+  if (wgmma) {  // persistent: one CTA per SM walks the tiles
+    tiles =
+        std::min<std::int64_t>(tiles, multiprocessors > 0 ? multiprocessors : typical_sm_count({9, 0, true}));
   }
   return driver::LaunchShape{{static_cast<unsigned>(tiles), 1, 1},
                              {static_cast<unsigned>(threads()), 1, 1},
@@ -191,6 +278,41 @@ void GemmSpec::check(const GemmParams& params) const {
     expected_begin = segment.n_end;
   }
   require(expected_begin == params.n, fmt::format("segments end at {} but N = {}", expected_begin, params.n));
+  if (kernel == GemmKernel::wgmma) {
+    require(params.k > 0, "K = 0: the wgmma kernel needs K > 0 (TMA dimensions are positive)");
+    for (int s = 0; s + 1 < segments; ++s) {
+      const int width = params.segments[s].n_end - params.segments[s].n_begin;
+      require(
+          width % sm90.block_n == 0,
+          fmt::format("segments[{}] is {} wide, not a multiple of the wgmma kernel's block_n = {} (a tile "
+                      "would straddle two segments)",
+                      s, width, sm90.block_n));
+    }
+  }
+}
+
+GemmSm90Params make_gemm_sm90_params(const GemmSpec& spec, const GemmParams& params) {
+  GemmSm90Params sm90{};
+  sm90.gemm = params;
+  encode_tensor_map(sm90.a_map, params.a, params.k, params.m, params.lda, kGemmSm90BlockK, kGemmSm90BlockM,
+                    "a");
+  for (int s = 0; s < spec.segments; ++s) {
+    const GemmSegment& segment = params.segments[s];
+    encode_tensor_map(sm90.w_maps[s], segment.weight, params.k, segment.n_end - segment.n_begin, params.k,
+                      kGemmSm90BlockK, spec.sm90.block_n, fmt::format("segments[{}].weight", s));
+  }
+  return sm90;
+}
+
+void launch_gemm(const driver::Function& function, const GemmSpec& spec, const GemmParams& params,
+                 CUstream stream, int multiprocessors) {
+  if (params.m == 0 || params.n == 0) return;
+  const driver::LaunchShape shape = spec.launch_shape(params.m, params.n, multiprocessors);
+  if (spec.kernel == GemmKernel::wgmma) {
+    driver::launch(function, shape, stream, make_gemm_sm90_params(spec, params));
+  } else {
+    driver::launch(function, shape, stream, params);
+  }
 }
 
 }  // namespace attnplan::plan

@@ -1,8 +1,15 @@
-// The bf16 projection GEMM (QKV and output projections): its tile heuristic, its typed kernel spec, and
-// the host-side checks of its Params against the spec. Template: templates/attnplan/gemm.cuh.
+// The bf16 projection GEMM (QKV and output projections): its kernel and tile heuristics, its typed kernel
+// spec, and the host-side checks of its Params against the spec. Templates: templates/attnplan/gemm.cuh
+// (mma.sync, every arch) and templates/attnplan/gemm_sm90.cuh (TMA + wgmma, sm_90a only).
 #pragma once
 
+#include <cuda.h>
+
+#include <span>
+#include <string_view>
+
 #include "attnplan/gemm_params.h"
+#include "attnplan/gemm_sm90_params.h"
 #include "compiler/kernel_source.hpp"
 #include "config/target.hpp"
 #include "driver/launch.hpp"
@@ -34,25 +41,72 @@ GemmTiling choose_gemm_tiling(int m_hint, int n, int k, config::Arch arch);
 // the heuristic rounds to. A guess for unknown archs.
 int typical_sm_count(config::Arch arch);
 
+// Which template computes the GEMM.
+enum class GemmKernel {
+  mma_sync,  // gemm.cuh: cp.async + mma.sync m16n8k16, sm_80 and later
+  wgmma,     // gemm_sm90.cuh: TMA + wgmma, warp-specialized and persistent, sm_90a only
+};
+
+std::string_view gemm_kernel_name(GemmKernel kernel);  // "mma_sync", "wgmma"
+
+// The sm_90a kernel's shape: tile [128, block_n] of C, K slices of 64, a ring of `stages` slots.
+struct GemmSm90Tiling {
+  int block_n = 256;  // 128 or 256: the wgmma N of each consumer warpgroup
+  int stages = 4;     // ring slots of [128 + block_n, 64] bf16 (4 x 48 KiB at 256, 6 x 32 KiB at 128)
+
+  friend bool operator==(const GemmSm90Tiling&, const GemmSm90Tiling&) = default;
+};
+
+struct GemmKernelChoice {
+  GemmKernel kernel = GemmKernel::mma_sync;
+  GemmSm90Tiling sm90;  // meaningful for GemmKernel::wgmma
+
+  friend bool operator==(const GemmKernelChoice&, const GemmKernelChoice&) = default;
+};
+
+// The kernel for an [m_hint, k] x [k, n] product whose weight is split along N into `segment_widths`
+// (in order; they sum to n). Pure. wgmma only on sm_90a (the architecture-specific target: plain sm_90
+// has no wgmma) and only when no tile straddles a segment boundary: every width but the last must be a
+// multiple of block_n. block_n is 256 (the better rate per tile) unless 128 needs fewer rounds of tiles
+// over the SMs by more than the 10% it costs per column, or the segments only allow 128. Otherwise
+// mma_sync (then choose_gemm_tiling picks its tiling).
+GemmKernelChoice choose_gemm_kernel(config::Arch arch, int m_hint, int n, int k,
+                                    std::span<const int> segment_widths);
+
 struct GemmSpec {
   int segments = 1;       // weight segments along N (1: fused or single weight, 3: q | k | v)
   bool has_bias = false;  // any segment has a bias (a segment's null bias then reads as zeros)
-  GemmTiling tiling;
+  GemmTiling tiling;      // the mma_sync kernel's tiling
+  GemmKernel kernel = GemmKernel::mma_sync;
+  GemmSm90Tiling sm90;  // the wgmma kernel's tiling
 
   compiler::KernelSource source() const;
 
-  int threads() const { return tiling.threads(); }
+  int threads() const;
   // What the launch needs, and what driver::Function::set_max_dynamic_shared_bytes must allow at load
-  // (all three heuristic tilings need more than 48 KiB: 64, 72 and 64 KiB).
+  // (all heuristic tilings need more than 48 KiB: mma_sync 64, 72 and 64 KiB; wgmma 193 KiB).
   int dynamic_shared_bytes() const;
-  // grid [ceil(m / block_m) * ceil(n / block_n)], block [threads], dynamic_shared_bytes. m, n > 0.
-  driver::LaunchShape launch_shape(int m, int n) const;
+  // mma_sync: grid [ceil(m / block_m) * ceil(n / block_n)]. wgmma: persistent, grid [min(tiles,
+  // multiprocessors)] (typical_sm_count of sm_90 when multiprocessors is 0). block [threads],
+  // dynamic_shared_bytes. m, n > 0.
+  driver::LaunchShape launch_shape(int m, int n, int multiprocessors = 0) const;
 
   // Throws Error(input) naming the field when `params` breaks the kernel's preconditions: negative
   // sizes, K or a stride not a multiple of 8, lda < K, ldc < N, null or non-16-byte-aligned A, C or
   // weights, segments that do not tile [0, N) in order with `segments` non-empty pieces, a bias pointer
-  // on a spec without bias, a misaligned bias. Nothing to check (and nothing to launch) when M or N is 0.
+  // on a spec without bias, a misaligned bias; for wgmma also a segment other than the last whose width
+  // is not a multiple of block_n. Nothing to check (and nothing to launch) when M or N is 0.
   void check(const GemmParams& params) const;
 };
+
+// The wgmma kernel's Params for `params` (checked by spec.check first): `params` plus one TMA tensor map
+// for A and one per weight segment, encoded with cuTensorMapEncodeTiled — a host-only driver call that
+// neither allocates nor synchronizes, so it is legal per launch and during stream capture.
+GemmSm90Params make_gemm_sm90_params(const GemmSpec& spec, const GemmParams& params);
+
+// Queues spec's kernel for `params` on `stream` (encoding the tensor maps for wgmma). `multiprocessors`:
+// the device's SM count (the wgmma kernel's persistent grid). Nothing is launched when M or N is 0.
+void launch_gemm(const driver::Function& function, const GemmSpec& spec, const GemmParams& params,
+                 CUstream stream, int multiprocessors);
 
 }  // namespace attnplan::plan

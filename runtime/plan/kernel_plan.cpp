@@ -77,6 +77,18 @@ KernelPlan plan_kernels(const config::AttentionConfig& config, const config::Arc
   plan.qkv_projection.has_bias = config.qkv_bias;
   plan.qkv_projection.tiling =
       choose_gemm_tiling(config.max_tokens, static_cast<int>(qkv_row_width(config)), hidden, arch);
+  {
+    const int q_width = config.query_heads * config.head_dim;
+    const int k_width = config.kv_heads * config.head_dim;
+    const int v_width = config.kv_heads * config.value_head_dim;
+    const std::vector<int> widths = config.projection.fused_qkv
+                                        ? std::vector<int>{q_width + k_width + v_width}
+                                        : std::vector<int>{q_width, k_width, v_width};
+    const GemmKernelChoice choice =
+        choose_gemm_kernel(arch, config.max_tokens, q_width + k_width + v_width, hidden, widths);
+    plan.qkv_projection.kernel = choice.kernel;
+    plan.qkv_projection.sm90 = choice.sm90;
+  }
 
   plan.qkv_postprocess = QkvPostprocessSpec::from_config(config);
 
@@ -91,6 +103,11 @@ KernelPlan plan_kernels(const config::AttentionConfig& config, const config::Arc
   plan.output_projection.segments = 1;
   plan.output_projection.has_bias = config.output_bias;
   plan.output_projection.tiling = choose_gemm_tiling(config.max_tokens, hidden, attention_width, arch);
+  const int output_widths[] = {hidden};
+  const GemmKernelChoice output_choice =
+      choose_gemm_kernel(arch, config.max_tokens, hidden, attention_width, output_widths);
+  plan.output_projection.kernel = output_choice.kernel;
+  plan.output_projection.sm90 = output_choice.sm90;
 
   plan.kernels.push_back({StageKind::input_norm, "input_rmsnorm", plan.input_norm.source(), 0});
   plan.kernels.push_back({StageKind::qkv_projection, "qkv_projection", plan.qkv_projection.source(),

@@ -25,6 +25,7 @@ struct PrefillPlan::Loaded {
   driver::Function input_norm, qkv_projection, qkv_postprocess, kv_store, attention, output_projection;
   driver::DeviceBuffer rope_frequencies;  // [rotary_dim / 2] doubles, uploaded once at load
   double rope_attention_factor = 1.0;
+  int multiprocessors = 0;  // the device's SMs: the persistent wgmma GEMM's grid
 };
 
 namespace {
@@ -272,8 +273,7 @@ void PrefillPlan::execute(const ExecuteArgs& args, CUstream stream, const StageO
                  driver::LaunchShape{{unsigned(tokens), 1, 1}, {unsigned(norm_spec.tiling.threads), 1, 1}, 0},
                  stream, norm);
   notify(StageKind::input_norm);
-  driver::launch(loaded.qkv_projection, kernels.qkv_projection.launch_shape(projection.m, projection.n),
-                 stream, projection);
+  launch_gemm(loaded.qkv_projection, kernels.qkv_projection, projection, stream, loaded.multiprocessors);
   notify(StageKind::qkv_projection);
   if (kernels.has(StageKind::qkv_postprocess)) {
     driver::launch(loaded.qkv_postprocess,
@@ -293,8 +293,7 @@ void PrefillPlan::execute(const ExecuteArgs& args, CUstream stream, const StageO
                  kernels.attention.launch_shape(batch.num_seqs, batch.max_query_len, config.query_heads),
                  stream, attend);
   notify(StageKind::attention);
-  driver::launch(loaded.output_projection, kernels.output_projection.launch_shape(output.m, output.n), stream,
-                 output);
+  launch_gemm(loaded.output_projection, kernels.output_projection, output, stream, loaded.multiprocessors);
   notify(StageKind::output_projection);
 }
 
@@ -397,6 +396,7 @@ plan::PrefillPlan Runtime::load(const plan::CompiledPlan& compiled) {
   }
   auto loaded = std::make_unique<plan::PrefillPlan::Loaded>(
       plan::PrefillPlan::Loaded{driver::Context(options_.device), {}, {}, {}, {}, {}, {}, {}, {}, 1.0});
+  loaded->multiprocessors = device.multiprocessors;
   loaded->context.make_current();
   for (const plan::PlanKernel& kernel : compiled.kernels) {
     driver::Module& module = loaded->modules.emplace_back(driver::Module::load(kernel.entry->cubin));

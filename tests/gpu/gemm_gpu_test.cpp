@@ -1,6 +1,7 @@
 // The bf16 projection GEMM against the double-precision reference (reference::linear on the same bf16
-// inputs): every tiling the heuristic can pick, segmented and fused weights, with and without bias, odd
-// M / N / K, strided A and C. Then the throughput of one large prefill-sized product.
+// inputs): every mma.sync tiling the heuristic can pick and, on sm_90a, both wgmma tilings the segments
+// allow (plus whatever choose_gemm_kernel picks), segmented and fused weights, with and without bias, odd
+// M / N / K, strided A and C. Then the throughput of prefill-sized products ([.benchmark], [.gemm_speed]).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -43,8 +44,40 @@ std::string tiling_name(const plan::GemmTiling& t) {
          std::to_string(t.stages);
 }
 
+// "128x128x32/4" for mma.sync, "wgmma 128x256x64/4" for the sm_90a kernel.
+std::string spec_name(const plan::GemmSpec& spec) {
+  if (spec.kernel == plan::GemmKernel::mma_sync) return tiling_name(spec.tiling);
+  return "wgmma 128x" + std::to_string(spec.sm90.block_n) + "x64/" + std::to_string(spec.sm90.stages);
+}
+
 config::Arch device_arch() {
   return *config::parse_arch(driver::query_device(gpu().context.ordinal()).arch_name());
+}
+
+int device_multiprocessors() {
+  return driver::query_device(gpu().context.ordinal()).multiprocessors;
+}
+
+// The specs a case runs: every mma.sync tiling; on sm_90a also the wgmma tilings whose block_n the
+// segments allow, and the heuristic's own pick.
+std::vector<plan::GemmSpec> specs_for(int segments, bool has_bias, const std::vector<int>& widths, int m,
+                                      int k) {
+  std::vector<plan::GemmSpec> specs;
+  for (const plan::GemmTiling& tiling : kTilings) specs.push_back({segments, has_bias, tiling});
+  const config::Arch arch = device_arch();
+  if (arch.sm() == 90 && arch.arch_specific) {
+    for (const plan::GemmSm90Tiling tiling : {plan::GemmSm90Tiling{256, 4}, plan::GemmSm90Tiling{128, 6}}) {
+      bool fits = true;
+      for (std::size_t s = 0; s + 1 < widths.size(); ++s) fits = fits && widths[s] % tiling.block_n == 0;
+      if (fits) specs.push_back({segments, has_bias, kTilings[0], plan::GemmKernel::wgmma, tiling});
+    }
+  }
+  const int n = std::accumulate(widths.begin(), widths.end(), 0);
+  const plan::GemmKernelChoice choice = plan::choose_gemm_kernel(arch, m, n, k, widths);
+  plan::GemmSpec picked{segments, has_bias, plan::choose_gemm_tiling(m, n, k, arch), choice.kernel,
+                        choice.sm90};
+  specs.push_back(picked);
+  return specs;
 }
 
 struct LoadedGemm {
@@ -141,14 +174,14 @@ void check_gemm(const Case& c, std::uint64_t seed) {
                         reference::Tensor({n, c.k}, to_doubles(w_bits)), reference_bias);
   driver::Stream stream = driver::Stream::create();
   gpu().context.synchronize();  // uploads from pageable memory may still be in flight on the legacy stream
-  for (const plan::GemmTiling& tiling : kTilings) {
-    spec.tiling = tiling;
+  for (const plan::GemmSpec& each : specs_for(spec.segments, spec.has_bias, c.segment_widths, c.m, c.k)) {
+    spec = each;
     INFO(c.name << ": M " << c.m << " N " << n << " K " << c.k << " segments " << spec.segments << " bias "
-                << c.has_bias << " tiling " << tiling_name(tiling));
+                << c.has_bias << " kernel " << spec_name(spec));
     spec.check(params);
     const driver::Function& function = gemm_function(spec);
     d_c.fill_bytes_async(kPoisonByte, stream.handle());
-    driver::launch(function, spec.launch_shape(c.m, n), stream.handle(), params);
+    plan::launch_gemm(function, spec, params, stream.handle(), device_multiprocessors());
     stream.synchronize();
     const std::vector<std::uint16_t> output = d_c.download_all<std::uint16_t>();
 
@@ -168,9 +201,8 @@ void check_gemm(const Case& c, std::uint64_t seed) {
     CHECK(unwritten == 0);
     CHECK(guard_touched == 0);
     const double error = reference::relative_l2_error(expected.data, got);
-    std::printf("gemm %-12s M %5d N %5d K %5d segments %d bias %d tiling %-12s relative L2 error %.3e\n",
-                c.name.c_str(), c.m, n, c.k, spec.segments, int(c.has_bias), tiling_name(tiling).c_str(),
-                error);
+    std::printf("gemm %-12s M %5d N %5d K %5d segments %d bias %d kernel %-18s relative L2 error %.3e\n",
+                c.name.c_str(), c.m, n, c.k, spec.segments, int(c.has_bias), spec_name(spec).c_str(), error);
     INFO("relative L2 error " << error);
     // bf16 operands are exact in the reference; what remains is fp32 accumulation and one bf16 rounding.
     CHECK(error < 1e-2);
@@ -191,6 +223,12 @@ TEST_CASE("projection GEMM matches the reference", "[gpu][gemm]") {
       {"K 72 fused", 1, 72, {200}, false},
       {"odd M", 131, 2880, {120, 40, 40}, true, 8, 40, true},
       {"K tail", 200, 1000, {264, 136}, true},  // K not a multiple of any block_k
+      // For the wgmma kernel (sm_90a): M, N, K no tile multiple, 3 segments, bias, strided A and C.
+      {"sm90 ragged", 333, 4104, {512, 256, 200}, true, 8, 24, true},
+      {"sm90 narrow", 259, 1032, {384, 128, 72}, true, 0, 8},  // only 128-wide tiles fit the segments
+      {"sm90 many", 1500, 1024, {2048, 512, 512}, true},       // 144 tiles: some CTAs take two
+      {"sm90 K 8", 130, 8, {256, 256, 8}, false, 8, 8},        // one partial K slice
+      {"sm90 one row", 1, 64, {256}, true},
   };
   std::uint64_t seed = 4242;
   for (const Case& c : cases) check_gemm(c, seed++);
@@ -253,5 +291,77 @@ TEST_CASE("projection GEMM throughput on a prefill-sized QKV product", "[.][benc
                   tiling_name(tiling).c_str(), median_ms, tflops, tiling == chosen ? "<- heuristic" : "");
       CHECK(median_ms > 0);
     }
+  }
+}
+
+// The number issue #6 is about: 8192 x 6144 x 4096 (Llama-3-8B's QKV at 8192 tokens, q | k | v segments),
+// mma.sync's best tiling against the wgmma kernel. Median of 20 CUDA-event timings after 5 warm-up
+// launches. The wgmma outputs are also compared with mma.sync's (a CPU reference of this size is too slow).
+// Run: test_gpu "[.gemm_speed]".
+TEST_CASE("projection GEMM speed: mma.sync vs wgmma at 8192x6144x4096", "[.gemm_speed][gpu][gemm]") {
+  constexpr int m = 8192, n = 6144, k = 4096;
+  const config::Arch arch = device_arch();
+  gpu().context.make_current();
+  std::mt19937_64 rng(11);
+  const driver::DeviceBuffer d_a =
+      driver::DeviceBuffer::from_host(random_bf16(std::size_t(m) * k, rng, 0.1, 1.0));
+  const driver::DeviceBuffer d_w =
+      driver::DeviceBuffer::from_host(random_bf16(std::size_t(n) * k, rng, 0.0, 1.0 / std::sqrt(k)));
+  GemmParams params{};
+  params.a = d_a.data<const bf16_bits>();
+  params.m = m;
+  params.n = n;
+  params.k = k;
+  params.lda = k;
+  params.ldc = n;
+  const int bounds[] = {0, 4096, 5120, 6144};
+  for (int s = 0; s < 3; ++s) {
+    params.segments[s] = {d_w.data<const bf16_bits>() + std::size_t(bounds[s]) * k, nullptr, bounds[s],
+                          bounds[s + 1]};
+  }
+  std::vector<plan::GemmSpec> specs = {{3, false, kTilings[0]}};
+  if (arch.sm() == 90 && arch.arch_specific) {
+    specs.push_back({3, false, kTilings[0], plan::GemmKernel::wgmma, {256, 4}});
+    specs.push_back({3, false, kTilings[0], plan::GemmKernel::wgmma, {128, 6}});
+  }
+  driver::Stream stream = driver::Stream::create();
+  gpu().context.synchronize();
+  std::vector<std::uint16_t> baseline;
+  std::printf("\n%-20s %-20s %10s %10s %s\n", "shape (M N K)", "kernel", "median ms", "TFLOP/s",
+              "vs mma.sync");
+  for (const plan::GemmSpec& spec : specs) {
+    driver::DeviceBuffer d_c(std::size_t(m) * n * 2);
+    d_c.fill_bytes_async(kPoisonByte, stream.handle());
+    params.c = d_c.data<bf16_bits>();
+    spec.check(params);
+    const driver::Function& function = gemm_function(spec);
+    for (int i = 0; i < 5; ++i)
+      plan::launch_gemm(function, spec, params, stream.handle(), device_multiprocessors());
+    std::vector<float> milliseconds;
+    for (int i = 0; i < 20; ++i) {
+      const driver::Event start = driver::Event::create();
+      const driver::Event stop = driver::Event::create();
+      start.record(stream.handle());
+      plan::launch_gemm(function, spec, params, stream.handle(), device_multiprocessors());
+      stop.record(stream.handle());
+      milliseconds.push_back(driver::elapsed_ms(start, stop));
+    }
+    std::nth_element(milliseconds.begin(), milliseconds.begin() + 10, milliseconds.end());
+    const double median_ms = milliseconds[10];
+    const double tflops = 2.0 * m * n * double(k) / (median_ms * 1e-3) / 1e12;
+    stream.synchronize();
+    const std::vector<std::uint16_t> output = d_c.download_all<std::uint16_t>();
+    const std::size_t unwritten = std::size_t(std::count(output.begin(), output.end(), kPoisonBits));
+    double difference = 0;
+    if (baseline.empty()) {
+      baseline = output;
+    } else {
+      difference = reference::relative_l2_error(to_doubles(baseline), to_doubles(output));
+    }
+    std::printf("%5d %5d %5d    %-20s %10.4f %10.1f rel. L2 %.2e, unwritten %zu\n", m, n, k,
+                spec_name(spec).c_str(), median_ms, tflops, difference, unwritten);
+    CHECK(unwritten == 0);
+    CHECK(difference < 1e-2);
+    CHECK(median_ms > 0);
   }
 }

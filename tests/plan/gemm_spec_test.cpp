@@ -190,3 +190,134 @@ TEST_CASE("gemm specializations compile for sm_80 and sm_90a without spills", "[
     }
   }
 }
+
+TEST_CASE("gemm kernel: wgmma only for sm_90a, with segments a whole number of tiles wide", "[plan][gemm]") {
+  const int llama[] = {4096, 1024, 1024};
+  const GemmKernelChoice wide{GemmKernel::wgmma, {.block_n = 256, .stages = 4}};
+  const GemmKernelChoice narrow{GemmKernel::wgmma, {.block_n = 128, .stages = 6}};
+  // Other archs, and plain sm_90 (no wgmma outside the architecture-specific target), keep mma.sync.
+  for (const config::Arch arch : {kSm80, kSm86, kSm89, config::Arch{9, 0, false}, kSm100a}) {
+    INFO(arch.name());
+    CHECK(choose_gemm_kernel(arch, 8192, 6144, 4096, llama).kernel == GemmKernel::mma_sync);
+  }
+  CHECK(choose_gemm_kernel(kSm90a, 8192, 6144, 4096, llama) == wide);
+  // The last segment may end anywhere (TMA zero-fills past it); the others decide block_n.
+  const int ragged_last[] = {4096, 1024, 1000};
+  CHECK(choose_gemm_kernel(kSm90a, 8192, 6120, 4096, ragged_last) == wide);
+  const int one_kv_head[] = {4096, 128, 128};  // kv_heads 1, head_dim 128: 128-wide tiles only
+  CHECK(choose_gemm_kernel(kSm90a, 8192, 4352, 4096, one_kv_head) == narrow);
+  const int odd[] = {120, 40, 40};  // a tile would straddle q | k: the mma.sync kernel reads per row
+  CHECK(choose_gemm_kernel(kSm90a, 37, 200, 2880, odd).kernel == GemmKernel::mma_sync);
+  const int fused[] = {6144};
+  CHECK(choose_gemm_kernel(kSm90a, 8192, 6144, 4096, fused) == wide);
+  // o_proj at 1100 tokens: 9 x 16 wide tiles need two rounds over 132 SMs, 9 x 32 narrow ones three
+  // (512 vs 3 x 128 x 1.1 = 422 column-units): narrow. At 1000 tokens 128 wide tiles fit in one round.
+  const int o_proj[] = {4096};
+  CHECK(choose_gemm_kernel(kSm90a, 1100, 4096, 4096, o_proj) == narrow);
+  CHECK(choose_gemm_kernel(kSm90a, 1000, 4096, 4096, o_proj) == wide);
+  CHECK(choose_gemm_kernel(kSm90a, 300, 6144, 4096, llama) == wide);
+  // Nothing to multiply: no preference.
+  CHECK(choose_gemm_kernel(kSm90a, 8192, 0, 4096, fused).kernel == GemmKernel::mma_sync);
+  CHECK(choose_gemm_kernel(kSm90a, 8192, 6144, 0, fused).kernel == GemmKernel::mma_sync);
+  CHECK(gemm_kernel_name(GemmKernel::wgmma) == "wgmma");
+  CHECK(gemm_kernel_name(GemmKernel::mma_sync) == "mma_sync");
+}
+
+TEST_CASE("gemm spec for wgmma: stub, shared memory, persistent launch shape, segment check",
+          "[plan][gemm]") {
+  const GemmSpec spec{.segments = 3,
+                      .has_bias = true,
+                      .tiling = kLarge,
+                      .kernel = GemmKernel::wgmma,
+                      .sm90 = {.block_n = 256, .stages = 4}};
+  const compiler::KernelSource source = spec.source();
+  const std::string stub = source.render_stub();
+  INFO(stub);
+  CHECK(stub.find("#include \"attnplan/gemm_sm90.cuh\"") != std::string::npos);
+  CHECK(stub.find("attnplan::kernels::GemmSm90Traits</*block_n=*/256, /*stages=*/4, /*segments=*/3, "
+                  "/*has_bias=*/true>") != std::string::npos);
+  CHECK(stub.find("(const __grid_constant__ Traits::Params)") != std::string::npos);
+  CHECK(source.name_expression() == "attnplan::kernels::gemm_sm90_kernel<Traits>");
+  CHECK(source.spec.at("kernel") == "wgmma");
+  // 4 slots of A [128, 64] + W [256, 64] bf16, 8 mbarriers, 1 KiB of alignment slack.
+  CHECK(spec.dynamic_shared_bytes() == 4 * (128 + 256) * 64 * 2 + 8 * 8 + 1024);
+  CHECK(spec.dynamic_shared_bytes() <= 227 * 1024);
+  CHECK(spec.threads() == 384);
+  // The mma.sync stub does not carry the annotation (its cache keys are unchanged).
+  CHECK(GemmSpec{3, true, kLarge}.source().render_stub().find("__grid_constant__") == std::string::npos);
+
+  // Persistent: at most one CTA per SM; fewer when there are fewer tiles.
+  CHECK(spec.launch_shape(8192, 6144, 132).grid.x == 132);
+  CHECK(spec.launch_shape(8192, 6144, 114).grid.x == 114);
+  CHECK(spec.launch_shape(8192, 6144).grid.x == 132);  // no device given: an H100/H200's 132
+  CHECK(spec.launch_shape(300, 6144, 132).grid.x == 3 * 24);
+  CHECK(spec.launch_shape(1, 100, 132).grid.x == 1);
+  CHECK(spec.launch_shape(300, 6144, 132).block.x == 384);
+  CHECK(spec.launch_shape(300, 6144, 132).dynamic_shared_bytes == unsigned(spec.dynamic_shared_bytes()));
+  CHECK_THROWS_AS(spec.launch_shape(0, 6144, 132), Error);
+
+  GemmSpec no_bias = spec;
+  no_bias.has_bias = false;
+  CHECK_NOTHROW(no_bias.check(llama_qkv_params()));
+  // k = 128 wide: a 256-wide tile would straddle k | v; the 128-wide kernel takes it.
+  GemmParams narrow_k = llama_qkv_params();
+  narrow_k.segments[1].n_end = 4224;
+  narrow_k.segments[2].n_begin = 4224;
+  CHECK_THROWS_AS(no_bias.check(narrow_k), Error);
+  GemmSpec narrow = no_bias;
+  narrow.sm90 = {.block_n = 128, .stages = 6};
+  CHECK_NOTHROW(narrow.check(narrow_k));
+  // The last segment may be ragged.
+  GemmParams ragged = llama_qkv_params();
+  ragged.n = ragged.segments[2].n_end = 6100;
+  CHECK_NOTHROW(no_bias.check(ragged));
+  GemmParams no_k = llama_qkv_params();
+  no_k.k = 0;
+  CHECK_THROWS_AS(no_bias.check(no_k), Error);
+  CHECK_NOTHROW(GemmSpec{3, false, kLarge}.check(no_k));  // mma.sync writes the bias-only product
+}
+
+TEST_CASE("gemm wgmma specializations compile for sm_90a: wgmma in the PTX, no spills",
+          "[plan][gemm][nvrtc]") {
+  struct Variant {
+    GemmSm90Tiling tiling;
+    int segments;
+    bool has_bias;
+  };
+  const std::vector<Variant> variants = {
+      {{256, 4}, 3, false}, {{256, 4}, 1, true}, {{128, 6}, 3, true}, {{128, 6}, 1, false}};
+  for (const Variant& variant : variants) {
+    GemmSpec spec{.segments = variant.segments, .has_bias = variant.has_bias};
+    spec.kernel = GemmKernel::wgmma;
+    spec.sm90 = variant.tiling;
+    const compiler::KernelSource source = spec.source();
+    INFO(source.render_stub());
+    const compiler::CompiledKernel kernel = plan_testing::source_tree_compiler().compile(
+        source, compiler::CompileOptions{.arch = kSm90a, .keep_ptx = true});
+    INFO(kernel.log);
+    const compiler::ResourceUsage& usage = kernel.resources;
+    std::printf(
+        "gemm_sm90 block_n %d stages %d segments %d bias %d: %3d registers, %d spill bytes, %d stack "
+        "bytes, %d static smem, %d dynamic smem\n",
+        spec.sm90.block_n, spec.sm90.stages, spec.segments, spec.has_bias, usage.registers,
+        usage.spill_bytes(), usage.stack_bytes, usage.shared_bytes, spec.dynamic_shared_bytes());
+    CHECK(kernel.lowered_name.find("gemm_sm90_kernel") != std::string::npos);
+    CHECK(usage.spill_bytes() == 0);
+    CHECK(usage.stack_bytes == 0);
+    CHECK(usage.shared_bytes == 0);
+    // The kernel-wide count is the launch bound's 65536 / 384; setmaxnreg then moves registers to the
+    // consumers.
+    CHECK(usage.registers <= 168);
+    const std::string wgmma = "wgmma.mma_async.sync.aligned.m64n" + std::to_string(spec.sm90.block_n) + "k16";
+    CHECK(kernel.ptx.find(wgmma) != std::string::npos);
+    CHECK(kernel.ptx.find("cp.async.bulk.tensor.2d") != std::string::npos);
+    CHECK(kernel.ptx.find("setmaxnreg.inc.sync.aligned.u32 232") != std::string::npos);
+  }
+  // The header compiles for sm_80 too (the body is compiled out: one build covers every template), but
+  // the plan never picks it there.
+  GemmSpec spec{.segments = 1};
+  spec.kernel = GemmKernel::wgmma;
+  const compiler::CompiledKernel sm80 =
+      plan_testing::source_tree_compiler().compile(spec.source(), compiler::CompileOptions{kSm80});
+  CHECK(sm80.ptx.find("wgmma") == std::string::npos);
+}

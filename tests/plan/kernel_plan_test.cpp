@@ -23,6 +23,20 @@ TEST_CASE("the plan runs the layer's stages in spec order", "[plan]") {
   CHECK(plan::qkv_row_width(llama()) == 32 * 128 + 8 * 128 * 2);
 }
 
+TEST_CASE("on sm_90a both projections run the wgmma kernel; elsewhere mma.sync", "[plan][gemm]") {
+  const plan::KernelPlan hopper = plan::plan_kernels(llama(), config::Arch{9, 0, true});
+  CHECK(hopper.qkv_projection.kernel == plan::GemmKernel::wgmma);
+  CHECK(hopper.output_projection.kernel == plan::GemmKernel::wgmma);
+  CHECK(hopper.kernels[1].source.header == "attnplan/gemm_sm90.cuh");
+  CHECK(hopper.kernels[1].dynamic_shared_bytes == hopper.qkv_projection.dynamic_shared_bytes());
+  for (const config::Arch arch : {config::Arch{8, 0, false}, config::Arch{9, 0, false}}) {
+    const plan::KernelPlan other = plan::plan_kernels(llama(), arch);
+    CHECK(other.qkv_projection.kernel == plan::GemmKernel::mma_sync);
+    CHECK(other.output_projection.kernel == plan::GemmKernel::mma_sync);
+    CHECK(other.kernels[1].source.header == "attnplan/gemm.cuh");
+  }
+}
+
 TEST_CASE("a config with nothing to postprocess skips that kernel", "[plan]") {
   config::AttentionConfig config = llama();
   config.rotary.dim = 0;  // no RoPE, no norms

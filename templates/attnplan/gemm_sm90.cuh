@@ -1,0 +1,226 @@
+// The bf16 projection GEMM for sm_90a (Hopper): C[M, N] = A[M, K] · W[N, K]^T (+ bias[N]), fp32
+// accumulation, bias added in fp32, one rounding to bf16 — the semantics of gemm.cuh, faster.
+//
+// Warp-specialized, persistent. A CTA of three warpgroups walks tiles of C [128, block_n] (grouped
+// rasterization, as gemm.cuh): warpgroup 0 is the producer, whose one elected thread streams [128, 64]
+// slices of A and [block_n, 64] slices of W with TMA into a `stages`-deep ring of 128-byte-swizzled shared
+// memory; warpgroups 1 and 2 are consumers that multiply their 64 rows of the slice with wgmma
+// m64n{block_n}k16 (both operands from shared memory, K-major: W [N, K] row-major is exactly wgmma's
+// K-major B) and write their [64, block_n] of C. Each ring slot has a "full" mbarrier (the producer's
+// expect_tx arrival + the TMA bytes) and an "empty" one (one arrival per consumer warp once the wgmmas
+// that read the slot have completed). setmaxnreg moves registers from the producer (40) to the
+// consumers (232), which hold block_n / 2 fp32 accumulators each.
+//
+// Tails: TMA writes zeros for rows past M or past a segment's end and for K past K, so any M, any N and any
+// K that is a multiple of 8 (16-byte global rows, a TMA requirement) work. Segments: one tensor map per
+// segment; a tile must not straddle a segment boundary, so every segment but the last must be a multiple
+// of block_n wide (plan::GemmSpec checks it; the heuristic falls back to gemm.cuh otherwise).
+//
+// Compiles for every target; its body exists only for sm_90a (ATTNPLAN_SM90A_ENABLED) and traps elsewhere.
+#pragma once
+
+#include "attnplan/common.cuh"
+#include "attnplan/gemm.cuh"
+#include "attnplan/gemm_sm90_params.h"
+#include "attnplan/wgmma.cuh"
+
+namespace attnplan::kernels {
+
+template <int kBlockN, int kStages, int kSegments, bool kHasBias>
+struct GemmSm90Traits {
+  using Params = GemmSm90Params;
+  static constexpr int block_m = kGemmSm90BlockM;  // rows of C per tile: 2 consumer warpgroups x 64
+  static constexpr int block_n = kBlockN;          // columns of C per tile, the wgmma N
+  static constexpr int block_k = kGemmSm90BlockK;  // K per ring slot: one 128-byte swizzled row
+  static constexpr int stages = kStages;
+  static constexpr int segments = kSegments;
+  static constexpr bool has_bias = kHasBias;
+
+  static constexpr int consumers = 2;                        // consumer warpgroups
+  static constexpr int threads = 128 * (1 + consumers);      // producer warpgroup first
+  static constexpr int consumer_rows = block_m / consumers;  // 64: one wgmma M
+  static constexpr int accumulators = block_n / 2;           // fp32 per consumer thread: [64, block_n] / 128
+  static constexpr int k_steps = block_k / 16;               // wgmma k16 steps per slot
+
+  static constexpr int a_slot_bytes = block_m * block_k * 2;  // [128, 64] bf16
+  static constexpr int b_slot_bytes = block_n * block_k * 2;  // [block_n, 64] bf16
+  static constexpr int slot_bytes = a_slot_bytes + b_slot_bytes;
+  static constexpr int ring_bytes = stages * slot_bytes;
+  static constexpr int dynamic_shared_bytes = gemm_sm90_dynamic_shared_bytes(block_n, stages);
+
+  // Registers per thread after setmaxnreg: 128 x 40 + 256 x 232 = 64512 <= 64 K.
+  static constexpr int producer_registers = 40;
+  static constexpr int consumer_registers = 232;
+
+  // Empty-barrier arrivals per phase: one per consumer warp.
+  static constexpr unsigned empty_arrivals = 4 * consumers;
+
+  static constexpr int group_m = 8;  // tile rows per rasterization group (grouped_tile)
+
+  static_assert(block_n == 128 || block_n == 256, "block_n is 128 or 256 (wgmma N, TMA box <= 256 rows)");
+  static_assert(stages >= 2, "the ring needs at least two slots");
+  static_assert(kSegments >= 1 && kSegments <= kMaxGemmSegments, "1 to 3 weight segments");
+  static_assert(a_slot_bytes % sm90::kSwizzle128AtomBytes == 0 &&
+                    b_slot_bytes % sm90::kSwizzle128AtomBytes == 0,
+                "every slot must start 1024-byte aligned (swizzle atoms, descriptor base offset 0)");
+  static_assert(block_k * 2 == sm90::kSwizzle128Bytes, "a slot row is one 128-byte swizzle row");
+  static_assert(dynamic_shared_bytes <= 227 * 1024, "more shared memory than an H100/H200 SM gives a CTA");
+  static_assert(producer_registers * 128 + consumer_registers * 128 * consumers <= 65536,
+                "setmaxnreg targets exceed the register file");
+};
+
+// grid: [min(tiles, SMs)] persistent CTAs, block: [Traits::threads], dynamic shared memory:
+// Traits::dynamic_shared_bytes.
+template <class Traits>
+__global__ void __launch_bounds__(Traits::threads, 1)
+    gemm_sm90_kernel(const __grid_constant__ GemmSm90Params params) {
+#if ATTNPLAN_SM90A_ENABLED
+  extern __shared__ __align__(1024) unsigned char shared[];
+  // The ring, 1024-byte aligned (dynamic shared memory is only guaranteed 16), then the barriers.
+  const unsigned ring = (sm90::smem_address(shared) + 1023u) & ~1023u;
+  const unsigned full_barriers = ring + Traits::ring_bytes;            // [stages] x 8 bytes
+  const unsigned empty_barriers = full_barriers + Traits::stages * 8;  // [stages] x 8 bytes
+  const GemmParams& gemm = params.gemm;
+
+  const int warpgroup = threadIdx.x / 128;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < Traits::stages; ++s) {
+      sm90::mbarrier_init(full_barriers + 8 * s, 1);  // the producer's arrive_expect_tx
+      sm90::mbarrier_init(empty_barriers + 8 * s, Traits::empty_arrivals);
+    }
+    sm90::fence_barrier_init();
+  }
+  __syncthreads();
+
+  const int tiles_m = (gemm.m + Traits::block_m - 1) / Traits::block_m;
+  const int tiles_n = (gemm.n + Traits::block_n - 1) / Traits::block_n;
+  const int tiles = tiles_m * tiles_n;
+  const int k_tiles = (gemm.k + Traits::block_k - 1) / Traits::block_k;
+
+  if (warpgroup == 0) {
+    // Producer. Every CTA walks the same tile sequence as its consumers; `slot_use` counts ring slot uses
+    // across tiles: slot slot_use % stages, phase (slot_use / stages) % 2.
+    sm90::setmaxnreg_decrease<Traits::producer_registers>();
+    if (threadIdx.x == 0) {
+      sm90::prefetch_tensor_map(&params.a_map);
+#pragma unroll
+      for (int s = 0; s < Traits::segments; ++s) sm90::prefetch_tensor_map(&params.w_maps[s]);
+      int slot_use = 0;
+      for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+        const TileCoordinates coordinates = grouped_tile<Traits::group_m>(tile, tiles_m, tiles_n);
+        const int m0 = coordinates.m * Traits::block_m;
+        const int n0 = coordinates.n * Traits::block_n;
+        // The segment holding the tile (compile-time indices only: no local-memory copy of the array).
+        const void* w_map = &params.w_maps[0];
+        int w_row = n0;  // tile row 0 within its segment
+#pragma unroll
+        for (int s = 1; s < Traits::segments; ++s) {
+          if (n0 >= gemm.segments[s].n_begin) {
+            w_map = &params.w_maps[s];
+            w_row = n0 - gemm.segments[s].n_begin;
+          }
+        }
+        for (int k_tile = 0; k_tile < k_tiles; ++k_tile, ++slot_use) {
+          const int slot = slot_use % Traits::stages;
+          const unsigned phase = (slot_use / Traits::stages) & 1u;
+          // Wait until both consumers released the slot's previous use (a fresh barrier passes parity 1).
+          sm90::mbarrier_wait_parity(empty_barriers + 8 * slot, phase ^ 1u);
+          const unsigned full = full_barriers + 8 * slot;
+          const unsigned a_slot = ring + slot * Traits::slot_bytes;
+          sm90::mbarrier_arrive_expect_tx(full, Traits::slot_bytes);  // full boxes, zero fill included
+          sm90::tma_load_2d(a_slot, &params.a_map, full, k_tile * Traits::block_k, m0);
+          sm90::tma_load_2d(a_slot + Traits::a_slot_bytes, w_map, full, k_tile * Traits::block_k, w_row);
+        }
+      }
+    }
+    return;
+  }
+
+  // Consumers: warpgroup c = 1, 2 owns tile rows [64 (c - 1), 64 c).
+  sm90::setmaxnreg_increase<Traits::consumer_registers>();
+  const int thread = threadIdx.x % 128;
+  const int warp = thread / 32;
+  const int lane = thread % 32;
+  const unsigned a_offset = (warpgroup - 1) * Traits::consumer_rows * sm90::kSwizzle128Bytes;
+  float accumulator[Traits::accumulators];
+#pragma unroll
+  for (int j = 0; j < Traits::accumulators; ++j) accumulator[j] = 0.0f;
+
+  int slot_use = 0;
+  for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    const TileCoordinates coordinates = grouped_tile<Traits::group_m>(tile, tiles_m, tiles_n);
+    const int m0 = coordinates.m * Traits::block_m;
+    const int n0 = coordinates.n * Traits::block_n;
+
+    // Main loop: one group of k_steps wgmmas per slot; at most one group in flight while the next slot's
+    // group is issued, so the slot of the previous group is released as soon as that one completes.
+    int previous_slot = -1;
+    for (int k_tile = 0; k_tile < k_tiles; ++k_tile, ++slot_use) {
+      const int slot = slot_use % Traits::stages;
+      const unsigned phase = (slot_use / Traits::stages) & 1u;
+      sm90::mbarrier_wait_parity(full_barriers + 8 * slot, phase);
+      const unsigned a_slot = ring + slot * Traits::slot_bytes;
+      const unsigned long long a_descriptor = sm90::kmajor_descriptor(a_slot + a_offset);
+      const unsigned long long b_descriptor = sm90::kmajor_descriptor(a_slot + Traits::a_slot_bytes);
+      sm90::fence_registers(accumulator);
+      sm90::wgmma_fence();
+#pragma unroll
+      for (int step = 0; step < Traits::k_steps; ++step) {
+        // K step `step` starts 32 bytes further along the (unswizzled) row: +2 in the >> 4 address field.
+        sm90::wgmma_ss<Traits::block_n>(accumulator, a_descriptor + 2 * step, b_descriptor + 2 * step,
+                                        k_tile > 0 || step > 0);
+      }
+      sm90::wgmma_commit_group();
+      sm90::wgmma_wait_group<1>();
+      sm90::fence_registers(accumulator);
+      if (previous_slot >= 0 && lane == 0) sm90::mbarrier_arrive(empty_barriers + 8 * previous_slot);
+      previous_slot = slot;
+    }
+    sm90::wgmma_wait_group<0>();
+    sm90::fence_registers(accumulator);
+    if (previous_slot >= 0 && lane == 0) sm90::mbarrier_arrive(empty_barriers + 8 * previous_slot);
+
+    // Epilogue straight from the accumulators: thread (warp w, lane l) holds, per 8-column block b, the
+    // column pair 8 b + 2 (l % 4) + {0, 1} of rows 16 w + l / 4 and + 8 (wgmma.cuh's layout). Bias in
+    // fp32, one rounding, a 4-byte store per pair (columns [N, ldc) untouched). The producer meanwhile
+    // already fills the ring for the next tile.
+    const GemmSegment segment = segment_of<Traits::segments>(gemm, n0);
+    const int row0 = m0 + (warpgroup - 1) * Traits::consumer_rows + 16 * warp + lane / 4;
+#pragma unroll
+    for (int block = 0; block < Traits::block_n / 8; ++block) {
+      const int n = n0 + 8 * block + 2 * (lane % 4);
+      if (n >= gemm.n) continue;
+      const bool pair = n + 1 < gemm.n;
+      float bias0 = 0.0f;
+      float bias1 = 0.0f;
+      if constexpr (Traits::has_bias) {
+        if (segment.bias != nullptr) {
+          // The tile (and so n, n + 1 < N) lies in one segment: every segment but the last is a whole
+          // number of tiles wide.
+          const __nv_bfloat16* bias = reinterpret_cast<const __nv_bfloat16*>(segment.bias) - segment.n_begin;
+          bias0 = __bfloat162float(bias[n]);
+          if (pair) bias1 = __bfloat162float(bias[n + 1]);
+        }
+      }
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int m = row0 + 8 * half;
+        if (m >= gemm.m) continue;
+        const float value0 = accumulator[4 * block + 2 * half] + bias0;
+        const float value1 = accumulator[4 * block + 2 * half + 1] + bias1;
+        bf16_bits* out = gemm.c + static_cast<long long>(m) * gemm.ldc + n;
+        if (pair) {
+          *reinterpret_cast<__nv_bfloat162*>(out) = __floats2bfloat162_rn(value0, value1);
+        } else {
+          *reinterpret_cast<__nv_bfloat16*>(out) = __float2bfloat16_rn(value0);
+        }
+      }
+    }
+  }
+#else
+  (void)params;
+  __trap();  // an sm_90a kernel instantiated for another target
+#endif
+}
+
+}  // namespace attnplan::kernels

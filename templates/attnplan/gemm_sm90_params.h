@@ -1,0 +1,33 @@
+// Parameter block of the sm_90a projection GEMM (gemm_sm90.cuh), shared by host and NVRTC: the mma.sync
+// kernel's GemmParams (pointers, sizes, segments, strides; the same semantics) plus the TMA tensor maps
+// the host encodes per launch. Passed as a `__grid_constant__` kernel parameter, so the maps stay in
+// parameter memory where TMA may read them.
+#pragma once
+
+#include "attnplan/gemm_params.h"
+#include "attnplan/tensor_map.h"
+
+namespace attnplan {
+
+// The CTA tile of the sm_90a kernel along M and K: two consumer warpgroups of 64 rows each, and 64 bf16
+// of K per stage (one 128-byte swizzled row). block_n is a trait (128 or 256).
+inline constexpr int kGemmSm90BlockM = 128;
+inline constexpr int kGemmSm90BlockK = 64;
+
+struct GemmSm90Params {
+  // A [M, K] (row stride lda): dims {K, M}, box {block_k, block_m}, 128-byte swizzle, zero fill.
+  TensorMap a_map;
+  // Segment s of W, [n_end - n_begin, K] (row stride K): dims {K, rows}, box {block_k, block_n}. Entries
+  // past the traits' segment count are unused.
+  TensorMap w_maps[kMaxGemmSegments];
+  GemmParams gemm;
+};
+
+// Dynamic shared memory of the sm_90a kernel: `stages` slices of A [128, 64] and W [block_n, 64] bf16, the
+// full/empty mbarriers (8 bytes each), and 1024 bytes to align the first slice to the 128-byte swizzle
+// pattern's 1024-byte period. One formula for the traits and the host.
+ATTNPLAN_HOST_DEVICE constexpr int gemm_sm90_dynamic_shared_bytes(int block_n, int stages) {
+  return stages * (kGemmSm90BlockM + block_n) * kGemmSm90BlockK * 2 + stages * 2 * 8 + 1024;
+}
+
+}  // namespace attnplan
