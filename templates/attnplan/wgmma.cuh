@@ -1,0 +1,366 @@
+// Hopper (sm_90a) device primitives: shared-memory matrix descriptors, wgmma.mma_async, the async-proxy
+// fences, mbarriers, TMA tile loads and setmaxnreg. Thin, documented wrappers over PTX (PTX ISA 8.x,
+// "Asynchronous Warpgroup Level Matrix Multiply-Accumulate" and "Tensor Copy"); kernels build their
+// pipelines from them (gemm_sm90.cuh, the sm_90a attention kernel).
+//
+// Everything here needs the architecture-specific target sm_90a (`__CUDA_ARCH_FEAT_SM90_ALL`): wgmma and
+// setmaxnreg do not exist on plain sm_90, nor on sm_80/sm_89. The header still compiles for every target
+// (so one translation unit can include every template); on other targets the bodies are empty and a
+// kernel that calls them must never be instantiated there — kernels guard their bodies with
+// ATTNPLAN_SM90A_ENABLED and trap otherwise.
+#pragma once
+
+#include "attnplan/params.h"
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define ATTNPLAN_SM90A_ENABLED 1
+#else
+#define ATTNPLAN_SM90A_ENABLED 0
+#endif
+
+namespace attnplan::kernels::sm90 {
+
+// ---------------------------------------------------------------------------------------------------
+// Addresses
+
+// The 32-bit shared-state-space address of a pointer into shared memory (what PTX's [addr] operands take).
+__device__ __forceinline__ unsigned smem_address(const void* pointer) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(pointer));
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Shared-memory matrix descriptors (PTX ISA "Matrix Descriptor Format"), 64 bits:
+//   bits  0-13  start address >> 4
+//   bits 16-29  leading-dimension byte offset (LBO) >> 4
+//   bits 32-45  stride-dimension byte offset (SBO) >> 4
+//   bits 49-51  base offset (0: the swizzle pattern starts at a 1024-byte-aligned address)
+//   bits 62-63  swizzle: 0 none, 1 128-byte, 2 64-byte, 3 32-byte
+//
+// 128-byte swizzle, the layout a TMA load with CU_TENSOR_MAP_SWIZZLE_128B writes: rows of exactly 128
+// bytes (64 bf16), grouped in atoms of 8 rows = 1024 bytes; inside an atom the 16-byte chunk c of row r is
+// stored at chunk c ^ r. The tile must start 1024-byte aligned (base offset 0).
+inline constexpr int kSwizzle128Bytes = 128;       // bytes of one swizzled row
+inline constexpr int kSwizzle128AtomBytes = 1024;  // 8 rows x 128 bytes: one repeat of the XOR pattern
+
+__device__ __forceinline__ unsigned long long make_descriptor(unsigned smem_byte_address,
+                                                              unsigned leading_bytes, unsigned stride_bytes) {
+  unsigned long long descriptor = 0;
+  descriptor |= static_cast<unsigned long long>((smem_byte_address & 0x3ffff) >> 4);
+  descriptor |= static_cast<unsigned long long>((leading_bytes & 0x3ffff) >> 4) << 16;
+  descriptor |= static_cast<unsigned long long>((stride_bytes & 0x3ffff) >> 4) << 32;
+  descriptor |= 1ull << 62;  // 128-byte swizzle
+  return descriptor;
+}
+
+// K-major operand (A [M, K] or W [N, K] with K contiguous), bf16, 128-byte swizzle: each row of the tile
+// holds 64 K elements (128 bytes), consecutive rows 128 bytes apart, 8-row atoms 1024 bytes apart (SBO).
+// LBO is unused for swizzled K-major layouts (one k16 step, 32 bytes, never crosses a 128-byte row; PTX
+// says "assumed 1"). `smem_byte_address` points at row 0, K element 16 * k_step of the tile: advancing K by
+// 16 inside the 128-byte row is +32 bytes on the start address; the hardware applies the XOR swizzle to
+// the final addresses, so the start address stays un-swizzled. The tile base must be 1024-byte aligned.
+__device__ __forceinline__ unsigned long long kmajor_descriptor(unsigned smem_byte_address) {
+  return make_descriptor(smem_byte_address, 16, kSwizzle128AtomBytes);
+}
+
+// MN-major operand (the transposed form: B stored [K, N] with N contiguous, e.g. V [keys, Dv] as the B
+// of P·V), bf16, 128-byte swizzle, as TMA writes a box of [rows = K, 64 N elements]: each K row holds 64
+// N elements (128 bytes), 8 K rows form a 1024-byte atom. SBO = bytes between consecutive 8-row groups
+// along K (1024 when one box's K rows are contiguous); LBO = bytes between consecutive 64-wide groups
+// along N (the distance between two such boxes, e.g. 64 * rows * 2 for boxes stacked one after the
+// other). Use with the wgmma's transpose-B immediate set (kTransposeB below). 1024-byte aligned base.
+__device__ __forceinline__ unsigned long long mnmajor_descriptor(
+    unsigned smem_byte_address, unsigned n_group_bytes, unsigned k_group_bytes = kSwizzle128AtomBytes) {
+  return make_descriptor(smem_byte_address, n_group_bytes, k_group_bytes);
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Fences and wgmma group control. All are warpgroup-wide (.sync.aligned): every thread of the 4 warps
+// of a warpgroup (threads 128 g .. 128 g + 127) must execute them together, with no divergence.
+
+// Before the first wgmma that reads registers (accumulators, register A) written by ordinary
+// instructions, and before a wgmma whose accumulators were touched since the last wgmma.
+__device__ __forceinline__ void wgmma_fence() {
+#if ATTNPLAN_SM90A_ENABLED
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#endif
+}
+
+// Closes the wgmma operations issued so far into one group.
+__device__ __forceinline__ void wgmma_commit_group() {
+#if ATTNPLAN_SM90A_ENABLED
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+#endif
+}
+
+// Waits until at most kPending committed groups are in flight; only then may their accumulators be
+// read, or the shared memory they read be overwritten.
+template <int kPending>
+__device__ __forceinline__ void wgmma_wait_group() {
+  static_assert(kPending >= 0 && kPending <= 7, "wgmma.wait_group takes 0..7");
+#if ATTNPLAN_SM90A_ENABLED
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
+#endif
+}
+
+// Keeps the compiler from moving accesses of an accumulator register across a wgmma fence / wait: the
+// asynchronous wgmma writes the registers behind the compiler's back.
+__device__ __forceinline__ void fence_register(float& value) {
+  asm volatile("" : "+f"(value)::"memory");
+}
+template <int kCount>
+__device__ __forceinline__ void fence_registers(float (&values)[kCount]) {
+#pragma unroll
+  for (int i = 0; i < kCount; ++i) fence_register(values[i]);
+}
+
+// Orders this thread's generic-proxy shared-memory writes (ordinary st.shared) before later async-proxy
+// accesses (wgmma operand reads, TMA stores) of the same memory. Follow it with a barrier that the
+// async-proxy issuer waits on.
+__device__ __forceinline__ void fence_proxy_async_shared() {
+#if ATTNPLAN_SM90A_ENABLED
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
+}
+
+// ---------------------------------------------------------------------------------------------------
+// wgmma.mma_async m64nNk16, bf16 x bf16 -> fp32, for one warpgroup.
+//
+// D [64, N] fp32: each thread holds N / 2 floats. Thread t = 32 w + l (w: warp of the warpgroup) holds
+// d[j] at row 16 w + l / 4 + 8 * ((j / 2) % 2), column 8 * (j / 4) + 2 * (l % 4) + j % 2 — the mma.sync
+// m16n8 accumulator layout, repeated for each 8-column block.
+// `accumulate` false: D = A·B (the accumulators' old values are ignored); true: D += A·B.
+// Descriptors: kmajor_descriptor / mnmajor_descriptor, whose tiles must stay unmodified until the
+// group's wgmma_wait_group. Issue between wgmma_fence() and wgmma_commit_group().
+//
+// The register lists for N / 2 = 32, 48, 64, 96, 128 accumulators are spelled out once below; each
+// variant is then one macro use (the asm operand lists cannot be generated by templates).
+
+#define ATTNPLAN_WG_R10(t) \
+  "%" #t "0, %" #t "1, %" #t "2, %" #t "3, %" #t "4, %" #t "5, %" #t "6, %" #t "7, %" #t "8, %" #t "9"
+#define ATTNPLAN_WG_R0 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9"
+#define ATTNPLAN_WG_REGS_32 ATTNPLAN_WG_R0 ", " ATTNPLAN_WG_R10(1) ", " ATTNPLAN_WG_R10(2) ", %30, %31"
+#define ATTNPLAN_WG_REGS_48                                                            \
+  ATTNPLAN_WG_R0 ", " ATTNPLAN_WG_R10(1) ", " ATTNPLAN_WG_R10(2) ", " ATTNPLAN_WG_R10( \
+      3) ", %40, %41, %42, %43, %44, %45, %46, %47"
+#define ATTNPLAN_WG_REGS_64                                                            \
+  ATTNPLAN_WG_R0 ", " ATTNPLAN_WG_R10(1) ", " ATTNPLAN_WG_R10(2) ", " ATTNPLAN_WG_R10( \
+      3) ", " ATTNPLAN_WG_R10(4) ", " ATTNPLAN_WG_R10(5) ", %60, %61, %62, %63"
+#define ATTNPLAN_WG_REGS_96 \
+  ATTNPLAN_WG_R0 ", " ATTNPLAN_WG_R10(1) ", " ATTNPLAN_WG_R10(2) ", " ATTNPLAN_WG_R10(3) ", " ATTNPLAN_WG_R10( \
+      4) ", " ATTNPLAN_WG_R10(5) ", " ATTNPLAN_WG_R10(6) ", " ATTNPLAN_WG_R10(7) ", " ATTNPLAN_WG_R10(8)         \
+      ", %90, %91, %92, %93, %94, %95"
+#define ATTNPLAN_WG_REGS_128 \
+  ATTNPLAN_WG_R0 ", " ATTNPLAN_WG_R10(1) ", " ATTNPLAN_WG_R10(2) ", " ATTNPLAN_WG_R10(3) ", " ATTNPLAN_WG_R10( \
+      4) ", " ATTNPLAN_WG_R10(5) ", " ATTNPLAN_WG_R10(6) ", " ATTNPLAN_WG_R10(7) ", " ATTNPLAN_WG_R10(8)         \
+      ", " ATTNPLAN_WG_R10(9) ", " ATTNPLAN_WG_R10(10) ", " ATTNPLAN_WG_R10(11) ", %120, %121, %122, %123, %124, %125, %126, %127"
+
+// "+f" operands d[base .. base + 7], then groups of them.
+#define ATTNPLAN_WG_D8(d, b)                                                                \
+  "+f"(d[(b) + 0]), "+f"(d[(b) + 1]), "+f"(d[(b) + 2]), "+f"(d[(b) + 3]), "+f"(d[(b) + 4]), \
+      "+f"(d[(b) + 5]), "+f"(d[(b) + 6]), "+f"(d[(b) + 7])
+#define ATTNPLAN_WG_D16(d, b) ATTNPLAN_WG_D8(d, b), ATTNPLAN_WG_D8(d, (b) + 8)
+#define ATTNPLAN_WG_D32(d, b) ATTNPLAN_WG_D16(d, b), ATTNPLAN_WG_D16(d, (b) + 16)
+#define ATTNPLAN_WG_D_32(d) ATTNPLAN_WG_D32(d, 0)
+#define ATTNPLAN_WG_D_48(d) ATTNPLAN_WG_D32(d, 0), ATTNPLAN_WG_D16(d, 32)
+#define ATTNPLAN_WG_D_64(d) ATTNPLAN_WG_D32(d, 0), ATTNPLAN_WG_D32(d, 32)
+#define ATTNPLAN_WG_D_96(d) ATTNPLAN_WG_D32(d, 0), ATTNPLAN_WG_D32(d, 32), ATTNPLAN_WG_D32(d, 64)
+#define ATTNPLAN_WG_D_128(d) \
+  ATTNPLAN_WG_D32(d, 0), ATTNPLAN_WG_D32(d, 32), ATTNPLAN_WG_D32(d, 64), ATTNPLAN_WG_D32(d, 96)
+
+// The asm statements. REGS / D_OPERANDS: the accumulator list and its "+f" operands (N / 2 of them,
+// numbered from %0); the remaining operands follow with the literal numbers given.
+// A and B from shared memory: %RA = a descriptor, %RB = b descriptor, %RS = accumulate flag, %RT =
+// transpose-b immediate. Immediates: scale-a = scale-b = 1 (no negation), transpose-a = 0 (K-major A).
+#define ATTNPLAN_WGMMA_SS_ASM(N, D_OPERANDS, REGS, RA, RB, RS, RT)                                    \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #RS                                               \
+               ", 0;\n"                                                                               \
+               "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32.bf16.bf16 {" REGS "}, %" #RA ", %" #RB \
+               ", p, 1, 1, 0, %" #RT ";\n}\n"                                                         \
+               : D_OPERANDS                                                                           \
+               : "l"(a_descriptor), "l"(b_descriptor), "r"(static_cast<int>(accumulate)), "n"(kTransposeB))
+
+// A from registers, B from shared memory: %RA .. %RA3 = the four A registers, %RB = b descriptor, %RS =
+// accumulate flag, %RT = transpose-b immediate.
+#define ATTNPLAN_WGMMA_RS_ASM(N, D_OPERANDS, REGS, RA, RA1, RA2, RA3, RB, RS, RT)                       \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #RS                                                 \
+               ", 0;\n"                                                                                 \
+               "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32.bf16.bf16 {" REGS "}, {%" #RA ", %" #RA1 \
+               ", %" #RA2 ", %" #RA3 "}, %" #RB ", p, 1, 1, %" #RT ";\n}\n"                             \
+               : D_OPERANDS                                                                             \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_descriptor),                         \
+                 "r"(static_cast<int>(accumulate)), "n"(kTransposeB))
+
+// N values a kernel may use: 64, 96, 128, 192, 256 (d has N / 2 floats).
+template <int N>
+inline constexpr bool kWgmmaSupportedN = N == 64 || N == 96 || N == 128 || N == 192 || N == 256;
+
+// d[64, N] (+)= A[64, 16] · B[16, N], A and B described by shared-memory descriptors. kTransposeB: 0 for
+// a K-major B (W [N, K], K contiguous), 1 for an MN-major B ([K, N], N contiguous).
+template <int N, int kTransposeB = 0>
+__device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], unsigned long long a_descriptor,
+                                         unsigned long long b_descriptor, bool accumulate) {
+  static_assert(kWgmmaSupportedN<N>, "wgmma_ss: N must be 64, 96, 128, 192 or 256");
+  static_assert(kTransposeB == 0 || kTransposeB == 1, "transpose-b is 0 or 1");
+#if ATTNPLAN_SM90A_ENABLED
+  if constexpr (N == 64) {
+    ATTNPLAN_WGMMA_SS_ASM(64, ATTNPLAN_WG_D_32(d), ATTNPLAN_WG_REGS_32, 32, 33, 34, 35);
+  } else if constexpr (N == 96) {
+    ATTNPLAN_WGMMA_SS_ASM(96, ATTNPLAN_WG_D_48(d), ATTNPLAN_WG_REGS_48, 48, 49, 50, 51);
+  } else if constexpr (N == 128) {
+    ATTNPLAN_WGMMA_SS_ASM(128, ATTNPLAN_WG_D_64(d), ATTNPLAN_WG_REGS_64, 64, 65, 66, 67);
+  } else if constexpr (N == 192) {
+    ATTNPLAN_WGMMA_SS_ASM(192, ATTNPLAN_WG_D_96(d), ATTNPLAN_WG_REGS_96, 96, 97, 98, 99);
+  } else {
+    ATTNPLAN_WGMMA_SS_ASM(256, ATTNPLAN_WG_D_128(d), ATTNPLAN_WG_REGS_128, 128, 129, 130, 131);
+  }
+#else
+  (void)d, (void)a_descriptor, (void)b_descriptor, (void)accumulate;
+#endif
+}
+
+// d[64, N] (+)= A[64, 16] · B[16, N] with A in registers: a[0..3] hold, for warp w of the warpgroup, rows
+// 16 w .. 16 w + 15 in the mma.sync m16n8k16 A-fragment layout (a[0]: row l / 4, k 2 (l % 4) + {0, 1};
+// a[1]: row + 8; a[2]: k + 8; a[3]: row + 8, k + 8; two bf16 per register, lower k in the low half).
+// Registers written since the last wgmma need a wgmma_fence() first.
+template <int N, int kTransposeB = 0>
+__device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const unsigned (&a)[4],
+                                         unsigned long long b_descriptor, bool accumulate) {
+  static_assert(kWgmmaSupportedN<N>, "wgmma_rs: N must be 64, 96, 128, 192 or 256");
+  static_assert(kTransposeB == 0 || kTransposeB == 1, "transpose-b is 0 or 1");
+#if ATTNPLAN_SM90A_ENABLED
+  if constexpr (N == 64) {
+    ATTNPLAN_WGMMA_RS_ASM(64, ATTNPLAN_WG_D_32(d), ATTNPLAN_WG_REGS_32, 32, 33, 34, 35, 36, 37, 38);
+  } else if constexpr (N == 96) {
+    ATTNPLAN_WGMMA_RS_ASM(96, ATTNPLAN_WG_D_48(d), ATTNPLAN_WG_REGS_48, 48, 49, 50, 51, 52, 53, 54);
+  } else if constexpr (N == 128) {
+    ATTNPLAN_WGMMA_RS_ASM(128, ATTNPLAN_WG_D_64(d), ATTNPLAN_WG_REGS_64, 64, 65, 66, 67, 68, 69, 70);
+  } else if constexpr (N == 192) {
+    ATTNPLAN_WGMMA_RS_ASM(192, ATTNPLAN_WG_D_96(d), ATTNPLAN_WG_REGS_96, 96, 97, 98, 99, 100, 101, 102);
+  } else {
+    ATTNPLAN_WGMMA_RS_ASM(256, ATTNPLAN_WG_D_128(d), ATTNPLAN_WG_REGS_128, 128, 129, 130, 131, 132, 133, 134);
+  }
+#else
+  (void)d, (void)a, (void)b_descriptor, (void)accumulate;
+#endif
+}
+
+// ---------------------------------------------------------------------------------------------------
+// mbarriers (PTX "mbarrier"): 8-byte objects in shared memory, 8-byte aligned. A phase completes when
+// `count` arrivals have happened and every expected transaction byte has landed; the barrier then flips to
+// the next phase (parity 0, 1, 0, ...).
+
+// One thread initializes; make it visible with fence_barrier_init() + __syncthreads() before any use.
+__device__ __forceinline__ void mbarrier_init(unsigned barrier, unsigned arrival_count) {
+#if ATTNPLAN_SM90A_ENABLED
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(barrier), "r"(arrival_count) : "memory");
+#else
+  (void)barrier, (void)arrival_count;
+#endif
+}
+
+// Makes barrier initializations visible to the async proxy (TMA's complete_tx) and to other threads.
+__device__ __forceinline__ void fence_barrier_init() {
+#if ATTNPLAN_SM90A_ENABLED
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+#endif
+}
+
+// One arrival (release semantics: this thread's earlier memory accesses happen before the phase ends).
+__device__ __forceinline__ void mbarrier_arrive(unsigned barrier) {
+#if ATTNPLAN_SM90A_ENABLED
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(barrier) : "memory");
+#else
+  (void)barrier;
+#endif
+}
+
+// One arrival that also announces `bytes` of asynchronous transactions (TMA loads signalling this
+// barrier) for the current phase: the phase ends only when they have all landed. Issue it before or
+// after the loads, in the same phase.
+__device__ __forceinline__ void mbarrier_arrive_expect_tx(unsigned barrier, unsigned bytes) {
+#if ATTNPLAN_SM90A_ENABLED
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(barrier), "r"(bytes)
+               : "memory");
+#else
+  (void)barrier, (void)bytes;
+#endif
+}
+
+// True once the phase of parity `parity` has completed (acquire semantics). A fresh barrier is in phase
+// 0, so waiting for parity 1 succeeds at once: producers start waiting on "empty" barriers with parity 1.
+__device__ __forceinline__ bool mbarrier_try_wait_parity(unsigned barrier, unsigned parity) {
+#if ATTNPLAN_SM90A_ENABLED
+  unsigned done;
+  asm volatile(
+      "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+      : "=r"(done)
+      : "r"(barrier), "r"(parity)
+      : "memory");
+  return done != 0;
+#else
+  (void)barrier, (void)parity;
+  return true;
+#endif
+}
+
+// Blocks until the phase of parity `parity` has completed (try_wait suspends for a while in hardware
+// between polls).
+__device__ __forceinline__ void mbarrier_wait_parity(unsigned barrier, unsigned parity) {
+  while (!mbarrier_try_wait_parity(barrier, parity)) {
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// TMA (PTX "cp.async.bulk.tensor"). The tensor map (CUtensorMap, 128 bytes; TMA needs it 64-byte aligned; on
+// the device side attnplan/tensor_map.h's TensorMap) is encoded on the host with cuTensorMapEncodeTiled and
+// must live in kernel-parameter, constant or global memory: pass it inside a `__grid_constant__ const`
+// Params and give its address here.
+
+// Fetches the tensor map into the TMA unit's cache ahead of the first load (one thread).
+__device__ __forceinline__ void prefetch_tensor_map(const void* map) {
+#if ATTNPLAN_SM90A_ENABLED
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<unsigned long long>(map)) : "memory");
+#else
+  (void)map;
+#endif
+}
+
+// Loads the box at element coordinates (x = innermost dimension, y = rows) of `map` into shared memory
+// at `destination` (128-byte aligned; 1024-byte aligned for 128-byte swizzle so wgmma descriptors can use
+// base offset 0), then completes the box's full byte count on `barrier` — out-of-bounds elements are
+// written as zeros and still counted. Issued by one thread.
+__device__ __forceinline__ void tma_load_2d(unsigned destination, const void* map, unsigned barrier, int x,
+                                            int y) {
+#if ATTNPLAN_SM90A_ENABLED
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], "
+      "[%2];\n" ::"r"(destination),
+      "l"(reinterpret_cast<unsigned long long>(map)), "r"(barrier), "r"(x), "r"(y)
+      : "memory");
+#else
+  (void)destination, (void)map, (void)barrier, (void)x, (void)y;
+#endif
+}
+
+// ---------------------------------------------------------------------------------------------------
+// setmaxnreg: moves registers between the warpgroups of a warp-specialized CTA. Warpgroup-wide (all 128
+// threads, convergent); kRegisters per thread is a multiple of 8 in [24, 256]. Decrease in producer
+// warpgroups first, so the consumers' increase can be satisfied from the freed pool; the kernel's total
+// (launch bounds) must cover the sum.
+template <int kRegisters>
+__device__ __forceinline__ void setmaxnreg_increase() {
+  static_assert(kRegisters % 8 == 0 && kRegisters >= 24 && kRegisters <= 256, "setmaxnreg: 24..256, step 8");
+#if ATTNPLAN_SM90A_ENABLED
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
+#endif
+}
+
+template <int kRegisters>
+__device__ __forceinline__ void setmaxnreg_decrease() {
+  static_assert(kRegisters % 8 == 0 && kRegisters >= 24 && kRegisters <= 256, "setmaxnreg: 24..256, step 8");
+#if ATTNPLAN_SM90A_ENABLED
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
+#endif
+}
+
+}  // namespace attnplan::kernels::sm90
