@@ -89,6 +89,50 @@ AttentionTiling choose_attention_tiling(int head_dim, int value_head_dim, config
                           head_dim, value_head_dim, limit, arch.name()));
 }
 
+const char* to_string(AttentionKernel kernel) {
+  switch (kernel) {
+    case AttentionKernel::mma_sync:
+      return "mma_sync";
+    case AttentionKernel::wgmma_sm90:
+      return "wgmma_sm90";
+  }
+  return "unknown";
+}
+
+AttentionKernel choose_attention_kernel(int head_dim, int value_head_dim, bool bf16_kv_cache,
+                                        bool has_softcap, bool has_spans, bool has_sinks, config::Arch arch) {
+  const bool hopper = arch.sm() == 90 && arch.arch_specific;  // wgmma and setmaxnreg need sm_90a
+  const bool dims = head_dim == value_head_dim && (head_dim == 64 || head_dim == 128 || head_dim == 256);
+  const bool features = bf16_kv_cache && !has_softcap && !has_spans && !has_sinks;
+  return hopper && dims && features ? AttentionKernel::wgmma_sm90 : AttentionKernel::mma_sync;
+}
+
+int sm90_attention_shared_bytes(int head_dim, int block_n) {
+  constexpr int kBlockM = 128, kStages = 2, kAlignmentSlack = 1024, kBarrierBytes = 2 * kStages * 8;
+  return kAlignmentSlack + 2 * head_dim * (kBlockM + kStages * 2 * block_n) + kBarrierBytes;
+}
+
+AttentionTiling choose_sm90_attention_tiling(int head_dim, int group_size) {
+  if (group_size < 1) {
+    throw Error(Stage::config, fmt::format("attention: group_size = {} must be positive", group_size));
+  }
+  if (head_dim != 64 && head_dim != 128 && head_dim != 256) {
+    throw Error(Stage::config,
+                fmt::format("attention: head_dim = {} is not supported by the sm_90a kernel (64, 128 or 256)",
+                            head_dim));
+  }
+  AttentionTiling tiling;
+  tiling.block_m = 128;
+  tiling.block_n = head_dim <= 128 ? 128 : 64;
+  tiling.stages = 2;
+  tiling.min_blocks_per_sm = 1;
+  tiling.shared_bytes = sm90_attention_shared_bytes(head_dim, tiling.block_n);
+  tiling.heads_per_cta = 1;
+  for (int heads = 2; heads <= std::min(group_size, 16); ++heads)
+    if (group_size % heads == 0) tiling.heads_per_cta = heads;
+  return tiling;
+}
+
 AttentionSpec AttentionSpec::from_config(const config::AttentionConfig& config, config::Arch arch) {
   if (config.kv_cache.dtype != config::KvCacheDtype::bf16) {
     throw Error(Stage::config, fmt::format("attention: kv_cache.dtype {} is not supported (bf16 only)",
@@ -103,48 +147,72 @@ AttentionSpec AttentionSpec::from_config(const config::AttentionConfig& config, 
   spec.has_window = config.sliding_window.has_value();
   spec.has_spans = config.bidirectional_spans;
   spec.has_sinks = config.sinks;
-  spec.tiling = choose_attention_tiling(spec.head_dim, spec.value_head_dim, arch);
+  spec.kernel = choose_attention_kernel(spec.head_dim, spec.value_head_dim,
+                                        config.kv_cache.dtype == config::KvCacheDtype::bf16, spec.has_softcap,
+                                        spec.has_spans, spec.has_sinks, arch);
+  spec.tiling = spec.kernel == AttentionKernel::wgmma_sm90
+                    ? choose_sm90_attention_tiling(spec.head_dim, spec.group_size)
+                    : choose_attention_tiling(spec.head_dim, spec.value_head_dim, arch);
   return spec;
 }
 
 compiler::KernelSource AttentionSpec::source() const {
+  const bool sm90 = kernel == AttentionKernel::wgmma_sm90;
+  if (sm90 && (value_head_dim != head_dim || has_softcap || has_spans || has_sinks)) {
+    throw Error(
+        Stage::config,
+        "attention: the sm_90a kernel needs value_head_dim == head_dim and no softcap, spans or sinks");
+  }
   compiler::KernelSource source;
   source.family = "attention";
-  source.header = "attnplan/attention.cuh";
-  source.traits = "attnplan::kernels::AttentionTraits";
-  source.kernel = "attnplan::kernels::attention_kernel";
-  source.arguments = {
-      {"head_dim", std::to_string(head_dim)},
-      {"value_head_dim", std::to_string(value_head_dim)},
-      {"group_size", std::to_string(group_size)},
-      {"block_size", std::to_string(block_size)},
-      {"block_m", std::to_string(tiling.block_m)},
-      {"block_n", std::to_string(tiling.block_n)},
-      {"min_blocks_per_sm", std::to_string(tiling.min_blocks_per_sm)},
-      {"has_softcap", cxx_bool(has_softcap)},
-      {"has_window", cxx_bool(has_window)},
-      {"has_spans", cxx_bool(has_spans)},
-      {"has_sinks", cxx_bool(has_sinks)},
-  };
-  source.spec = {{"family", source.family},
-                 {"head_dim", head_dim},
-                 {"value_head_dim", value_head_dim},
-                 {"group_size", group_size},
-                 {"block_size", block_size},
-                 {"block_m", tiling.block_m},
-                 {"block_n", tiling.block_n},
-                 {"stages", tiling.stages},
-                 {"min_blocks_per_sm", tiling.min_blocks_per_sm},
-                 {"warps", tiling.warps()},
-                 {"has_softcap", has_softcap},
-                 {"has_window", has_window},
-                 {"has_spans", has_spans},
-                 {"has_sinks", has_sinks},
-                 {"dynamic_shared_bytes", dynamic_shared_bytes()}};
+  if (sm90) {
+    source.header = "attnplan/attention_sm90.cuh";
+    source.traits = "attnplan::kernels::AttentionSm90Traits";
+    source.kernel = "attnplan::kernels::attention_sm90_kernel";
+    source.arguments = {
+        {"head_dim", std::to_string(head_dim)},
+        {"group_size", std::to_string(group_size)},
+        {"heads_per_cta", std::to_string(tiling.heads_per_cta)},
+        {"block_size", std::to_string(block_size)},
+        {"block_n", std::to_string(tiling.block_n)},
+        {"has_window", cxx_bool(has_window)},
+    };
+  } else {
+    source.header = "attnplan/attention.cuh";
+    source.traits = "attnplan::kernels::AttentionTraits";
+    source.kernel = "attnplan::kernels::attention_kernel";
+    source.arguments = {
+        {"head_dim", std::to_string(head_dim)},
+        {"value_head_dim", std::to_string(value_head_dim)},
+        {"group_size", std::to_string(group_size)},
+        {"block_size", std::to_string(block_size)},
+        {"block_m", std::to_string(tiling.block_m)},
+        {"block_n", std::to_string(tiling.block_n)},
+        {"min_blocks_per_sm", std::to_string(tiling.min_blocks_per_sm)},
+        {"has_softcap", cxx_bool(has_softcap)},
+        {"has_window", cxx_bool(has_window)},
+        {"has_spans", cxx_bool(has_spans)},
+        {"has_sinks", cxx_bool(has_sinks)},
+    };
+  }
+  source.spec = {{"family", source.family},          {"head_dim", head_dim},
+                 {"value_head_dim", value_head_dim}, {"group_size", group_size},
+                 {"block_size", block_size},         {"block_m", tiling.block_m},
+                 {"block_n", tiling.block_n},        {"stages", tiling.stages},
+                 {"warps", threads() / 32},          {"has_softcap", has_softcap},
+                 {"has_window", has_window},         {"has_spans", has_spans},
+                 {"has_sinks", has_sinks},           {"dynamic_shared_bytes", dynamic_shared_bytes()}};
+  if (sm90) {
+    source.spec["kernel"] = to_string(kernel);
+    source.spec["heads_per_cta"] = tiling.heads_per_cta;
+  } else {
+    source.spec["min_blocks_per_sm"] = tiling.min_blocks_per_sm;
+  }
   return source;
 }
 
 int AttentionSpec::dynamic_shared_bytes() const {
+  if (kernel == AttentionKernel::wgmma_sm90) return sm90_attention_shared_bytes(head_dim, tiling.block_n);
   return attention_shared_bytes(head_dim, value_head_dim, tiling.block_m, tiling.block_n, tiling.stages);
 }
 
@@ -155,9 +223,16 @@ driver::LaunchShape AttentionSpec::launch_shape(int num_seqs, int max_query_len,
         fmt::format("attention: no launch shape for num_seqs = {}, max_query_len = {}, query_heads = {}",
                     num_seqs, max_query_len, query_heads));
   }
-  const unsigned query_tiles = static_cast<unsigned>((max_query_len + tiling.block_m - 1) / tiling.block_m);
+  // The sm_90a kernel packs heads_per_cta heads of a kv group into a CTA's rows (1 for mma.sync).
+  const int heads = kernel == AttentionKernel::wgmma_sm90 ? tiling.heads_per_cta : 1;
+  if (heads < 1 || query_heads % heads != 0) {
+    throw Error(Stage::input, fmt::format("attention: query_heads = {} is not a multiple of heads_per_cta {}",
+                                          query_heads, heads));
+  }
+  const int tokens = tiling.block_m / heads;
+  const unsigned query_tiles = static_cast<unsigned>((max_query_len + tokens - 1) / tokens);
   return driver::LaunchShape{
-      {query_tiles, static_cast<unsigned>(num_seqs), static_cast<unsigned>(query_heads)},
+      {query_tiles, static_cast<unsigned>(num_seqs), static_cast<unsigned>(query_heads / heads)},
       {static_cast<unsigned>(threads()), 1, 1},
       static_cast<unsigned>(dynamic_shared_bytes())};
 }

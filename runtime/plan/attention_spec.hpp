@@ -25,6 +25,9 @@ struct AttentionTiling {
   // 2 caps 8-warp CTAs at 128 (more warps resident, but spills wherever the tile needs more).
   int min_blocks_per_sm = 1;
   int shared_bytes = 0;  // dynamic shared memory per CTA for this tiling (attention_shared_bytes)
+  // sm_90a kernel only: query heads of one kv head packed into a CTA's block_m rows (GQA packing), so a
+  // CTA covers block_m / heads_per_cta tokens. 1 for the mma.sync kernel.
+  int heads_per_cta = 1;
 
   int warps() const { return block_m / 16; }
   int threads() const { return 32 * warps(); }
@@ -47,7 +50,34 @@ int attention_shared_bytes(int head_dim, int value_head_dim, int block_m, int bl
 // sm_86/89/120: 99 KiB, sm_90/100: 227 KiB; unknown archs: 99 KiB).
 int max_shared_bytes_per_block(config::Arch arch);
 
+// Which kernel template serves the attention stage: the mma.sync kernel (attention.cuh, every arch and
+// feature) or the sm_90a warp-specialized wgmma kernel (attention_sm90.cuh, a subset of the features).
+enum class AttentionKernel { mma_sync, wgmma_sm90 };
+
+const char* to_string(AttentionKernel kernel);
+
+// Threads of the sm_90a kernel's CTA: a producer warpgroup and two consumer warpgroups of 64 query rows.
+inline constexpr int kSm90AttentionThreads = 384;
+
+// Pure. The wgmma kernel when the arch is sm_90a (arch-specific features: wgmma, setmaxnreg) and it covers
+// the features: head_dim == value_head_dim in {64, 128, 256}, a bf16 KV cache, no softcap, spans or sinks
+// (causal, sliding window, GQA/MQA and every page size are covered). Otherwise the mma.sync kernel.
+AttentionKernel choose_attention_kernel(int head_dim, int value_head_dim, bool bf16_kv_cache,
+                                        bool has_softcap, bool has_spans, bool has_sinks, config::Arch arch);
+
+// Dynamic shared memory of the sm_90a kernel, bytes: 1024 of alignment slack, Q [128, D], two stages of
+// K and V [block_n, D], bf16, and four mbarriers. Mirrors AttentionSm90Traits::shared_bytes.
+int sm90_attention_shared_bytes(int head_dim, int block_n);
+
+// Pure. The sm_90a kernel's tile per head dim: 128 query rows (two consumer warpgroups of 64), key tiles of
+// 128 for D <= 128 and 64 for D = 256 (O [64, 256] fp32 is 128 registers per consumer thread; a 64-key S
+// keeps the rest under the 224 the consumers get), two stages; heads_per_cta the largest divisor of
+// group_size up to 16 (each K/V tile then serves that many query heads; at least 8 tokens per CTA keep
+// the causal band's waste small). Throws Error(config) for other head dims or group_size < 1.
+AttentionTiling choose_sm90_attention_tiling(int head_dim, int group_size);
+
 struct AttentionSpec {
+  AttentionKernel kernel = AttentionKernel::mma_sync;
   int head_dim = 0;
   int value_head_dim = 0;
   int group_size = 1;  // query heads per kv head (query_heads / kv_heads)
@@ -58,16 +88,20 @@ struct AttentionSpec {
   bool has_sinks = false;
   AttentionTiling tiling;
 
-  // The config's shapes and feature flags, with choose_attention_tiling(head_dim, value_head_dim, arch).
+  // The config's shapes and feature flags, choose_attention_kernel and that kernel's tiling
+  // (choose_sm90_attention_tiling or choose_attention_tiling(head_dim, value_head_dim, arch)).
   static AttentionSpec from_config(const config::AttentionConfig& config, config::Arch arch);
 
   compiler::KernelSource source() const;
 
-  int threads() const { return tiling.threads(); }
+  int threads() const {
+    return kernel == AttentionKernel::wgmma_sm90 ? kSm90AttentionThreads : tiling.threads();
+  }
   // What each launch needs and what driver::Function::set_max_dynamic_shared_bytes must allow at load
   // (above 48 KiB for every tiling the heuristic picks).
   int dynamic_shared_bytes() const;
-  // grid [ceil(max_query_len / block_m), num_seqs, query_heads], block [threads], dynamic_shared_bytes.
+  // grid [ceil(max_query_len / tokens per CTA), num_seqs, query_heads / heads_per_cta], block [threads],
+  // dynamic_shared_bytes; tokens per CTA = block_m / heads_per_cta (block_m for the mma.sync kernel).
   // Throws Error(input) unless max_query_len, num_seqs, query_heads > 0 and num_seqs, query_heads <= 65535.
   driver::LaunchShape launch_shape(int num_seqs, int max_query_len, int query_heads) const;
 

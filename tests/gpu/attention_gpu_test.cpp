@@ -354,20 +354,40 @@ Errors compare(const Problem& p, const std::vector<double>& got, const reference
   return errors;
 }
 
-void check_case(const Case& c, std::uint64_t seed) {
+// The spec of `c` on this device with the kernel forced (the plan's tiling heuristic for that kernel).
+plan::AttentionSpec spec_with_kernel(const Case& c, plan::AttentionKernel kernel) {
+  plan::AttentionSpec spec = spec_for(c);
+  spec.kernel = kernel;
+  spec.tiling = kernel == plan::AttentionKernel::wgmma_sm90
+                    ? plan::choose_sm90_attention_tiling(c.head_dim, c.query_heads / c.kv_heads)
+                    : plan::choose_attention_tiling(c.head_dim, c.value_head_dim, device_arch());
+  return spec;
+}
+
+bool device_is_sm90a() {
+  const config::Arch arch = device_arch();
+  return arch.sm() == 90 && arch.arch_specific;
+}
+
+void check_case(const Case& c, std::uint64_t seed, const plan::AttentionSpec& spec) {
   INFO(c.name << ": Hq " << c.query_heads << ", Hkv " << c.kv_heads << ", D " << c.head_dim << "/"
-              << c.value_head_dim << ", block " << c.block_size << ", seqs " << c.sequences.size());
+              << c.value_head_dim << ", block " << c.block_size << ", seqs " << c.sequences.size()
+              << ", kernel " << plan::to_string(spec.kernel));
   std::mt19937_64 rng(seed);
   const Problem p = make_problem(c, rng);
-  const plan::AttentionSpec spec = spec_for(c);
   const KernelOutput got = run_kernel(spec, p);
   CHECK(got.unwritten == 0);
   CHECK(got.guards_touched == 0);
   const Errors errors = compare(p, got.values, reference_output(p));
-  std::printf("attention %-28s bm %3d bn %2d: rel L2 %.2e, worst (seq, head) %.2e\n", c.name.c_str(),
-              spec.tiling.block_m, spec.tiling.block_n, errors.overall, errors.worst_block);
+  std::printf("attention %-30s %-10s bm %3d bn %3d heads/CTA %2d: rel L2 %.2e, worst (seq, head) %.2e\n",
+              c.name.c_str(), plan::to_string(spec.kernel), spec.tiling.block_m, spec.tiling.block_n,
+              spec.tiling.heads_per_cta, errors.overall, errors.worst_block);
   CHECK(errors.overall < 1e-2);
   CHECK(errors.worst_block < 1e-2);
+}
+
+void check_case(const Case& c, std::uint64_t seed) {
+  check_case(c, seed, spec_for(c));
 }
 
 // Mixed batch: no prefix, a one-token prefix, a prefix ending one short of a 64-key tile, a long prefix;
@@ -538,20 +558,9 @@ std::vector<Case> all_cases() {
   return cases;
 }
 
-}  // namespace
-
-TEST_CASE("paged attention matches the reference", "[gpu][attention]") {
-  const std::vector<Case> cases = all_cases();
-  std::vector<plan::AttentionSpec> specs;
-  for (const Case& c : cases) specs.push_back(spec_for(c));
-  kernels().prepare(specs);  // every specialization compiled up front, in parallel
-  std::uint64_t seed = 100;
-  for (const Case& c : cases) check_case(c, seed++);
-}
-
-TEST_CASE("a block table entry outside the pool reads as zero keys and values", "[gpu][attention]") {
-  // The host cannot see device block tables without synchronizing; the kernel must never read a page
-  // outside [0, num_blocks). Expected: the reference over a cache whose page there holds zeros.
+// The host cannot see device block tables without synchronizing; the kernel must never read a page
+// outside [0, num_blocks). Expected: the reference over a cache whose page there holds zeros.
+void check_page_outside_pool(plan::AttentionKernel kernel) {
   const Case c{.name = "bogus page", .query_heads = 4, .kv_heads = 2, .sequences = {{20, 30}, {0, 40}}};
   std::mt19937_64 rng(7);
   Problem p = make_problem(c, rng);
@@ -568,12 +577,29 @@ TEST_CASE("a block table entry outside the pool reads as zero keys and values", 
   std::fill_n(p.value_cache.begin() + spare * value_page, value_page, core::double_to_bf16(0.0));
   p.batch.block_tables[1] = spare;
 
-  const KernelOutput got = run_kernel(spec_for(c), p);
+  INFO(plan::to_string(kernel));
+  const KernelOutput got = run_kernel(spec_with_kernel(c, kernel), p);
   CHECK(got.unwritten == 0);
   CHECK(got.guards_touched == 0);
   const Errors errors = compare(p, got.values, reference_output(p));
   CHECK(errors.overall < 1e-2);
   CHECK(errors.worst_block < 1e-2);
+}
+
+}  // namespace
+
+TEST_CASE("a block table entry outside the pool reads as zero keys and values", "[gpu][attention]") {
+  check_page_outside_pool(plan::AttentionKernel::mma_sync);
+  if (device_is_sm90a()) check_page_outside_pool(plan::AttentionKernel::wgmma_sm90);
+}
+
+TEST_CASE("paged attention matches the reference", "[gpu][attention]") {
+  const std::vector<Case> cases = all_cases();
+  std::vector<plan::AttentionSpec> specs;
+  for (const Case& c : cases) specs.push_back(spec_for(c));
+  kernels().prepare(specs);  // every specialization compiled up front, in parallel
+  std::uint64_t seed = 100;
+  for (const Case& c : cases) check_case(c, seed++);
 }
 
 TEST_CASE("attention throughput on one long causal sequence", "[.][benchmark][gpu][attention]") {
@@ -594,6 +620,7 @@ TEST_CASE("attention throughput on one long causal sequence", "[.][benchmark][gp
         plan::AttentionTiling{.block_m = 128, .block_n = 32, .min_blocks_per_sm = 1},
         plan::AttentionTiling{.block_m = 64, .block_n = 64, .min_blocks_per_sm = 1}}) {
     plan::AttentionSpec variant = chosen;
+    variant.kernel = plan::AttentionKernel::mma_sync;  // the tilings below are the mma.sync kernel's
     variant.tiling = tiling;
     variant.tiling.shared_bytes = plan::attention_shared_bytes(128, 128, tiling.block_m, tiling.block_n);
     variants.push_back(variant);
@@ -624,5 +651,186 @@ TEST_CASE("attention throughput on one long causal sequence", "[.][benchmark][gp
         i == 0 ? "(heuristic)" : "(variant)  ", spec.tiling.block_m, spec.tiling.block_n,
         spec.tiling.min_blocks_per_sm, resources.registers, resources.spill_bytes(),
         spec.dynamic_shared_bytes(), got.milliseconds, flops / (got.milliseconds * 1e-3) / 1e12, error);
+  }
+}
+
+namespace {
+
+// Shapes the sm_90a wgmma kernel covers (head_dim == value_head_dim in {64, 128, 256}, causal with or without
+// a window, no softcap, spans or sinks): GQA 4 (32/8-like) and 8, MQA, pages of 1, 16 and 64 tokens, chunk
+// lengths that are no tile multiple, long prefixes (key tiles wholly visible: the unmasked path).
+std::vector<Case> sm90_cases() {
+  const std::vector<Sequence> long_prefix = {{1000, 300}, {0, 257}, {4000, 5}, {129, 128}};
+  std::vector<Case> cases;
+  auto add = [&](Case c) { cases.push_back(std::move(c)); };
+  for (const int d : {64, 128, 256}) {
+    const std::string dim = " d" + std::to_string(d);
+    add({.name = "gqa4" + dim + " b16 mixed",
+         .query_heads = 8,
+         .kv_heads = 2,
+         .head_dim = d,
+         .value_head_dim = d,
+         .block_size = 16,
+         .sequences = kMixed});
+    add({.name = "gqa8" + dim + " b64 long prefix",
+         .query_heads = 16,
+         .kv_heads = 2,
+         .head_dim = d,
+         .value_head_dim = d,
+         .block_size = 64,
+         .sequences = long_prefix});
+    add({.name = "mqa" + dim + " b1",
+         .query_heads = 4,
+         .kv_heads = 1,
+         .head_dim = d,
+         .value_head_dim = d,
+         .block_size = 1,
+         .sequences = {{0, 300}, {63, 130}}});
+    add({.name = "window 100" + dim + " b16",
+         .query_heads = 4,
+         .kv_heads = 1,
+         .head_dim = d,
+         .value_head_dim = d,
+         .block_size = 16,
+         .sequences = {{200, 700}, {0, 130}, {1, 17}},
+         .window = 100});
+    add({.name = "window 1" + dim + " b64",
+         .query_heads = 8,
+         .kv_heads = 2,
+         .head_dim = d,
+         .value_head_dim = d,
+         .block_size = 64,
+         .sequences = kMixed,
+         .window = 1});
+  }
+  add({.name = "gqa4 d128 b32 8 seqs",
+       .query_heads = 8,
+       .kv_heads = 2,
+       .block_size = 32,
+       .sequences = {{0, 130}, {1, 17}, {63, 1}, {300, 64}, {0, 1}, {5, 200}, {128, 128}, {17, 33}}});
+  add({.name = "window 1000 d128 b16", .query_heads = 4, .kv_heads = 2, .sequences = kMixed, .window = 1000});
+  // GQA packing beyond powers of two and beyond 16 heads: 6 heads x 21 tokens (2 rows of the 128 unused),
+  // 16 heads x 8 tokens, a group of 32 split over two CTAs of 16 heads.
+  add({.name = "gqa6 d128 b16 (packing 6)", .query_heads = 12, .kv_heads = 2, .sequences = kMixed});
+  add({.name = "mqa16 d64 b32 (packing 16)",
+       .query_heads = 16,
+       .kv_heads = 1,
+       .head_dim = 64,
+       .value_head_dim = 64,
+       .block_size = 32,
+       .sequences = long_prefix,
+       .window = 300});
+  add({.name = "mqa32 d128 b16 (2 x 16 heads)", .query_heads = 32, .kv_heads = 1, .sequences = kMixed});
+  return cases;
+}
+
+// The last `count` query rows of sequence 0 of `p` (a one-sequence problem) as their own chunk after the
+// rest as a cached prefix: the reference for those rows alone.
+Problem tail_rows(const Problem& p, int first_row, int count) {
+  Problem tail = p;
+  tail.batch.context_lens = {p.batch.context_lens[0] + first_row};
+  tail.batch.query_starts = {0, count};
+  tail.num_tokens = count;
+  tail.max_query_len = count;
+  tail.query_rows.assign(p.query_rows.begin() + std::ptrdiff_t(first_row) * p.query_row_stride,
+                         p.query_rows.begin() + std::ptrdiff_t(first_row + count) * p.query_row_stride);
+  return tail;
+}
+
+// Relative L2 error of the kernel's rows [first_row, first_row + count) of `got` against their reference.
+double sampled_error(const Problem& p, const KernelOutput& got, int first_row, int count) {
+  const reference::Tensor expected = reference_output(tail_rows(p, first_row, count));
+  const std::size_t width = std::size_t(p.config.query_heads) * p.config.value_head_dim;
+  const std::vector<double> rows(got.values.begin() + std::ptrdiff_t(first_row * width),
+                                 got.values.begin() + std::ptrdiff_t((first_row + count) * width));
+  return reference::relative_l2_error(expected.data, rows);
+}
+
+}  // namespace
+
+TEST_CASE("sm_90a wgmma attention matches the reference", "[gpu][attention][sm90]") {
+  if (!device_is_sm90a()) {
+    SUCCEED("not an sm_90a device: the plan never picks the wgmma kernel here");
+    return;
+  }
+  const std::vector<Case> cases = sm90_cases();
+  std::vector<plan::AttentionSpec> specs;
+  for (const Case& c : cases) {
+    specs.push_back(spec_for(c));
+    INFO(c.name);
+    REQUIRE(specs.back().kernel == plan::AttentionKernel::wgmma_sm90);  // the heuristic picks it
+  }
+  kernels().prepare(specs);
+  std::uint64_t seed = 500;
+  for (std::size_t i = 0; i < cases.size(); ++i) check_case(cases[i], seed++, specs[i]);
+}
+
+TEST_CASE("attention over 32k tokens matches the reference on sampled rows", "[.attention_long][gpu]") {
+  // One 32768-token chunk, GQA 4, D 128, pages of 64, full causal and a 4096-key window; rows sampled at
+  // the start, the middle and the end, each against the double-precision reference. Both kernels where
+  // the device has both.
+  std::vector<plan::AttentionKernel> kinds = {plan::AttentionKernel::mma_sync};
+  if (device_is_sm90a()) kinds.push_back(plan::AttentionKernel::wgmma_sm90);
+  for (const std::optional<int> window : {std::optional<int>{}, std::optional<int>{4096}}) {
+    const Case c{.name = window ? "32k window 4096" : "32k causal",
+                 .query_heads = 8,
+                 .kv_heads = 2,
+                 .block_size = 64,
+                 .sequences = {{0, 32768}},
+                 .window = window};
+    std::mt19937_64 rng(11);
+    const Problem p = make_problem(c, rng);
+    for (const plan::AttentionKernel kind : kinds) {
+      const plan::AttentionSpec spec = spec_with_kernel(c, kind);
+      const KernelOutput got = run_kernel(spec, p);
+      INFO(c.name << " " << plan::to_string(kind));
+      CHECK(got.unwritten == 0);
+      CHECK(got.guards_touched == 0);
+      for (const int first_row : {0, 16321, 32768 - 96}) {
+        const double error = sampled_error(p, got, first_row, 96);
+        std::printf("attention %-16s %-10s rows %5d..%5d: rel L2 %.2e\n", c.name.c_str(),
+                    plan::to_string(kind), first_row, first_row + 95, error);
+        CHECK(error < 1e-2);
+      }
+    }
+  }
+}
+
+TEST_CASE("attention speed of both kernels", "[.attention_speed][gpu]") {
+  // Hq 32, Hkv 8, one causal sequence: D 128 over 4096 tokens and D 64 over 16384. FLOPs = 4 * Hq * D *
+  // allowed (query, key) pairs; median of 20 launches after a warm-up (run_kernel); the last 64 rows are
+  // checked against the reference so a fast wrong kernel cannot pass.
+  struct Shape {
+    int head_dim, tokens;
+  };
+  std::vector<plan::AttentionKernel> kinds = {plan::AttentionKernel::mma_sync};
+  if (device_is_sm90a()) kinds.push_back(plan::AttentionKernel::wgmma_sm90);
+  for (const Shape shape : {Shape{128, 4096}, Shape{64, 16384}}) {
+    const Case c{.name = "speed",
+                 .query_heads = 32,
+                 .kv_heads = 8,
+                 .head_dim = shape.head_dim,
+                 .value_head_dim = shape.head_dim,
+                 .block_size = 16,
+                 .sequences = {{0, shape.tokens}}};
+    std::mt19937_64 rng(3);
+    const Problem p = make_problem(c, rng);
+    const double allowed = double(shape.tokens) * (shape.tokens + 1) / 2.0;
+    const double flops = 4.0 * c.query_heads * c.head_dim * allowed;
+    for (const plan::AttentionKernel kind : kinds) {
+      const plan::AttentionSpec spec = spec_with_kernel(c, kind);
+      const KernelOutput got = run_kernel(spec, p, 20);
+      CHECK(got.unwritten == 0);
+      CHECK(got.guards_touched == 0);
+      const double error = sampled_error(p, got, shape.tokens - 64, 64);
+      CHECK(error < 1e-2);
+      const compiler::ResourceUsage& resources = kernels().resources(spec);
+      std::printf(
+          "attention speed %-10s D %3d S %5d Hq 32 Hkv 8 causal bm %3d bn %3d (%d regs, %d spill bytes, %d "
+          "smem): %.3f ms, %.1f TFLOP/s, tail rel L2 %.2e\n",
+          plan::to_string(kind), shape.head_dim, shape.tokens, spec.tiling.block_m, spec.tiling.block_n,
+          resources.registers, resources.spill_bytes(), spec.dynamic_shared_bytes(), got.milliseconds,
+          flops / (got.milliseconds * 1e-3) / 1e12, error);
+    }
   }
 }

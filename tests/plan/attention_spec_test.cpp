@@ -250,3 +250,149 @@ TEST_CASE("attention compiles for sm_80 and sm_90a without spills", "[plan][atte
     CHECK(r.stack_bytes == 0);
   }
 }
+
+TEST_CASE("attention kernel choice: wgmma on sm_90a for the features it covers, mma.sync otherwise",
+          "[plan][attention]") {
+  constexpr config::Arch kSm90{9, 0, false};
+  const auto choose = [](int d, int dv, config::Arch arch, bool softcap = false, bool spans = false,
+                         bool sinks = false, bool bf16_cache = true) {
+    return choose_attention_kernel(d, dv, bf16_cache, softcap, spans, sinks, arch);
+  };
+  for (const int d : {64, 128, 256}) {
+    CHECK(choose(d, d, kSm90a) == AttentionKernel::wgmma_sm90);
+    CHECK(choose(d, d, kSm90) == AttentionKernel::mma_sync);  // no arch-specific features: no wgmma
+    CHECK(choose(d, d, kSm80) == AttentionKernel::mma_sync);
+    CHECK(choose(d, d, kSm89) == AttentionKernel::mma_sync);
+    CHECK(choose(d, d, config::Arch{10, 0, true}) == AttentionKernel::mma_sync);
+    CHECK(choose(d, d, kSm90a, /*softcap=*/true) == AttentionKernel::mma_sync);
+    CHECK(choose(d, d, kSm90a, false, /*spans=*/true) == AttentionKernel::mma_sync);
+    CHECK(choose(d, d, kSm90a, false, false, /*sinks=*/true) == AttentionKernel::mma_sync);
+    CHECK(choose(d, d, kSm90a, false, false, false, /*bf16_cache=*/false) == AttentionKernel::mma_sync);
+  }
+  for (const int d : {16, 40, 80, 96, 192}) CHECK(choose(d, d, kSm90a) == AttentionKernel::mma_sync);
+  CHECK(choose(128, 64, kSm90a) == AttentionKernel::mma_sync);  // value_head_dim != head_dim
+  CHECK(choose(64, 256, kSm90a) == AttentionKernel::mma_sync);
+}
+
+TEST_CASE("sm_90a attention tiling: 128 query rows, 128-key tiles up to D 128, 64 at D 256",
+          "[plan][attention]") {
+  for (const int d : {64, 128, 256}) {
+    const AttentionTiling tiling = choose_sm90_attention_tiling(d, 4);
+    INFO("head_dim " << d);
+    CHECK(tiling.block_m == 128);
+    CHECK(tiling.block_n == (d <= 128 ? 128 : 64));
+    CHECK(tiling.stages == 2);
+    CHECK(tiling.heads_per_cta == 4);
+    CHECK(tiling.shared_bytes == sm90_attention_shared_bytes(d, tiling.block_n));
+    CHECK(tiling.shared_bytes <= max_shared_bytes_per_block(kSm90a));
+  }
+  // Q [128, 128] + 2 x (K + V) [128, 128] bf16 = 160 KiB, plus alignment slack and four mbarriers.
+  CHECK(sm90_attention_shared_bytes(128, 128) == 1024 + 160 * 1024 + 32);
+  CHECK_THROWS_AS(choose_sm90_attention_tiling(96, 4), Error);
+  CHECK_THROWS_AS(choose_sm90_attention_tiling(192, 4), Error);
+  CHECK_THROWS_AS(choose_sm90_attention_tiling(128, 0), Error);
+  // GQA packing: the largest divisor of the group up to 16 heads (at least 8 tokens per 128-row CTA).
+  const std::vector<std::pair<int, int>> packing = {{1, 1},   {2, 2},   {3, 3},   {4, 4},   {6, 6},
+                                                    {7, 7},   {8, 8},   {16, 16}, {20, 10}, {24, 12},
+                                                    {32, 16}, {48, 16}, {64, 16}, {17, 1}};
+  for (const auto& [group, heads] : packing) {
+    INFO("group_size " << group);
+    CHECK(choose_sm90_attention_tiling(128, group).heads_per_cta == heads);
+  }
+}
+
+TEST_CASE("attention spec on sm_90a: the wgmma kernel's stub, launch shape and checks", "[plan][attention]") {
+  const config::AttentionConfig llama = config::parse(nlohmann::json{{"schema", "attnplan/v1"},
+                                                                     {"hidden_size", 4096},
+                                                                     {"query_heads", 32},
+                                                                     {"kv_heads", 8},
+                                                                     {"sliding_window", 4096},
+                                                                     {"kv_cache", {{"block_size", 16}}}});
+  const AttentionSpec spec = AttentionSpec::from_config(llama, kSm90a);
+  CHECK(spec.kernel == AttentionKernel::wgmma_sm90);
+  CHECK(spec.tiling == choose_sm90_attention_tiling(128, 4));
+  CHECK(spec.tiling.heads_per_cta == 4);
+  CHECK(spec.threads() == 384);
+  const compiler::KernelSource source = spec.source();
+  const std::string stub = source.render_stub();
+  CHECK(stub.find("#include \"attnplan/attention_sm90.cuh\"") != std::string::npos);
+  CHECK(stub.find("attention_sm90_kernel") != std::string::npos);
+  CHECK(stub.find("/*head_dim=*/128, /*group_size=*/4, /*heads_per_cta=*/4, /*block_size=*/16, "
+                  "/*block_n=*/128, /*has_window=*/true") != std::string::npos);
+  CHECK(source.spec.at("kernel") == "wgmma_sm90");
+  CHECK(source.spec.at("dynamic_shared_bytes") == spec.dynamic_shared_bytes());
+  CHECK(spec.dynamic_shared_bytes() == sm90_attention_shared_bytes(128, 128));
+
+  const driver::LaunchShape shape = spec.launch_shape(3, 300, 32);
+  CHECK(shape.grid.x == 10);  // ceil(300 / 32): 4 heads x 32 tokens per CTA
+  CHECK(shape.grid.y == 3);
+  CHECK(shape.grid.z == 8);  // one CTA column per kv head
+  CHECK(shape.block.x == 384);
+  CHECK_THROWS_AS(spec.launch_shape(3, 300, 30), Error);  // not a multiple of heads_per_cta
+  CHECK(shape.dynamic_shared_bytes == unsigned(spec.dynamic_shared_bytes()));
+
+  AttentionParams params = llama_params();
+  params.window = 4096;
+  CHECK_NOTHROW(spec.check(params, 32));
+  params.window = 0;
+  CHECK_THROWS_AS(spec.check(params, 32), Error);
+
+  // The same config elsewhere, or with a feature the wgmma kernel lacks, keeps the mma.sync kernel.
+  CHECK(AttentionSpec::from_config(llama, kSm80).kernel == AttentionKernel::mma_sync);
+  nlohmann::json with_sinks = config::to_json(llama);
+  with_sinks["sinks"] = true;
+  CHECK(AttentionSpec::from_config(config::parse(with_sinks), kSm90a).kernel == AttentionKernel::mma_sync);
+  // A spec forced onto the wgmma kernel with a feature it lacks is refused when rendered.
+  AttentionSpec forced = spec;
+  forced.has_sinks = true;
+  CHECK_THROWS_AS(forced.source(), Error);
+}
+
+TEST_CASE("sm_90a attention compiles to wgmma without spills", "[plan][attention][nvrtc]") {
+  struct Case {
+    int head_dim, group_size, block_size;
+    bool window;
+  };
+  const std::vector<Case> cases = {
+      {64, 8, 16, false},  {64, 4, 64, true},  {128, 4, 16, false}, {128, 1, 1, true},  {128, 8, 64, true},
+      {256, 2, 64, false}, {256, 1, 16, true}, {128, 6, 32, false}, {64, 64, 16, true},
+  };
+  std::vector<AttentionSpec> specs;
+  for (const Case& c : cases) {
+    AttentionSpec spec;
+    spec.kernel = AttentionKernel::wgmma_sm90;
+    spec.head_dim = spec.value_head_dim = c.head_dim;
+    spec.group_size = c.group_size;
+    spec.block_size = c.block_size;
+    spec.has_window = c.window;
+    spec.tiling = choose_sm90_attention_tiling(c.head_dim, c.group_size);
+    specs.push_back(spec);
+  }
+  std::vector<compiler::CompiledKernel> kernels(specs.size());
+  try {
+    compiler::for_each_parallel(specs.size(), 0, [&](std::size_t i) {
+      compiler::CompileOptions options{kSm90a};
+      options.keep_ptx = true;
+      kernels[i] = plan_testing::source_tree_compiler().compile(specs[i].source(), options);
+    });
+  } catch (const Error& error) {
+    FAIL(error.what() << "\n" << error.payload());
+  }
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    const AttentionSpec& spec = specs[i];
+    const compiler::ResourceUsage& r = kernels[i].resources;
+    INFO(spec.source().spec.dump());
+    INFO(kernels[i].log);
+    std::printf(
+        "attention sm_90a wgmma D %3d group %d block %2d bn %3d window %d: %3d registers, %d spill bytes, "
+        "%d stack bytes, %6d dynamic smem\n",
+        spec.head_dim, spec.group_size, spec.block_size, spec.tiling.block_n, int(spec.has_window),
+        r.registers, r.spill_bytes(), r.stack_bytes, spec.dynamic_shared_bytes());
+    CHECK(kernels[i].lowered_name.find("attention_sm90_kernel") != std::string::npos);
+    CHECK(kernels[i].ptx.find("wgmma.mma_async") != std::string::npos);
+    CHECK(kernels[i].ptx.find("setmaxnreg") != std::string::npos);
+    CHECK(r.registers > 0);
+    CHECK(r.spill_bytes() == 0);
+    CHECK(r.stack_bytes == 0);
+  }
+}

@@ -1,0 +1,357 @@
+// Variable-length paged attention for prefill on sm_90a (spec section 6), FlashAttention-3 style: the same
+// AttentionParams and semantics as attention.cuh for head_dim == value_head_dim in {64, 128, 256}, causal
+// with an optional sliding window, GQA/MQA, any power-of-two page size, cached prefixes.
+//
+// GQA packing: one CTA owns block_m = 128 rows of one sequence that are (token, query head) pairs of
+// heads_per_cta heads sharing a kv head (row r: token r / heads_per_cta, head r % heads_per_cta of the
+// CTA's heads), so each K/V tile is loaded once for all of them; tokens_per_cta = 128 / heads_per_cta. It
+// has three warpgroups:
+//   - warpgroup 0, the producer, gives most of its registers away (setmaxnreg) and gathers Q once and then
+//     each key tile's K and V rows through the block table with cp.async (16-byte chunks, pages of any
+//     size), into 128-byte-swizzled shared memory, two stages deep; a full mbarrier per stage says a tile
+//     has landed, an empty mbarrier per stage says both consumers are done with it;
+//   - warpgroups 1 and 2, the consumers, own 64 query rows each: S = Q K^T with wgmma (Q and K both
+//     K-major from shared memory), the online softmax in fp32 registers (exp2, scale folded in), then
+//     O += P V with P from registers (bf16, the wgmma A-fragment layout) and V from shared memory as an
+//     N-major B operand.
+// Why cp.async rather than TMA for K/V: a TMA box must be contiguous in the pool, so pages smaller than a
+// tile need one box per page and a tensor map per launch; the cp.async gather handles every page size
+// (block_size 1 included) with one code path and keeps execute() free of host-side encoding. Q is read
+// once per CTA and is a small share of the traffic.
+//
+// Semantics the kernel guarantees (as attention.cuh): a key whose page lies outside [0, num_blocks) or
+// beyond max_blocks_per_seq reads as zeros; every element of the chunk's rows in this head's output
+// columns is written, nothing else, provided params.max_query_len bounds every chunk length.
+#pragma once
+
+#include "attnplan/attention.cuh"
+#include "attnplan/attention_params.h"
+#include "attnplan/wgmma.cuh"
+
+namespace attnplan::kernels {
+
+namespace attention_sm90_detail {
+
+// Byte offset of bf16 element (row, column) in a tile of `rows` rows stored in the 128-byte swizzle
+// layout (sm90::kmajor_descriptor / mnmajor_descriptor): 64-element column blocks one after another
+// (rows * 128 bytes each); in a block, row r at r * 128 bytes, its 16-byte chunk c at chunk c ^ (r % 8).
+// What a TMA box with CU_TENSOR_MAP_SWIZZLE_128B writes, here for the cp.async gather.
+__host__ __device__ constexpr unsigned swizzle128_offset(int row, int column, int rows) {
+  return static_cast<unsigned>((column / 64) * rows * 128 + row * 128 +
+                               ((((column % 64) / 8) ^ (row % 8)) * 16) + (column % 8) * 2);
+}
+
+}  // namespace attention_sm90_detail
+
+template <int kHeadDim, int kGroupSize, int kHeadsPerCta, int kBlockSize, int kBlockN, bool kHasWindow>
+struct AttentionSm90Traits {
+  using Params = AttentionParams;
+  static constexpr int head_dim = kHeadDim;  // q/k and v head dims (equal on this path)
+  static constexpr int group_size = kGroupSize;
+  static constexpr int heads_per_cta = kHeadsPerCta;  // query heads of one kv head packed into a CTA's rows
+  static constexpr int block_size = kBlockSize;
+  static constexpr int block_n = kBlockN;  // keys per tile: the N of S = Q K^T, the K of O += P V
+  static constexpr bool has_window = kHasWindow;
+
+  static constexpr int consumer_warpgroups = 2;
+  static constexpr int block_m = 64 * consumer_warpgroups;  // a wgmma's M per consumer warpgroup
+  static constexpr int tokens_per_cta = block_m / kHeadsPerCta;
+  static constexpr int used_rows = tokens_per_cta * kHeadsPerCta;  // rows past it stay zero, never stored
+  static constexpr int threads = 128 * (1 + consumer_warpgroups);
+  static constexpr int producer_threads = 128;
+  static constexpr int consumer_threads = 128 * consumer_warpgroups;
+  static constexpr int stages = 2;
+  // 384 threads start at 168 registers each (65536 / 384, rounded down to 8); the producer drops to 56 so
+  // the consumers can hold S [64, block_n] and O [64, head_dim] fp32 tiles: 128 * 56 + 256 * 224 = 64512.
+  static constexpr int producer_registers = 56;
+  static constexpr int consumer_registers = 224;
+  static_assert(producer_threads * producer_registers + consumer_threads * consumer_registers <= 65536,
+                "register budgets exceed the register file");
+
+  static constexpr int chunks = kHeadDim / 8;  // 16-byte chunks per row of q, k or v
+  static constexpr int rows_per_pass = producer_threads / chunks;
+
+  // Shared memory, bytes from a 1024-byte aligned base (the 128-byte swizzle is a function of address
+  // bits): Q [block_m, head_dim], per stage K [block_n, head_dim] and V [block_n, head_dim], each stored as
+  // head_dim / 64 column blocks of 128-byte swizzled rows; then the full and empty mbarriers of each stage.
+  static constexpr int q_bytes = kHeadDim * block_m * 2;
+  static constexpr int k_bytes = kHeadDim * kBlockN * 2;
+  static constexpr int v_bytes = kHeadDim * kBlockN * 2;
+  static constexpr int q_offset = 0;
+  static constexpr int k_offset = q_offset + q_bytes;
+  static constexpr int v_offset = k_offset + stages * k_bytes;
+  static constexpr int barrier_offset = v_offset + stages * v_bytes;
+  static constexpr int alignment_slack = 1024;  // dynamic shared memory is only 16-byte aligned
+  static constexpr int shared_bytes = alignment_slack + barrier_offset + 2 * stages * 8;
+
+  static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256,
+                "head_dim: 64, 128 or 256 (whole 64-element swizzle column blocks, a wgmma N)");
+  static_assert(kBlockN == 64 || kBlockN == 128, "block_n: 64 or 128 keys (a wgmma N, whole k16 steps)");
+  static_assert(kGroupSize >= 1, "group_size must be positive");
+  static_assert(kHeadsPerCta >= 1 && kHeadsPerCta <= 16 && kGroupSize % kHeadsPerCta == 0,
+                "heads_per_cta: a divisor of group_size, at most 16 (at least 8 tokens per CTA)");
+  static_assert(kBlockSize >= 1 && (kBlockSize & (kBlockSize - 1)) == 0, "block_size must be a power of two");
+  static_assert(kBlockN % rows_per_pass == 0 && block_m % rows_per_pass == 0,
+                "the producer's passes must cover a tile exactly");
+  static_assert(shared_bytes <= 227 * 1024, "the tiles exceed sm_90's 227 KiB of shared memory per block");
+};
+
+// grid: [ceil(max_query_len / tokens_per_cta), num_seqs, query_heads / heads_per_cta], block: [384],
+// dynamic shared memory:
+// Traits::shared_bytes (above 48 KiB: the function attribute must allow it). sm_90a only.
+template <class Traits>
+__global__ void __launch_bounds__(Traits::threads, 1) attention_sm90_kernel(const AttentionParams params) {
+#if ATTNPLAN_SM90A_ENABLED
+  using namespace attention_detail;
+  using namespace attention_sm90_detail;
+  using namespace sm90;
+  constexpr int kBlockM = Traits::block_m;
+  constexpr int kBlockN = Traits::block_n;
+  constexpr int kHeadDim = Traits::head_dim;
+  constexpr int kStages = Traits::stages;
+  constexpr float kLog2e = 1.4426950408889634f;
+
+  // Heavier (later, under a causal mask) query tiles first, so the longest CTAs do not start last.
+  const int q_tile = gridDim.x - 1 - blockIdx.x;
+  const int seq = blockIdx.y;
+  constexpr int kHeads = Traits::heads_per_cta;
+  constexpr int kTokens = Traits::tokens_per_cta;
+  const int first_head = blockIdx.z * kHeads;  // the CTA's heads: first_head .. first_head + kHeads - 1
+  const int kv_head = first_head / Traits::group_size;
+  const int query_start = params.query_starts[seq];
+  const int query_len = params.query_starts[seq + 1] - query_start;
+  const int row_begin = q_tile * kTokens;                // first chunk token of this tile
+  if (row_begin >= query_len) return;                    // the whole CTA leaves before any barrier exists
+  const int rows = min(kTokens, query_len - row_begin);  // chunk tokens in this tile
+  const int context_len = params.context_lens[seq];
+  const int kv_len = context_len + query_len;   // keys visible to the chunk: positions [0, kv_len)
+  const int q_first = context_len + row_begin;  // positions of the tile's first and last real tokens
+  const int q_last = q_first + rows - 1;
+  const int* block_table = params.block_tables + static_cast<long long>(seq) * params.max_blocks_per_seq;
+
+  // Key tiles [tile_begin, tile_end): the band causality and the window leave; never empty (every row
+  // sees itself). Producer and consumers walk the same range.
+  const int tile_begin = Traits::has_window ? max(0, q_first - params.window + 1) / kBlockN : 0;
+  const int tile_end = q_last / kBlockN + 1;
+  const int tile_count = tile_end - tile_begin;
+
+  extern __shared__ uint4 shared_storage[];
+  const unsigned raw_address = sm90::smem_address(shared_storage);
+  const unsigned base_address = (raw_address + 1023u) & ~1023u;
+  // mbarriers, 8 bytes each: full [stages] then empty [stages]
+  const unsigned full_barriers = base_address + Traits::barrier_offset;
+  const unsigned empty_barriers = full_barriers + kStages * 8;
+  if (threadIdx.x == 0) {
+    for (int stage = 0; stage < kStages; ++stage) {
+      mbarrier_init(full_barriers + stage * 8, Traits::producer_threads);
+      mbarrier_init(empty_barriers + stage * 8, Traits::consumer_threads);
+    }
+    fence_barrier_init();
+  }
+  __syncthreads();
+
+  if (threadIdx.x < Traits::producer_threads) {
+    // ---- producer: gathers, then arrives on the stage's full barrier --------------------------------
+    setmaxnreg_decrease<Traits::producer_registers>();
+    // Thread layout of a copy: `chunks` consecutive threads per row, rows_per_pass rows per pass.
+    const int chunk = threadIdx.x % Traits::chunks;
+    const int first_row = threadIdx.x / Traits::chunks;
+    // key_cache / value_cache: [num_blocks * block_size slots, kv_heads, head_dim]
+    const long long slot_elements = static_cast<long long>(params.kv_heads) * kHeadDim;
+    const bf16_bits* key_column = params.key_cache + kv_head * kHeadDim + chunk * 8;
+    const bf16_bits* value_column = params.value_cache + kv_head * kHeadDim + chunk * 8;
+
+    for (int i = 0; i < tile_count; ++i) {
+      const int stage = i % kStages;
+      // Reusing a stage: wait until both consumers released its previous tile (i - stages).
+      if (i >= kStages) mbarrier_wait_parity(empty_barriers + stage * 8, ((i / kStages) - 1) & 1);
+      if (i == 0) {
+        // Q [num_tokens, query_heads, head_dim], rows query_row_stride apart; rows past the chunk zero.
+        const bf16_bits* column = params.query + first_head * kHeadDim + chunk * 8;
+#pragma unroll 4
+        for (int row = first_row; row < kBlockM; row += Traits::rows_per_pass) {
+          const bool valid = row < Traits::used_rows && row / kHeads < rows;
+          const long long token = query_start + row_begin + row / kHeads;
+          const bf16_bits* source = column + token * params.query_row_stride + (row % kHeads) * kHeadDim;
+          cp_async_16(base_address + Traits::q_offset + swizzle128_offset(row, chunk * 8, kBlockM),
+                      valid ? source : params.query, valid ? 16 : 0);
+        }
+      }
+      const int key_first = (tile_begin + i) * kBlockN;
+      const unsigned k_address = base_address + Traits::k_offset + stage * Traits::k_bytes;
+      const unsigned v_address = base_address + Traits::v_offset + stage * Traits::v_bytes;
+#pragma unroll 4
+      for (int row = first_row; row < kBlockN; row += Traits::rows_per_pass) {
+        const int slot = cache_slot<Traits::block_size>(block_table, key_first + row, kv_len, params);
+        const unsigned offset = swizzle128_offset(row, chunk * 8, kBlockN);
+        cp_async_16(k_address + offset, slot >= 0 ? key_column + slot * slot_elements : params.key_cache,
+                    slot >= 0 ? 16 : 0);
+        cp_async_16(v_address + offset, slot >= 0 ? value_column + slot * slot_elements : params.value_cache,
+                    slot >= 0 ? 16 : 0);
+      }
+      // This thread's copies have landed; make them visible to the consumers' wgmma (async proxy) before
+      // the release.
+      cp_async_commit();
+      cp_async_wait<0>();
+      fence_proxy_async_shared();
+      mbarrier_arrive(full_barriers + stage * 8);
+    }
+    return;
+  }
+
+  // ---- consumers ------------------------------------------------------------------------------------
+  setmaxnreg_increase<Traits::consumer_registers>();
+  constexpr int kScoreRegisters = kBlockN / 2;    // S [64, block_n] fp32 over 128 threads
+  constexpr int kOutputRegisters = kHeadDim / 2;  // O [64, head_dim] fp32 over 128 threads
+  const int consumer = threadIdx.x / 128 - 1;     // rows consumer * 64 .. + 63 of the CTA's tile
+  const int warp = (threadIdx.x / 32) % 4;        // rows 16 * warp .. of the consumer's 64
+  const int lane = threadIdx.x % 32;
+  const int group = lane / 4;     // accumulator rows group and group + 8 of the warp's 16
+  const int in_group = lane % 4;  // accumulator columns 2 * in_group + {0, 1} of each n8 tile
+  const int warp_row = consumer * 64 + warp * 16;  // first CTA row of this warp
+
+  // The keys this thread's two rows may see, as closed position ranges.
+  int row_band_first[2], row_band_last[2];
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int position = q_first + (warp_row + group + 8 * half) / kHeads;
+    row_band_last[half] = min(position, kv_len - 1);
+    row_band_first[half] = Traits::has_window ? position - params.window + 1 : 0;
+  }
+
+  // Online softmax state in the log2 domain (scores times scale * log2(e)); row_sum is this thread's
+  // partial over its columns, added across the quad at the end.
+  float row_max[2] = {minus_infinity(), minus_infinity()};
+  float row_sum[2] = {0.0f, 0.0f};
+  float output[kOutputRegisters];
+#pragma unroll
+  for (int i = 0; i < kOutputRegisters; ++i) output[i] = 0.0f;
+  const float score_multiplier = params.scale * kLog2e;
+
+  // This warpgroup's 64 Q rows start 64 * 128 bytes into each column block (row % 8 == 0: no swizzle shift).
+  const unsigned q_address = base_address + Traits::q_offset + swizzle128_offset(consumer * 64, 0, kBlockM);
+
+  for (int i = 0; i < tile_count; ++i) {
+    const int stage = i % kStages;
+    mbarrier_wait_parity(full_barriers + stage * 8, (i / kStages) & 1);
+    fence_proxy_async_shared();
+    const unsigned k_address = base_address + Traits::k_offset + stage * Traits::k_bytes;
+    const unsigned v_address = base_address + Traits::v_offset + stage * Traits::v_bytes;
+
+    // S = Q K^T: [64, block_n], head_dim / 16 k-steps; a 16-wide step is 32 bytes into a 64-wide column
+    // block, and every 4 steps the next column block begins.
+    float score[kScoreRegisters];
+    wgmma_fence();
+#pragma unroll
+    for (int k = 0; k < kHeadDim / 16; ++k) {
+      const unsigned long long a = kmajor_descriptor(q_address + (k / 4) * kBlockM * 128 + (k % 4) * 32);
+      const unsigned long long b = kmajor_descriptor(k_address + (k / 4) * kBlockN * 128 + (k % 4) * 32);
+      wgmma_ss<kBlockN>(score, a, b, /*accumulate=*/k > 0);
+    }
+    wgmma_commit_group();
+    wgmma_wait_group<0>();
+    fence_registers(score);
+
+    // Scale, then mask boundary tiles only: a tile wholly below every row's diagonal, above every row's
+    // window edge and inside the keys needs none.
+    const int key_first = (tile_begin + i) * kBlockN;
+    bool needs_mask = key_first + kBlockN - 1 > q_first || key_first + kBlockN > kv_len;
+    if constexpr (Traits::has_window) needs_mask = needs_mask || key_first <= q_last - params.window;
+    int visible_first[2], visible_last[2];
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int column = key_first + 2 * in_group;
+      visible_first[half] = row_band_first[half] - column;
+      visible_last[half] = row_band_last[half] - column;
+    }
+#pragma unroll
+    for (int n = 0; n < kBlockN / 8; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float x = score[4 * n + e] * score_multiplier;
+        if (needs_mask) {
+          const int half = e / 2;
+          const int key = n * 8 + (e % 2);  // relative to key_first + 2 * in_group
+          if (key < visible_first[half] || key > visible_last[half]) x = minus_infinity();
+        }
+        score[4 * n + e] = x;
+      }
+    }
+
+    // Online softmax: the new running max per row, rescale O and the sum, exponentiate.
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      float tile_max = minus_infinity();
+#pragma unroll
+      for (int n = 0; n < kBlockN / 8; ++n)
+        tile_max = fmaxf(tile_max, fmaxf(score[4 * n + 2 * half], score[4 * n + 2 * half + 1]));
+      const float new_max = fmaxf(row_max[half], quad_max(tile_max));
+      // Nothing allowed yet in this row: subtract 0 so that exp2(-inf - base) stays 0 rather than NaN.
+      const float base_value = new_max == minus_infinity() ? 0.0f : new_max;
+      const float correction = fast_exp2(row_max[half] - base_value);
+      row_max[half] = new_max;
+      float partial = 0.0f;
+#pragma unroll
+      for (int n = 0; n < kBlockN / 8; ++n) {
+        score[4 * n + 2 * half] = fast_exp2(score[4 * n + 2 * half] - base_value);
+        score[4 * n + 2 * half + 1] = fast_exp2(score[4 * n + 2 * half + 1] - base_value);
+        partial += score[4 * n + 2 * half] + score[4 * n + 2 * half + 1];
+      }
+      row_sum[half] = row_sum[half] * correction + partial;
+#pragma unroll
+      for (int j = 0; j < kHeadDim / 8; ++j) {
+        output[4 * j + 2 * half] *= correction;
+        output[4 * j + 2 * half + 1] *= correction;
+      }
+    }
+
+    // P as bf16 A fragments: the S accumulators of n8 tiles 2k and 2k + 1 are k-step k's fragment.
+    unsigned p[kBlockN / 16][4];
+#pragma unroll
+    for (int k = 0; k < kBlockN / 16; ++k) {
+      p[k][0] = pack_bf16(score[8 * k + 0], score[8 * k + 1]);
+      p[k][1] = pack_bf16(score[8 * k + 2], score[8 * k + 3]);
+      p[k][2] = pack_bf16(score[8 * k + 4], score[8 * k + 5]);
+      p[k][3] = pack_bf16(score[8 * k + 6], score[8 * k + 7]);
+    }
+
+    // O += P V: V [block_n keys, head_dim] is the N-major B operand; k-step k starts 16 rows (2048 bytes)
+    // further, and the descriptor's leading offset steps from one 64-column block to the next.
+    wgmma_fence();
+#pragma unroll
+    for (int k = 0; k < kBlockN / 16; ++k)
+      wgmma_rs<kHeadDim, /*kTransposeB=*/1>(output, p[k],
+                                            mnmajor_descriptor(v_address + k * 16 * 128, kBlockN * 128),
+                                            /*accumulate=*/true);
+    wgmma_commit_group();
+    wgmma_wait_group<0>();
+    fence_registers(output);
+    mbarrier_arrive(empty_barriers + stage * 8);  // this thread is done reading the stage
+  }
+
+  // ---- epilogue: normalize and store bf16 pairs ------------------------------------------------------
+  // output: [num_tokens, query_heads * head_dim], rows output_row_stride apart
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const float total = quad_sum(row_sum[half]);
+    const float inverse = total > 0.0f ? 1.0f / total : 0.0f;
+    const int row = warp_row + group + 8 * half;
+    if (row < Traits::used_rows && row / kHeads < rows) {
+      const long long token = query_start + row_begin + row / kHeads;
+      const int head = first_head + row % kHeads;
+      bf16_bits* destination =
+          params.output + token * params.output_row_stride + head * kHeadDim + 2 * in_group;
+#pragma unroll
+      for (int j = 0; j < kHeadDim / 8; ++j) {
+        *reinterpret_cast<unsigned*>(destination + 8 * j) =
+            pack_bf16(output[4 * j + 2 * half] * inverse, output[4 * j + 2 * half + 1] * inverse);
+      }
+    }
+  }
+#else
+  // Not an sm_90a target: the plan never picks this kernel there (choose_attention_kernel).
+  __trap();
+#endif
+}
+
+}  // namespace attnplan::kernels
