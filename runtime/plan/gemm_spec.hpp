@@ -4,6 +4,7 @@
 
 #include "attnplan/gemm_params.h"
 #include "compiler/kernel_source.hpp"
+#include "config/attention_config.hpp"
 #include "config/target.hpp"
 #include "driver/launch.hpp"
 
@@ -34,10 +35,16 @@ GemmTiling choose_gemm_tiling(int m_hint, int n, int k, config::Arch arch);
 // the heuristic rounds to. A guess for unknown archs.
 int typical_sm_count(config::Arch arch);
 
+// Whether the mma.sync GEMM has a weight loader policy for `encoding` (gemm.cuh): bf16, fp8 with bf16
+// activations (any scale granularity), mxfp8, mxfp4 and nvfp4. packed_integer, affine and fp8 activations
+// are not implemented yet.
+bool gemm_supports(const config::WeightEncoding& encoding);
+
 struct GemmSpec {
   int segments = 1;       // weight segments along N (1: fused or single weight, 3: q | k | v)
   bool has_bias = false;  // any segment has a bias (a segment's null bias then reads as zeros)
   GemmTiling tiling;
+  config::WeightEncoding weights;  // the format of W; the loader policy is picked from it at JIT time
 
   compiler::KernelSource source() const;
 
@@ -51,7 +58,9 @@ struct GemmSpec {
   // Throws Error(input) naming the field when `params` breaks the kernel's preconditions: negative
   // sizes, K or a stride not a multiple of 8, lda < K, ldc < N, null or non-16-byte-aligned A, C or
   // weights, segments that do not tile [0, N) in order with `segments` non-empty pieces, a bias pointer
-  // on a spec without bias, a misaligned bias. Nothing to check (and nothing to launch) when M or N is 0.
+  // on a spec without bias, a misaligned bias; quantized weights: K not a multiple of the values of one
+  // 16-byte packed chunk (fp8 16, fp4 32), a segment without scales (nvfp4: without scale_2), scales not
+  // 4-byte aligned where they are f32. Nothing to check (and nothing to launch) when M or N is 0.
   void check(const GemmParams& params) const;
 };
 
