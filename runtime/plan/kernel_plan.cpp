@@ -40,15 +40,24 @@ namespace {
 
 void require_supported(const config::AttentionConfig& config) {
   std::vector<std::string> problems;
-  if (config.projection.qkv.format != config::WeightFormat::bf16) {
-    problems.push_back(
-        fmt::format("/projection/format: {} weights are not supported by the kernels yet (bf16 only)",
-                    config::to_string(config.projection.qkv.format)));
+  // The GEMM's weight loader policies (gemm_spec.hpp): bf16, fp8 weight-only, mxfp8, mxfp4, nvfp4.
+  const auto unsupported = [](const config::WeightEncoding& encoding) {
+    return encoding.format == config::WeightFormat::fp8 && encoding.activation == config::ActivationType::fp8
+               ? std::string("fp8 weights with fp8 activations are")
+               : fmt::format("{} weights are", config::to_string(encoding.format));
+  };
+  const std::string supported = "(bf16, fp8 with bf16 activations, mxfp8, mxfp4 and nvfp4 are)";
+  if (!gemm_supports(config.projection.qkv)) {
+    problems.push_back(fmt::format("/projection/format: {} not supported by the kernels yet {}",
+                                   unsupported(config.projection.qkv), supported));
   }
-  if (config.projection.output.format != config::WeightFormat::bf16) {
-    problems.push_back(
-        fmt::format("/projection/output/format: {} weights are not supported by the kernels yet (bf16 only)",
-                    config::to_string(config.projection.output.format)));
+  if (config.projection.fused_qkv && config.projection.qkv.format != config::WeightFormat::bf16) {
+    problems.push_back(fmt::format("/projection/fused_qkv: a fused qkv_proj is bf16 only, not {}",
+                                   config::to_string(config.projection.qkv.format)));
+  }
+  if (!gemm_supports(config.projection.output)) {
+    problems.push_back(fmt::format("/projection/output/format: {} not supported by the kernels yet {}",
+                                   unsupported(config.projection.output), supported));
   }
   if (config.kv_cache.dtype != config::KvCacheDtype::bf16) {
     problems.push_back(fmt::format("/kv_cache/dtype: {} is not supported by the kernels yet (bf16 only)",
@@ -75,6 +84,7 @@ KernelPlan plan_kernels(const config::AttentionConfig& config, const config::Arc
 
   plan.qkv_projection.segments = config.projection.fused_qkv ? 1 : 3;
   plan.qkv_projection.has_bias = config.qkv_bias;
+  plan.qkv_projection.weights = config.projection.qkv;
   plan.qkv_projection.tiling =
       choose_gemm_tiling(config.max_tokens, static_cast<int>(qkv_row_width(config)), hidden, arch);
 
@@ -90,6 +100,7 @@ KernelPlan plan_kernels(const config::AttentionConfig& config, const config::Arc
 
   plan.output_projection.segments = 1;
   plan.output_projection.has_bias = config.output_bias;
+  plan.output_projection.weights = config.projection.output;
   plan.output_projection.tiling = choose_gemm_tiling(config.max_tokens, hidden, attention_width, arch);
 
   plan.kernels.push_back({StageKind::input_norm, "input_rmsnorm", plan.input_norm.source(), 0});

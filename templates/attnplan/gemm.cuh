@@ -373,11 +373,15 @@ __global__ void __launch_bounds__(Traits::threads) gemm_kernel(const GemmParams 
             packed + row * (Traits::block_k * Traits::weight_bits / 8) + chunk * 8 * Traits::weight_bits / 8;
         Traits::Weights::dequantize(raw, segment, n - segment.n_begin, k, params.k, values);
       }
-      __nv_bfloat162 converted[4];
+      // Pairs packed through their bits: no local array reinterpreted as a 16-byte vector.
+      unsigned pairs[4];
 #pragma unroll
-      for (int e = 0; e < 4; ++e) converted[e] = __floats2bfloat162_rn(values[2 * e], values[2 * e + 1]);
+      for (int e = 0; e < 4; ++e) {
+        const __nv_bfloat162 pair = __floats2bfloat162_rn(values[2 * e], values[2 * e + 1]);
+        pairs[e] = *reinterpret_cast<const unsigned*>(&pair);
+      }
       *reinterpret_cast<uint4*>(tile + swizzled_offset<kChunks>(row, chunk)) =
-          *reinterpret_cast<const uint4*>(converted);
+          make_uint4(pairs[0], pairs[1], pairs[2], pairs[3]);
     }
   };
 
