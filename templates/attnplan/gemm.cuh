@@ -371,7 +371,8 @@ __global__ void __launch_bounds__(Traits::threads) gemm_kernel(const GemmParams 
         const GemmSegment segment = segment_of<Traits::segments>(params, n);
         const unsigned char* raw =
             packed + row * (Traits::block_k * Traits::weight_bits / 8) + chunk * 8 * Traits::weight_bits / 8;
-        Traits::Weights::dequantize(raw, segment, n - segment.n_begin, k, params.k, values);
+        if constexpr (Traits::quantized)  // bf16 has no dequantize (and never calls this lambda)
+          Traits::Weights::dequantize(raw, segment, n - segment.n_begin, k, params.k, values);
       }
       // Pairs packed through their bits: no local array reinterpreted as a 16-byte vector.
       unsigned pairs[4];
