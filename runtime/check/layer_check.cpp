@@ -17,7 +17,9 @@
 #include "driver/event.hpp"
 #include "driver/memory.hpp"
 #include "driver/stream.hpp"
+#include "io/random_projection.hpp"
 #include "reference/compare.hpp"
+#include "reference/dequantize.hpp"
 
 namespace attnplan::check {
 
@@ -140,6 +142,17 @@ LayerCase random_case(const config::AttentionConfig& config, const Scenario& sce
   w.q_proj = bf16({hq * d, hidden}, rng, 0.0, 1.0 / std::sqrt(hidden));
   w.k_proj = bf16({hkv * d, hidden}, rng, 0.0, 1.0 / std::sqrt(hidden));
   w.v_proj = bf16({hkv * dv, hidden}, rng, 0.0, 1.0 / std::sqrt(hidden));
+  // Quantized projections: random packed data and sane scales of the same magnitude (io/random_projection).
+  const auto quantized = [&](const config::WeightEncoding& encoding, std::int64_t n, std::int64_t k,
+                             io::HostTensor& weight, io::QuantizationTensors& quant) {
+    if (encoding.format == config::WeightFormat::bf16) return;
+    auto random = io::random_projection(encoding, n, k, 1.0 / std::sqrt(double(k)), rng());
+    weight = std::move(random.weight);
+    quant = std::move(random.quant);
+  };
+  quantized(config.projection.qkv, hq * d, hidden, w.q_proj, w.q_quant);
+  quantized(config.projection.qkv, hkv * d, hidden, w.k_proj, w.k_quant);
+  quantized(config.projection.qkv, hkv * dv, hidden, w.v_proj, w.v_quant);
   if (config.qkv_bias) {
     w.q_bias = bf16({hq * d}, rng, 0.0, 0.5);
     w.k_bias = bf16({hkv * d}, rng, 0.0, 0.5);
@@ -148,6 +161,7 @@ LayerCase random_case(const config::AttentionConfig& config, const Scenario& sce
   if (config.qkv_norm.query) w.q_norm = bf16({d}, rng, head_norm_mean, 0.2);
   if (config.qkv_norm.key) w.k_norm = bf16({d}, rng, head_norm_mean, 0.2);
   w.o_proj = bf16({hidden, hq * dv}, rng, 0.0, 1.0 / std::sqrt(hq * dv));
+  quantized(config.projection.output, hidden, hq * dv, w.o_proj, w.o_quant);
   if (config.output_bias) w.o_bias = bf16({hidden}, rng, 0.0, 0.5);
   if (config.sinks) {
     io::HostTensor sinks{io::Dtype::f32, {hq}, std::vector<std::uint8_t>(std::size_t(hq) * 4)};
@@ -179,21 +193,26 @@ LayerCase random_case(const config::AttentionConfig& config, const Scenario& sce
 
 reference::LayerWeights reference_weights(const LayerCase& layer) {
   const io::HostLayerWeights& w = layer.weights;
-  auto tensor = [](const io::HostTensor& t) { return reference::Tensor(t.shape, io::to_doubles(t)); };
+  const config::Projection& projection = layer.config.projection;
+  const std::int64_t hidden = layer.config.hidden_size;
+  const std::int64_t q_rows = std::int64_t{layer.config.query_heads} * layer.config.head_dim;
+  const std::int64_t k_rows = std::int64_t{layer.config.kv_heads} * layer.config.head_dim;
+  const std::int64_t v_rows = std::int64_t{layer.config.kv_heads} * layer.config.value_head_dim;
+  const std::int64_t o_columns = std::int64_t{layer.config.query_heads} * layer.config.value_head_dim;
   auto vector = [](const std::optional<io::HostTensor>& t) {
     return t ? io::to_doubles(*t) : std::vector<double>{};
   };
   reference::LayerWeights out;
   out.input_norm = io::to_doubles(w.input_norm);
-  out.q_proj = tensor(w.q_proj);
-  out.k_proj = tensor(w.k_proj);
-  out.v_proj = tensor(w.v_proj);
+  out.q_proj = reference::dequantize(projection.qkv, w.q_proj, w.q_quant, q_rows, hidden);
+  out.k_proj = reference::dequantize(projection.qkv, w.k_proj, w.k_quant, k_rows, hidden);
+  out.v_proj = reference::dequantize(projection.qkv, w.v_proj, w.v_quant, v_rows, hidden);
   out.q_bias = vector(w.q_bias);
   out.k_bias = vector(w.k_bias);
   out.v_bias = vector(w.v_bias);
   out.q_norm = vector(w.q_norm);
   out.k_norm = vector(w.k_norm);
-  out.o_proj = tensor(w.o_proj);
+  out.o_proj = reference::dequantize(projection.output, w.o_proj, w.o_quant, hidden, o_columns);
   out.o_bias = vector(w.o_bias);
   out.sinks = vector(w.sinks);
   return out;

@@ -14,6 +14,7 @@
 #include "core/error.hpp"
 #include "io/checked_math.hpp"
 #include "io/float16.hpp"
+#include "io/projection_format.hpp"
 
 namespace attnplan::io {
 namespace {
@@ -26,31 +27,30 @@ constexpr std::string_view kAttentionNamespace = "self_attn.";
 constexpr std::string_view kInputNormNamespace = "input_layernorm.";
 constexpr std::string_view kDerivedBuffers = "self_attn.rotary_emb.";
 
-enum class DtypeRule {
-  projection,   // BF16 only: the projection formats other than bf16 are not loaded yet
-  small_float,  // norm weights, biases, sinks: BF16, F16 or F32, kept as stored
-};
-
 // One tensor the config asks for, with the words that explain it in a message.
 struct Expected {
-  std::string relative;  // name under the prefix
-  std::vector<std::int64_t> shape;
-  std::string formula;  // the shape in config terms: "[query_heads * head_dim, hidden_size]"
-  DtypeRule rule;
-  std::string reason;  // why the config needs it; empty for tensors every layer has
+  std::string relative;                           // name under the prefix
+  std::vector<std::vector<std::int64_t>> shapes;  // accepted; the first is the one messages name
+  std::string formula;        // the shape in config terms: "[query_heads * head_dim, hidden_size]"
+  std::vector<Dtype> dtypes;  // accepted
+  std::string reason;         // why the config needs it; empty for tensors every layer has
+  bool optional = false;      // read when present, not missing when absent (GPTQ g_idx without act_order)
 };
+
+const std::vector<Dtype> kSmallFloat = {Dtype::bf16, Dtype::f16, Dtype::f32};
 
 std::string shape_text(std::span<const std::int64_t> shape) {
   return fmt::format("[{}]", fmt::join(shape, ", "));
 }
 
-bool dtype_allowed(DtypeRule rule, Dtype dtype) {
-  if (rule == DtypeRule::projection) return dtype == Dtype::bf16;
-  return dtype == Dtype::bf16 || dtype == Dtype::f16 || dtype == Dtype::f32;
-}
-
-std::string_view allowed_text(DtypeRule rule) {
-  return rule == DtypeRule::projection ? "BF16 (projection weights are loaded as bf16)" : "BF16, F16 or F32";
+// "BF16", "BF16 or F32", "BF16, F16 or F32".
+std::string allowed_text(const std::vector<Dtype>& dtypes) {
+  std::string text;
+  for (std::size_t i = 0; i < dtypes.size(); ++i) {
+    if (i != 0) text += i + 1 == dtypes.size() ? " or " : ", ";
+    text += to_string(dtypes[i]);
+  }
+  return text;
 }
 
 bool is_digit(char c) {
@@ -184,71 +184,97 @@ std::string unused_reason(std::string_view relative, const config::AttentionConf
   return "not a tensor of this attention config";
 }
 
-std::vector<Expected> expected_tensors(const config::AttentionConfig& config, bool fused_bias_in_file) {
+// The tensors of one projection (io/projection_format.hpp) as Expected entries. bf16 keeps the shape
+// formula in config terms; the other formats name N and K once.
+void add_projection(std::vector<Expected>& expected, const config::WeightEncoding& encoding,
+                    const std::string& base, std::int64_t n, std::int64_t k, const std::string& n_text,
+                    const std::string& k_text, const std::string& reason, bool gpt_oss_names) {
+  const std::string_view format = config::to_string(encoding.format);
+  for (auto& rule : projection_tensor_rules(encoding, base, n, k, gpt_oss_names)) {
+    std::string formula = encoding.format == config::WeightFormat::bf16
+                              ? fmt::format("[{}, {}]", n_text, k_text)
+                              : fmt::format("{} with N = {}, K = {}", rule.formula, n_text, k_text);
+    std::string why = reason;
+    if (encoding.format != config::WeightFormat::bf16) {
+      why = fmt::format("{}projection format is {}", reason.empty() ? "" : reason + " and ", format);
+    }
+    expected.push_back({std::move(rule.relative), std::move(rule.shapes), std::move(formula),
+                        std::move(rule.dtypes), std::move(why), rule.optional});
+  }
+}
+
+// mxfp4 checkpoints from gpt-oss name the projection's bytes base_blocks / base_scales.
+bool uses_gpt_oss_names(const SafetensorsFile& file, const config::WeightEncoding& encoding,
+                        const std::string& prefix, const std::string& base) {
+  return encoding.format == config::WeightFormat::mxfp4 && file.contains(prefix + base + "_blocks") &&
+         !file.contains(prefix + base + ".weight");
+}
+
+std::vector<Expected> expected_tensors(const SafetensorsFile& file, const config::AttentionConfig& config,
+                                       const std::string& prefix, bool fused_bias_in_file) {
   const std::int64_t hidden = config.hidden_size;
   const std::int64_t q_rows = std::int64_t{config.query_heads} * config.head_dim;
   const std::int64_t k_rows = std::int64_t{config.kv_heads} * config.head_dim;
   const std::int64_t v_rows = std::int64_t{config.kv_heads} * config.value_head_dim;
   const std::string qkv_rows = "query_heads * head_dim + kv_heads * head_dim + kv_heads * value_head_dim";
-  const auto projection = DtypeRule::projection;
-  const auto small = DtypeRule::small_float;
+  const auto& qkv = config.projection.qkv;
+  const auto gpt_oss = [&](const std::string& base, const config::WeightEncoding& encoding) {
+    return uses_gpt_oss_names(file, encoding, prefix, base);
+  };
 
   std::vector<Expected> expected;
-  expected.push_back({"input_layernorm.weight", {hidden}, "[hidden_size]", small, ""});
+  expected.push_back({"input_layernorm.weight", {{hidden}}, "[hidden_size]", kSmallFloat, "", false});
   if (config.projection.fused_qkv) {
-    expected.push_back({"self_attn.qkv_proj.weight",
-                        {q_rows + k_rows + v_rows, hidden},
-                        fmt::format("[{}, hidden_size]", qkv_rows),
-                        projection,
-                        "projection.fused_qkv is true"});
+    add_projection(expected, qkv, "self_attn.qkv_proj", q_rows + k_rows + v_rows, hidden, qkv_rows,
+                   "hidden_size", "projection.fused_qkv is true", false);
   } else {
-    expected.push_back({"self_attn.q_proj.weight",
-                        {q_rows, hidden},
-                        "[query_heads * head_dim, hidden_size]",
-                        projection,
-                        ""});
-    expected.push_back(
-        {"self_attn.k_proj.weight", {k_rows, hidden}, "[kv_heads * head_dim, hidden_size]", projection, ""});
-    expected.push_back({"self_attn.v_proj.weight",
-                        {v_rows, hidden},
-                        "[kv_heads * value_head_dim, hidden_size]",
-                        projection,
-                        ""});
+    add_projection(expected, qkv, "self_attn.q_proj", q_rows, hidden, "query_heads * head_dim", "hidden_size",
+                   "", gpt_oss("self_attn.q_proj", qkv));
+    add_projection(expected, qkv, "self_attn.k_proj", k_rows, hidden, "kv_heads * head_dim", "hidden_size",
+                   "", gpt_oss("self_attn.k_proj", qkv));
+    add_projection(expected, qkv, "self_attn.v_proj", v_rows, hidden, "kv_heads * value_head_dim",
+                   "hidden_size", "", gpt_oss("self_attn.v_proj", qkv));
   }
   if (config.qkv_bias) {
     if (config.projection.fused_qkv && fused_bias_in_file) {
       expected.push_back({"self_attn.qkv_proj.bias",
-                          {q_rows + k_rows + v_rows},
+                          {{q_rows + k_rows + v_rows}},
                           fmt::format("[{}]", qkv_rows),
-                          small,
-                          "qkv_bias is true"});
+                          kSmallFloat,
+                          "qkv_bias is true",
+                          false});
     } else {
       const std::string reason = config.projection.fused_qkv
                                      ? "qkv_bias is true and there is no fused self_attn.qkv_proj.bias"
                                      : "qkv_bias is true";
-      expected.push_back({"self_attn.q_proj.bias", {q_rows}, "[query_heads * head_dim]", small, reason});
-      expected.push_back({"self_attn.k_proj.bias", {k_rows}, "[kv_heads * head_dim]", small, reason});
-      expected.push_back({"self_attn.v_proj.bias", {v_rows}, "[kv_heads * value_head_dim]", small, reason});
+      expected.push_back(
+          {"self_attn.q_proj.bias", {{q_rows}}, "[query_heads * head_dim]", kSmallFloat, reason});
+      expected.push_back({"self_attn.k_proj.bias", {{k_rows}}, "[kv_heads * head_dim]", kSmallFloat, reason});
+      expected.push_back(
+          {"self_attn.v_proj.bias", {{v_rows}}, "[kv_heads * value_head_dim]", kSmallFloat, reason});
     }
   }
   if (config.qkv_norm.query) {
-    expected.push_back(
-        {"self_attn.q_norm.weight", {config.head_dim}, "[head_dim]", small, "qkv_norm.query is true"});
+    expected.push_back({"self_attn.q_norm.weight",
+                        {{config.head_dim}},
+                        "[head_dim]",
+                        kSmallFloat,
+                        "qkv_norm.query is true"});
   }
   if (config.qkv_norm.key) {
     expected.push_back(
-        {"self_attn.k_norm.weight", {config.head_dim}, "[head_dim]", small, "qkv_norm.key is true"});
+        {"self_attn.k_norm.weight", {{config.head_dim}}, "[head_dim]", kSmallFloat, "qkv_norm.key is true"});
   }
-  expected.push_back({"self_attn.o_proj.weight",
-                      {hidden, std::int64_t{config.query_heads} * config.value_head_dim},
-                      "[hidden_size, query_heads * value_head_dim]",
-                      projection,
-                      ""});
+  add_projection(expected, config.projection.output, "self_attn.o_proj", hidden,
+                 std::int64_t{config.query_heads} * config.value_head_dim, "hidden_size",
+                 "query_heads * value_head_dim", "", gpt_oss("self_attn.o_proj", config.projection.output));
   if (config.output_bias) {
-    expected.push_back({"self_attn.o_proj.bias", {hidden}, "[hidden_size]", small, "output_bias is true"});
+    expected.push_back(
+        {"self_attn.o_proj.bias", {{hidden}}, "[hidden_size]", kSmallFloat, "output_bias is true"});
   }
   if (config.sinks) {
-    expected.push_back({"self_attn.sinks", {config.query_heads}, "[query_heads]", small, "sinks is true"});
+    expected.push_back(
+        {"self_attn.sinks", {{config.query_heads}}, "[query_heads]", kSmallFloat, "sinks is true"});
   }
   return expected;
 }
@@ -282,19 +308,21 @@ std::vector<std::string> check_layer(const SafetensorsFile& file, const config::
     const std::string name = prefix + tensor.relative;
     const std::string reason = tensor.reason.empty() ? "" : fmt::format(", because {}", tensor.reason);
     if (!file.contains(name)) {
-      problems.push_back(fmt::format("{}: missing (expected {} {} = {}{}){}", name, allowed_text(tensor.rule),
-                                     shape_text(tensor.shape), tensor.formula, reason,
+      if (tensor.optional) continue;
+      problems.push_back(fmt::format("{}: missing (expected {} {} = {}{}){}", name,
+                                     allowed_text(tensor.dtypes), shape_text(tensor.shapes.front()),
+                                     tensor.formula, reason,
                                      missing_hint(file, prefix, tensor.relative, expected_names)));
       continue;
     }
     const TensorInfo& info = file.info(name);
-    if (!dtype_allowed(tensor.rule, info.dtype)) {
+    if (std::find(tensor.dtypes.begin(), tensor.dtypes.end(), info.dtype) == tensor.dtypes.end()) {
       problems.push_back(
-          fmt::format("{}: dtype {}, expected {}", name, to_string(info.dtype), allowed_text(tensor.rule)));
+          fmt::format("{}: dtype {}, expected {}", name, to_string(info.dtype), allowed_text(tensor.dtypes)));
     }
-    if (info.shape != tensor.shape) {
+    if (std::find(tensor.shapes.begin(), tensor.shapes.end(), info.shape) == tensor.shapes.end()) {
       problems.push_back(fmt::format("{}: shape {}, expected {} = {}", name, shape_text(info.shape),
-                                     shape_text(tensor.shape), tensor.formula));
+                                     shape_text(tensor.shapes.front()), tensor.formula));
     }
   }
 
@@ -446,19 +474,96 @@ std::vector<std::uint16_t> to_bf16_bits(const HostTensor& tensor) {
   return bits;
 }
 
+namespace {
+
+// The role's tensor of a quantized projection, where the loader and the saver keep it.
+std::optional<HostTensor>* role_slot(QuantizationTensors& quant, TensorRole role) {
+  switch (role) {
+    case TensorRole::scales:
+      return &quant.scales;
+    case TensorRole::scale_2:
+      return &quant.scale_2;
+    case TensorRole::zeros:
+      return &quant.zeros;
+    case TensorRole::g_idx:
+      return &quant.g_idx;
+    case TensorRole::weight:
+      break;
+  }
+  return nullptr;
+}
+
+// Reads one projection's tensors (already checked) into `weight` and `quant`.
+void read_projection(const SafetensorsFile& file, const config::WeightEncoding& encoding,
+                     const std::string& prefix, const std::string& base, std::int64_t n, std::int64_t k,
+                     HostTensor& weight, QuantizationTensors& quant) {
+  const bool gpt_oss = uses_gpt_oss_names(file, encoding, prefix, base);
+  for (const auto& rule : projection_tensor_rules(encoding, base, n, k, gpt_oss)) {
+    const std::string name = prefix + rule.relative;
+    if (rule.optional && !file.contains(name)) continue;
+    if (rule.role == TensorRole::weight) {
+      weight = read_tensor(file, name);
+      if (gpt_oss) weight.shape = {n, k / 2};  // [N, K/32, 16] bytes are the [N, K/2] bytes
+    } else {
+      *role_slot(quant, rule.role) = read_tensor(file, name);
+    }
+  }
+}
+
+void write_projection(SafetensorsWriter& writer, const config::WeightEncoding& encoding,
+                      const std::string& prefix, const std::string& base, const HostTensor& weight,
+                      const QuantizationTensors& quant, std::int64_t n, std::int64_t k) {
+  QuantizationTensors copy = quant;
+  for (const auto& rule : projection_tensor_rules(encoding, base, n, k)) {
+    const std::string name = prefix + rule.relative;
+    if (rule.role == TensorRole::weight) {
+      add_tensor(writer, name, weight);
+    } else if (const auto& tensor = *role_slot(copy, rule.role); tensor) {
+      add_tensor(writer, name, *tensor);
+    } else if (!rule.optional) {
+      throw Error(Stage::input, fmt::format("save_layer_weights: {} has no tensor for {} ({} format)", base,
+                                            rule.relative, config::to_string(encoding.format)));
+    }
+  }
+}
+
+// W [N, K] of a projection from its stored weight tensor: GPTQ/AWQ store [K, N]-major, the others [N, ...].
+std::pair<std::int64_t, std::int64_t> logical_shape(const config::WeightEncoding& encoding,
+                                                    const HostTensor& weight) {
+  const std::int64_t rows = weight.shape.at(0), columns = weight.shape.at(1);
+  switch (encoding.format) {
+    case config::WeightFormat::bf16:
+    case config::WeightFormat::fp8:
+    case config::WeightFormat::mxfp8:
+      return {rows, columns};
+    case config::WeightFormat::mxfp4:
+    case config::WeightFormat::nvfp4:
+      return {rows, columns * 2};
+    case config::WeightFormat::affine:
+      return {rows, columns * 32 / encoding.bits};
+    case config::WeightFormat::packed_integer:
+      if (encoding.scheme == config::PackedIntegerScheme::awq)
+        return {columns * values_per_word(encoding), rows};
+      return {columns, rows * values_per_word(encoding)};
+  }
+  return {rows, columns};
+}
+
+}  // namespace
+
 HostLayerWeights load_layer_weights(const SafetensorsFile& file, const config::AttentionConfig& config,
                                     const std::string& prefix) {
-  for (const auto* encoding : {&config.projection.qkv, &config.projection.output}) {
-    if (encoding->format != config::WeightFormat::bf16) {
-      throw Error(Stage::input,
-                  fmt::format("projection format {} is not supported by the weight loader yet "
-                              "(loading \"{}\" from {})",
-                              config::to_string(encoding->format), prefix, file.path().string()));
-    }
+  if (config.projection.fused_qkv && config.projection.qkv.format != config::WeightFormat::bf16) {
+    throw Error(
+        Stage::input,
+        fmt::format("projection.fused_qkv with format {} is not supported (a fused qkv_proj is loaded "
+                    "as bf16 only; loading \"{}\" from {})",
+                    config::to_string(config.projection.qkv.format), prefix, file.path().string()));
   }
   const bool fused = config.projection.fused_qkv;
   const bool fused_bias = fused && config.qkv_bias && file.contains(prefix + "self_attn.qkv_proj.bias");
-  std::vector<std::string> problems = check_layer(file, config, prefix, expected_tensors(config, fused_bias));
+  std::vector<std::string> problems =
+      check_layer(file, config, prefix, expected_tensors(file, config, prefix, fused_bias));
   if (!problems.empty()) {
     std::string message =
         fmt::format("{} problem{} in the attention weights under \"{}\" in {}", problems.size(),
@@ -481,9 +586,13 @@ HostLayerWeights load_layer_weights(const SafetensorsFile& file, const config::A
     weights.k_proj = copy_rows(file, name, q_rows, k_rows);
     weights.v_proj = copy_rows(file, name, q_rows + k_rows, v_rows);
   } else {
-    weights.q_proj = read_tensor(file, attention + "q_proj.weight");
-    weights.k_proj = read_tensor(file, attention + "k_proj.weight");
-    weights.v_proj = read_tensor(file, attention + "v_proj.weight");
+    const auto& qkv = config.projection.qkv;
+    read_projection(file, qkv, prefix, "self_attn.q_proj", q_rows, config.hidden_size, weights.q_proj,
+                    weights.q_quant);
+    read_projection(file, qkv, prefix, "self_attn.k_proj", k_rows, config.hidden_size, weights.k_proj,
+                    weights.k_quant);
+    read_projection(file, qkv, prefix, "self_attn.v_proj", v_rows, config.hidden_size, weights.v_proj,
+                    weights.v_quant);
   }
   if (fused_bias) {
     const std::string name = attention + "qkv_proj.bias";
@@ -497,7 +606,8 @@ HostLayerWeights load_layer_weights(const SafetensorsFile& file, const config::A
   }
   weights.q_norm = read_if(config.qkv_norm.query, file, attention + "q_norm.weight");
   weights.k_norm = read_if(config.qkv_norm.key, file, attention + "k_norm.weight");
-  weights.o_proj = read_tensor(file, attention + "o_proj.weight");
+  read_projection(file, config.projection.output, prefix, "self_attn.o_proj", config.hidden_size,
+                  std::int64_t{config.query_heads} * config.value_head_dim, weights.o_proj, weights.o_quant);
   weights.o_bias = read_if(config.output_bias, file, attention + "o_proj.bias");
   weights.sinks = read_if(config.sinks, file, attention + "sinks");
   return weights;
@@ -505,6 +615,23 @@ HostLayerWeights load_layer_weights(const SafetensorsFile& file, const config::A
 
 void save_layer_weights(SafetensorsWriter& writer, const HostLayerWeights& weights, const std::string& prefix,
                         bool fused_qkv) {
+  config::Projection projection;
+  projection.fused_qkv = fused_qkv;
+  save_layer_weights(writer, weights, prefix, projection);
+}
+
+void save_layer_weights(SafetensorsWriter& writer, const HostLayerWeights& weights, const std::string& prefix,
+                        const config::Projection& projection) {
+  const bool fused_qkv = projection.fused_qkv;
+  if (fused_qkv && projection.qkv.format != config::WeightFormat::bf16) {
+    throw Error(Stage::input, fmt::format("save_layer_weights: cannot fuse q/k/v_proj in format {}",
+                                          config::to_string(projection.qkv.format)));
+  }
+  const auto write = [&](const config::WeightEncoding& encoding, const std::string& base,
+                         const HostTensor& weight, const QuantizationTensors& quant) {
+    const auto [n, k] = logical_shape(encoding, weight);
+    write_projection(writer, encoding, prefix, base, weight, quant, n, k);
+  };
   const std::string attention = prefix + std::string(kAttentionNamespace);
   add_tensor(writer, prefix + "input_layernorm.weight", weights.input_norm);
   if (fused_qkv) {
@@ -520,16 +647,16 @@ void save_layer_weights(SafetensorsWriter& writer, const HostLayerWeights& weigh
                   fmt::format("save_layer_weights: cannot fuse q/k/v biases: only {} of 3 present", biases));
     }
   } else {
-    add_tensor(writer, attention + "q_proj.weight", weights.q_proj);
-    add_tensor(writer, attention + "k_proj.weight", weights.k_proj);
-    add_tensor(writer, attention + "v_proj.weight", weights.v_proj);
+    write(projection.qkv, "self_attn.q_proj", weights.q_proj, weights.q_quant);
+    write(projection.qkv, "self_attn.k_proj", weights.k_proj, weights.k_quant);
+    write(projection.qkv, "self_attn.v_proj", weights.v_proj, weights.v_quant);
     if (weights.q_bias) add_tensor(writer, attention + "q_proj.bias", *weights.q_bias);
     if (weights.k_bias) add_tensor(writer, attention + "k_proj.bias", *weights.k_bias);
     if (weights.v_bias) add_tensor(writer, attention + "v_proj.bias", *weights.v_bias);
   }
   if (weights.q_norm) add_tensor(writer, attention + "q_norm.weight", *weights.q_norm);
   if (weights.k_norm) add_tensor(writer, attention + "k_norm.weight", *weights.k_norm);
-  add_tensor(writer, attention + "o_proj.weight", weights.o_proj);
+  write(projection.output, "self_attn.o_proj", weights.o_proj, weights.o_quant);
   if (weights.o_bias) add_tensor(writer, attention + "o_proj.bias", *weights.o_bias);
   if (weights.sinks) add_tensor(writer, attention + "sinks", *weights.sinks);
 }

@@ -12,8 +12,10 @@
 //   self_attn.o_proj.weight             [hidden, Hq * Dv]
 //   self_attn.o_proj.bias               [hidden]             when output_bias
 //   self_attn.sinks                     [Hq]                 when sinks
-// Projection weights must be BF16 (the only projection format loaded so far); norm weights, biases and
-// sinks may be BF16, F16 or F32 and keep their dtype (to_doubles / to_bf16_bits convert them).
+// Projection weights are read in the format of config.projection.qkv / .output by the checkpoint names of
+// io/projection_format.hpp (bf16: the `weight` above; quantized: qweight, weight_scale, ... beside it). A
+// fused qkv_proj is bf16 only. Norm weights, biases and sinks may be BF16, F16 or F32 and keep their dtype
+// (to_doubles / to_bf16_bits convert them).
 //
 // Every other tensor named prefix + "self_attn." or prefix + "input_layernorm." is an error: a weight the
 // file has but the config would ignore (a q_norm without qkv_norm.query) means the config and the
@@ -58,14 +60,27 @@ std::vector<double> to_doubles(const HostTensor& tensor);
 // Same dtypes and errors as to_doubles.
 std::vector<std::uint16_t> to_bf16_bits(const HostTensor& tensor);
 
+// The tensors beside a quantized projection's packed weight, by role (io/projection_format.hpp); all empty
+// for bf16. Each keeps the checkpoint's dtype, shape and bytes.
+struct QuantizationTensors {
+  std::optional<HostTensor> scales;   // weight_scale / weight_scale_inv / _scales / scales
+  std::optional<HostTensor> scale_2;  // nvfp4 weight_scale_2 (per tensor)
+  std::optional<HostTensor> zeros;    // GPTQ/AWQ qzeros, MLX biases
+  std::optional<HostTensor> g_idx;    // GPTQ act order (K group indices)
+  friend bool operator==(const QuantizationTensors&, const QuantizationTensors&) = default;
+};
+
 struct HostLayerWeights {
-  HostTensor input_norm;              // [hidden]
-  HostTensor q_proj, k_proj, v_proj;  // [Hq * D, hidden], [Hkv * D, hidden], [Hkv * Dv, hidden]
+  HostTensor input_norm;  // [hidden]
+  // bf16: [Hq * D, hidden], [Hkv * D, hidden], [Hkv * Dv, hidden]. Quantized: the packed weight role as
+  // stored (GPTQ qweight [K / 8, N], ...), its scales/zeros in q_quant... (io/projection_format.hpp).
+  HostTensor q_proj, k_proj, v_proj;
   std::optional<HostTensor> q_bias, k_bias, v_bias;  // [Hq * D], [Hkv * D], [Hkv * Dv]
   std::optional<HostTensor> q_norm, k_norm;          // [D]
   HostTensor o_proj;                                 // [hidden, Hq * Dv]
   std::optional<HostTensor> o_bias;                  // [hidden]
   std::optional<HostTensor> sinks;                   // [Hq]
+  QuantizationTensors q_quant, k_quant, v_quant, o_quant;
   friend bool operator==(const HostLayerWeights&, const HostLayerWeights&) = default;
 };
 
@@ -74,7 +89,7 @@ struct HostLayerWeights {
 // shape, an unused tensor under the prefix — is collected into one Error(input) whose details() has one
 // line per problem, naming the tensor, what was expected and what was found; a missing tensor's line says
 // under which prefixes the file has it, or which names are close, so a wrong prefix is easy to spot.
-// A projection format other than bf16 is Error(input) at once.
+// A quantized format with projection.fused_qkv is Error(input) at once.
 HostLayerWeights load_layer_weights(const SafetensorsFile& file, const config::AttentionConfig& config,
                                     const std::string& prefix);
 
@@ -84,5 +99,10 @@ HostLayerWeights load_layer_weights(const SafetensorsFile& file, const config::A
 // whatever SafetensorsWriter::add throws.
 void save_layer_weights(SafetensorsWriter& writer, const HostLayerWeights& weights, const std::string& prefix,
                         bool fused_qkv);
+// The same for any projection formats: quantized projections are written by the names load_layer_weights
+// reads for `projection.qkv` / `.output` (mxfp4 by the standard weight / weight_scale names). Quantized
+// projections cannot be fused (Error(input)).
+void save_layer_weights(SafetensorsWriter& writer, const HostLayerWeights& weights, const std::string& prefix,
+                        const config::Projection& projection);
 
 }  // namespace attnplan::io

@@ -110,6 +110,38 @@ void encode_tensor_map(TensorMap& map, const bf16_bits* base, int columns, int r
                   row_stride));
 }
 
+using config::WeightFormat;
+
+// Bits per W value in the pipeline: 16 (bf16), 8 (fp8, mxfp8), 4 (mxfp4, nvfp4).
+int weight_bits(const config::WeightEncoding& encoding) {
+  switch (encoding.format) {
+    case WeightFormat::fp8:
+    case WeightFormat::mxfp8:
+      return 8;
+    case WeightFormat::mxfp4:
+    case WeightFormat::nvfp4:
+      return 4;
+    default:
+      return 16;
+  }
+}
+
+// The loader policy type of gemm.cuh for `encoding` (gemm_supports checked).
+std::string weight_policy(const config::WeightEncoding& encoding) {
+  switch (encoding.format) {
+    case WeightFormat::fp8:
+      return fmt::format("attnplan::kernels::Fp8Weights<{}>", static_cast<int>(encoding.scale_granularity));
+    case WeightFormat::mxfp8:
+      return "attnplan::kernels::Mxfp8Weights";
+    case WeightFormat::mxfp4:
+      return "attnplan::kernels::Mxfp4Weights";
+    case WeightFormat::nvfp4:
+      return "attnplan::kernels::Nvfp4Weights";
+    default:
+      return "attnplan::kernels::Bf16Weights";
+  }
+}
+
 }  // namespace
 
 std::string_view gemm_kernel_name(GemmKernel kernel) {
@@ -184,7 +216,30 @@ GemmTiling choose_gemm_tiling(int m_hint, int n, int k, config::Arch arch) {
   return best->tiling;
 }
 
+bool gemm_supports(const config::WeightEncoding& encoding) {
+  switch (encoding.format) {
+    case WeightFormat::bf16:
+    case WeightFormat::mxfp8:
+    case WeightFormat::mxfp4:
+    case WeightFormat::nvfp4:
+      return true;
+    case WeightFormat::fp8:
+      return encoding.activation == config::ActivationType::bf16;
+    default:
+      return false;
+  }
+}
+
 compiler::KernelSource GemmSpec::source() const {
+  if (!gemm_supports(weights)) {
+    throw Error(Stage::input,
+                fmt::format("gemm: no weight loader for format {}{}", config::to_string(weights.format),
+                            weights.format == WeightFormat::fp8 ? " with fp8 activations" : ""));
+  }
+  if (kernel == GemmKernel::wgmma && weights.format != WeightFormat::bf16) {
+    throw Error(Stage::input, fmt::format("gemm: the wgmma kernel reads bf16 weights only, not {}",
+                                          config::to_string(weights.format)));
+  }
   compiler::KernelSource source;
   if (kernel == GemmKernel::wgmma) {
     source.family = "gemm_sm90";
@@ -217,11 +272,17 @@ compiler::KernelSource GemmSpec::source() const {
       {"warps_n", std::to_string(tiling.warps_n)}, {"stages", std::to_string(tiling.stages)},
       {"segments", std::to_string(segments)},      {"has_bias", cxx_bool(has_bias)},
   };
+  // bf16 keeps its instantiation (the policy's default) and so its cache key.
+  if (weights.format != WeightFormat::bf16) source.arguments.push_back({"weights", weight_policy(weights)});
   source.spec = {{"family", source.family},   {"block_m", tiling.block_m},
                  {"block_n", tiling.block_n}, {"block_k", tiling.block_k},
                  {"warps_m", tiling.warps_m}, {"warps_n", tiling.warps_n},
                  {"stages", tiling.stages},   {"segments", segments},
                  {"has_bias", has_bias},      {"dynamic_shared_bytes", dynamic_shared_bytes()}};
+  if (weights.format != WeightFormat::bf16) {
+    source.spec["weights"] = {{"format", config::to_string(weights.format)},
+                              {"scale_granularity", config::to_string(weights.scale_granularity)}};
+  }
   return source;
 }
 
@@ -231,7 +292,8 @@ int GemmSpec::threads() const {
 
 int GemmSpec::dynamic_shared_bytes() const {
   if (kernel == GemmKernel::wgmma) return gemm_sm90_dynamic_shared_bytes(sm90.block_n, sm90.stages);
-  return gemm_dynamic_shared_bytes(tiling.block_m, tiling.block_n, tiling.block_k, tiling.stages);
+  return gemm_dynamic_shared_bytes(tiling.block_m, tiling.block_n, tiling.block_k, tiling.stages,
+                                   weight_bits(weights));
 }
 
 driver::LaunchShape GemmSpec::launch_shape(int m, int n, int multiprocessors) const {
@@ -256,6 +318,12 @@ void GemmSpec::check(const GemmParams& params) const {
           fmt::format("negative size (M = {}, N = {}, K = {})", params.m, params.n, params.k));
   if (params.m == 0 || params.n == 0) return;
   require(params.k % 8 == 0, fmt::format("K = {} is not a multiple of 8", params.k));
+  if (const int bits = weight_bits(weights); bits < 16) {
+    const int per_chunk = 128 / bits;  // values of one 16-byte packed chunk
+    require(params.k % per_chunk == 0,
+            fmt::format("K = {} is not a multiple of {} ({} weights copy 16-byte chunks)", params.k,
+                        per_chunk, config::to_string(weights.format)));
+  }
   require(params.lda >= params.k && params.lda % 8 == 0,
           fmt::format("lda = {} must be >= K = {} and a multiple of 8", params.lda, params.k));
   require(params.ldc >= params.n && params.ldc % 8 == 0,
@@ -275,6 +343,14 @@ void GemmSpec::check(const GemmParams& params) const {
     require(has_bias || segment.bias == nullptr,
             fmt::format("segments[{}].bias is set but the kernel was specialized without bias", s));
     require(aligned(segment.bias, 2), fmt::format("segments[{}].bias: not 2-byte aligned", s));
+    if (weights.format != WeightFormat::bf16) {
+      const bool f32_scales = weights.format == WeightFormat::fp8;
+      require(segment.scales != nullptr && (!f32_scales || aligned(segment.scales, 4)),
+              fmt::format("segments[{}].scales: null{} ({} weights)", s,
+                          f32_scales ? " or not 4-byte aligned" : "", config::to_string(weights.format)));
+      require(weights.format != WeightFormat::nvfp4 || segment.scale_2 != nullptr,
+              fmt::format("segments[{}].scale_2: null (nvfp4 weights)", s));
+    }
     expected_begin = segment.n_end;
   }
   require(expected_begin == params.n, fmt::format("segments end at {} but N = {}", expected_begin, params.n));

@@ -11,6 +11,7 @@
 #include "attnplan/gemm_params.h"
 #include "attnplan/gemm_sm90_params.h"
 #include "compiler/kernel_source.hpp"
+#include "config/attention_config.hpp"
 #include "config/target.hpp"
 #include "driver/launch.hpp"
 
@@ -73,12 +74,18 @@ struct GemmKernelChoice {
 GemmKernelChoice choose_gemm_kernel(config::Arch arch, int m_hint, int n, int k,
                                     std::span<const int> segment_widths);
 
+// Whether the mma.sync GEMM has a weight loader policy for `encoding` (gemm.cuh): bf16, fp8 with bf16
+// activations (any scale granularity), mxfp8, mxfp4 and nvfp4. packed_integer, affine and fp8 activations
+// are not implemented yet.
+bool gemm_supports(const config::WeightEncoding& encoding);
+
 struct GemmSpec {
   int segments = 1;       // weight segments along N (1: fused or single weight, 3: q | k | v)
   bool has_bias = false;  // any segment has a bias (a segment's null bias then reads as zeros)
   GemmTiling tiling;      // the mma_sync kernel's tiling
   GemmKernel kernel = GemmKernel::mma_sync;
   GemmSm90Tiling sm90;  // the wgmma kernel's tiling
+  config::WeightEncoding weights;  // the format of W; the loader policy is picked from it at JIT time
 
   compiler::KernelSource source() const;
 
@@ -95,7 +102,9 @@ struct GemmSpec {
   // sizes, K or a stride not a multiple of 8, lda < K, ldc < N, null or non-16-byte-aligned A, C or
   // weights, segments that do not tile [0, N) in order with `segments` non-empty pieces, a bias pointer
   // on a spec without bias, a misaligned bias; for wgmma also a segment other than the last whose width
-  // is not a multiple of block_n. Nothing to check (and nothing to launch) when M or N is 0.
+  // is not a multiple of block_n; quantized weights: K not a multiple of the values of one 16-byte packed
+  // chunk (fp8 16, fp4 32), a segment without scales (nvfp4: without scale_2), scales not 4-byte aligned
+  // where they are f32. Nothing to check (and nothing to launch) when M or N is 0.
   void check(const GemmParams& params) const;
 };
 

@@ -40,15 +40,24 @@ namespace {
 
 void require_supported(const config::AttentionConfig& config) {
   std::vector<std::string> problems;
-  if (config.projection.qkv.format != config::WeightFormat::bf16) {
-    problems.push_back(
-        fmt::format("/projection/format: {} weights are not supported by the kernels yet (bf16 only)",
-                    config::to_string(config.projection.qkv.format)));
+  // The GEMM's weight loader policies (gemm_spec.hpp): bf16, fp8 weight-only, mxfp8, mxfp4, nvfp4.
+  const auto unsupported = [](const config::WeightEncoding& encoding) {
+    return encoding.format == config::WeightFormat::fp8 && encoding.activation == config::ActivationType::fp8
+               ? std::string("fp8 weights with fp8 activations are")
+               : fmt::format("{} weights are", config::to_string(encoding.format));
+  };
+  const std::string supported = "(bf16, fp8 with bf16 activations, mxfp8, mxfp4 and nvfp4 are)";
+  if (!gemm_supports(config.projection.qkv)) {
+    problems.push_back(fmt::format("/projection/format: {} not supported by the kernels yet {}",
+                                   unsupported(config.projection.qkv), supported));
   }
-  if (config.projection.output.format != config::WeightFormat::bf16) {
-    problems.push_back(
-        fmt::format("/projection/output/format: {} weights are not supported by the kernels yet (bf16 only)",
-                    config::to_string(config.projection.output.format)));
+  if (config.projection.fused_qkv && config.projection.qkv.format != config::WeightFormat::bf16) {
+    problems.push_back(fmt::format("/projection/fused_qkv: a fused qkv_proj is bf16 only, not {}",
+                                   config::to_string(config.projection.qkv.format)));
+  }
+  if (!gemm_supports(config.projection.output)) {
+    problems.push_back(fmt::format("/projection/output/format: {} not supported by the kernels yet {}",
+                                   unsupported(config.projection.output), supported));
   }
   if (config.kv_cache.dtype != config::KvCacheDtype::bf16) {
     problems.push_back(fmt::format("/kv_cache/dtype: {} is not supported by the kernels yet (bf16 only)",
@@ -59,6 +68,13 @@ void require_supported(const config::AttentionConfig& config) {
                 fmt::format("{} cannot be planned yet", config.name.empty() ? "this config" : config.name),
                 {}, problems);
   }
+}
+
+// The wgmma kernel reads bf16 weights only; quantized formats keep the mma.sync kernel and its loaders.
+GemmKernelChoice choose_projection_kernel(const config::WeightEncoding& weights, const config::Arch& arch,
+                                          int m_hint, int n, int k, std::span<const int> segment_widths) {
+  if (weights.format != config::WeightFormat::bf16) return {};
+  return choose_gemm_kernel(arch, m_hint, n, k, segment_widths);
 }
 
 }  // namespace
@@ -75,6 +91,7 @@ KernelPlan plan_kernels(const config::AttentionConfig& config, const config::Arc
 
   plan.qkv_projection.segments = config.projection.fused_qkv ? 1 : 3;
   plan.qkv_projection.has_bias = config.qkv_bias;
+  plan.qkv_projection.weights = config.projection.qkv;
   plan.qkv_projection.tiling =
       choose_gemm_tiling(config.max_tokens, static_cast<int>(qkv_row_width(config)), hidden, arch);
   {
@@ -84,8 +101,8 @@ KernelPlan plan_kernels(const config::AttentionConfig& config, const config::Arc
     const std::vector<int> widths = config.projection.fused_qkv
                                         ? std::vector<int>{q_width + k_width + v_width}
                                         : std::vector<int>{q_width, k_width, v_width};
-    const GemmKernelChoice choice =
-        choose_gemm_kernel(arch, config.max_tokens, q_width + k_width + v_width, hidden, widths);
+    const GemmKernelChoice choice = choose_projection_kernel(config.projection.qkv, arch, config.max_tokens,
+                                                             q_width + k_width + v_width, hidden, widths);
     plan.qkv_projection.kernel = choice.kernel;
     plan.qkv_projection.sm90 = choice.sm90;
   }
@@ -102,10 +119,11 @@ KernelPlan plan_kernels(const config::AttentionConfig& config, const config::Arc
 
   plan.output_projection.segments = 1;
   plan.output_projection.has_bias = config.output_bias;
+  plan.output_projection.weights = config.projection.output;
   plan.output_projection.tiling = choose_gemm_tiling(config.max_tokens, hidden, attention_width, arch);
   const int output_widths[] = {hidden};
-  const GemmKernelChoice output_choice =
-      choose_gemm_kernel(arch, config.max_tokens, hidden, attention_width, output_widths);
+  const GemmKernelChoice output_choice = choose_projection_kernel(config.projection.output, arch, config.max_tokens,
+                                                                  hidden, attention_width, output_widths);
   plan.output_projection.kernel = output_choice.kernel;
   plan.output_projection.sm90 = output_choice.sm90;
 

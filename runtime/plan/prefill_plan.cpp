@@ -190,6 +190,13 @@ void PrefillPlan::execute(const ExecuteArgs& args, CUstream stream, const StageO
     projection.segments[2] = {static_cast<const bf16_bits*>(w.v_proj),
                               static_cast<const bf16_bits*>(w.v_bias), static_cast<int>(q_width + k_width),
                               projection.n};
+    // Quantized q/k/v: each segment's scales (null for bf16; GemmSpec::check demands them otherwise).
+    projection.segments[0].scales = w.q_scales;
+    projection.segments[1].scales = w.k_scales;
+    projection.segments[2].scales = w.v_scales;
+    projection.segments[0].scale_2 = w.q_scale_2;
+    projection.segments[1].scale_2 = w.k_scale_2;
+    projection.segments[2].scale_2 = w.v_scale_2;
   }
   kernels.qkv_projection.check(projection);
 
@@ -260,6 +267,8 @@ void PrefillPlan::execute(const ExecuteArgs& args, CUstream stream, const StageO
   output.k = attention_width;
   output.segments[0] = {static_cast<const bf16_bits*>(w.o_proj), static_cast<const bf16_bits*>(w.o_bias), 0,
                         hidden};
+  output.segments[0].scales = w.o_scales;
+  output.segments[0].scale_2 = w.o_scale_2;
   kernels.output_projection.check(output);
 
   // Enqueue in spec order. The observer (debugging only) sees each stage's results in the workspace.

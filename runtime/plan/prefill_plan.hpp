@@ -42,6 +42,17 @@ struct LayerWeightsView {
   const void* o_proj = nullptr;      // [hidden, Hq * Dv]
   const void* o_bias = nullptr;      // [hidden] (output_bias)
   const float* sinks = nullptr;      // [Hq] fp32 sink logits (sinks)
+  // Quantized projections (projection.qkv / .output not bf16; formats the GEMM has a policy for): the
+  // *_proj pointers above hold the packed bytes as the checkpoint stores them, these the scale tensors
+  // (fp8: f32, 4-byte aligned; mxfp8 / mxfp4: E8M0 bytes; nvfp4: e4m3 bytes) and nvfp4's f32 scale_2.
+  const void* q_scales = nullptr;
+  const void* k_scales = nullptr;
+  const void* v_scales = nullptr;
+  const void* o_scales = nullptr;
+  const float* q_scale_2 = nullptr;
+  const float* k_scale_2 = nullptr;
+  const float* v_scale_2 = nullptr;
+  const float* o_scale_2 = nullptr;
 };
 
 // Where the intermediates live inside the caller's workspace (all bf16), for a given token count.

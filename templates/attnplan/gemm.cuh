@@ -15,8 +15,111 @@
 
 namespace attnplan::kernels {
 
+// Weight loader policies: what the pipeline copies for W and how it becomes the bf16 B operand.
+// bf16 weights are copied as they are into the swizzled stage and read by ldmatrix directly. A quantized
+// policy copies the packed bytes of the [block_n, block_k] slice (cp.async, same pipeline as A), then all
+// threads dequantize that stage into one bf16 [block_n, block_k] swizzled tile, from which ldmatrix reads:
+// W is read once from global memory, in its packed size, and never stored dequantized outside shared
+// memory. Scales are read from global memory (L1/L2 resident: one scale serves 16 to 16384 values) at
+// dequantization. Each policy turns 8 consecutive K values of one W row into 8 bf16.
+struct Bf16Weights {
+  static constexpr int bits = 16;
+};
+
+// float from an e4m3fn byte: bias 7, no infinities, S.1111.111 is NaN, exponent 0 is m / 8 * 2^-6.
+__device__ __forceinline__ float e4m3fn_to_float(unsigned byte) {
+  const unsigned sign = (byte & 0x80u) << 24;
+  const unsigned exponent = (byte >> 3) & 15u;
+  const unsigned mantissa = byte & 7u;
+  if (exponent == 15u && mantissa == 7u) return __int_as_float(0x7fc00000);
+  if (exponent == 0u) return __int_as_float(sign | __float_as_uint(float(mantissa) * 0x1p-9f));
+  return __int_as_float(sign | ((exponent + 120u) << 23) | (mantissa << 20));
+}
+
+// 2^(e - 127) from an E8M0 byte; e = 0xFF is NaN, e = 0 the float subnormal 2^-127.
+__device__ __forceinline__ float e8m0_to_float(unsigned e) {
+  if (e == 0xFFu) return __int_as_float(0x7fc00000);
+  return e == 0u ? __int_as_float(0x00400000) : __int_as_float(int(e << 23));
+}
+
+// E2M1 from the low 4 bits: magnitudes {0, .5, 1, 1.5, 2, 3, 4, 6}, bit 3 the sign.
+__device__ __forceinline__ float e2m1_to_float(unsigned nibble) {
+  const unsigned magnitude = nibble & 7u;
+  // 0, .5, 1, 1.5 are m / 2; the upper half is the table's 2, 3, 4, 6.
+  const float value = magnitude < 4u ? float(magnitude) * 0.5f
+                                     : (magnitude == 4u   ? 2.0f
+                                        : magnitude == 5u ? 3.0f
+                                        : magnitude == 6u ? 4.0f
+                                                          : 6.0f);
+  return (nibble & 8u) != 0u ? -value : value;
+}
+
+// fp8 e4m3fn weights, weight-only (activations stay bf16). kGranularity: 0 one f32 scale for the tensor,
+// 1 one f32 per row, 2 one f32 per 128x128 block ([ceil(rows / 128), ceil(K / 128)]).
+template <int kGranularity>
+struct Fp8Weights {
+  static constexpr int bits = 8;
+  static_assert(kGranularity >= 0 && kGranularity <= 2, "tensor, channel or block");
+  // raw: the 8 bytes of W[row, k .. k + 8) (k a multiple of 8, so one scale block holds all 8).
+  __device__ static float scale(const GemmSegment& segment, int row, int k, int k_total) {
+    const float* scales = static_cast<const float*>(segment.scales);
+    if constexpr (kGranularity == 0) return scales[0];
+    if constexpr (kGranularity == 1) return scales[row];
+    return scales[(row / 128) * ((k_total + 127) / 128) + k / 128];
+  }
+  __device__ static void dequantize(const unsigned char* raw, const GemmSegment& segment, int row, int k,
+                                    int k_total, float (&values)[8]) {
+    const float s = scale(segment, row, k, k_total);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) values[e] = e4m3fn_to_float(raw[e]) * s;
+  }
+};
+
+// OCP MXFP8: e4m3fn values, one E8M0 scale per 32 values of a row ([rows, K / 32]).
+struct Mxfp8Weights {
+  static constexpr int bits = 8;
+  __device__ static void dequantize(const unsigned char* raw, const GemmSegment& segment, int row, int k,
+                                    int k_total, float (&values)[8]) {
+    const float s =
+        e8m0_to_float(static_cast<const unsigned char*>(segment.scales)[row * (k_total / 32) + k / 32]);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) values[e] = e4m3fn_to_float(raw[e]) * s;
+  }
+};
+
+// OCP MXFP4: E2M1 pairs per byte (low nibble = even k), one E8M0 scale per 32 values ([rows, K / 32]).
+struct Mxfp4Weights {
+  static constexpr int bits = 4;
+  __device__ static void dequantize(const unsigned char* raw, const GemmSegment& segment, int row, int k,
+                                    int k_total, float (&values)[8]) {
+    const float s =
+        e8m0_to_float(static_cast<const unsigned char*>(segment.scales)[row * (k_total / 32) + k / 32]);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      values[2 * e] = e2m1_to_float(raw[e] & 15u) * s;
+      values[2 * e + 1] = e2m1_to_float(raw[e] >> 4) * s;
+    }
+  }
+};
+
+// NVFP4 (ModelOpt): E2M1 pairs, one e4m3fn scale per 16 values ([rows, K / 16]) times the f32 scale_2.
+struct Nvfp4Weights {
+  static constexpr int bits = 4;
+  __device__ static void dequantize(const unsigned char* raw, const GemmSegment& segment, int row, int k,
+                                    int k_total, float (&values)[8]) {
+    const float block =
+        e4m3fn_to_float(static_cast<const unsigned char*>(segment.scales)[row * (k_total / 16) + k / 16]);
+    const float s = block * segment.scale_2[0];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      values[2 * e] = e2m1_to_float(raw[e] & 15u) * s;
+      values[2 * e + 1] = e2m1_to_float(raw[e] >> 4) * s;
+    }
+  }
+};
+
 template <int kBlockM, int kBlockN, int kBlockK, int kWarpsM, int kWarpsN, int kStages, int kSegments,
-          bool kHasBias>
+          bool kHasBias, class WeightPolicy = Bf16Weights>
 struct GemmTraits {
   using Params = GemmParams;
   static constexpr int block_m = kBlockM;  // rows of C per CTA
@@ -27,6 +130,9 @@ struct GemmTraits {
   static constexpr int stages = kStages;
   static constexpr int segments = kSegments;
   static constexpr bool has_bias = kHasBias;
+  using Weights = WeightPolicy;
+  static constexpr int weight_bits = WeightPolicy::bits;
+  static constexpr bool quantized = weight_bits < 16;
 
   static constexpr int warps = kWarpsM * kWarpsN;
   static constexpr int threads = 32 * warps;
@@ -44,12 +150,19 @@ struct GemmTraits {
 
   // Dynamic shared memory: the pipeline, later reused as the bf16 staging tile of the epilogue.
   static constexpr int a_stage_bytes = kBlockM * kBlockK * 2;  // [block_m, block_k] bf16, swizzled
-  static constexpr int b_stage_bytes = kBlockN * kBlockK * 2;  // [block_n, block_k] bf16, swizzled
+  // [block_n, block_k] bf16, swizzled; quantized: [block_n, block_k * bits / 8] packed bytes, row-major.
+  static constexpr int b_stage_bytes = kBlockN * kBlockK * weight_bits / 8;
   static constexpr int stage_bytes = a_stage_bytes + b_stage_bytes;
-  static constexpr int pipeline_bytes = kStages * stage_bytes;
+  // Quantized: the bf16 [block_n, block_k] swizzled tile the packed stage is dequantized into.
+  static constexpr int dequantized_bytes = quantized ? kBlockN * kBlockK * 2 : 0;
+  static constexpr int pipeline_bytes = kStages * stage_bytes + dequantized_bytes;
+  // Quantized copies: 16-byte chunks of a packed stage row, and the K values one chunk holds.
+  static constexpr int packed_chunks_per_row = kBlockK * weight_bits / 8 / 16;
+  static constexpr int values_per_packed_chunk = 128 / weight_bits;
   static constexpr int staging_row_elements = kBlockN + 8;  // +16 bytes: fragment writes hit distinct banks
   static constexpr int staging_bytes = kBlockM * staging_row_elements * 2;  // [block_m, block_n + 8] bf16
-  static constexpr int dynamic_shared_bytes = gemm_dynamic_shared_bytes(kBlockM, kBlockN, kBlockK, kStages);
+  static constexpr int dynamic_shared_bytes =
+      gemm_dynamic_shared_bytes(kBlockM, kBlockN, kBlockK, kStages, weight_bits);
   static constexpr int output_vectors_per_row = kBlockN / 8;  // 16-byte stores per C row of the tile
 
   // CTAs walk the tiles in groups of this many tile rows (see grouped_tile).
@@ -69,6 +182,8 @@ struct GemmTraits {
   static_assert(dynamic_shared_bytes >= pipeline_bytes && dynamic_shared_bytes >= staging_bytes,
                 "the pipeline and the staging tile share the dynamic shared memory");
   static_assert(dynamic_shared_bytes <= 227 * 1024, "more shared memory than any supported SM has");
+  static_assert(weight_bits == 16 || weight_bits == 8 || weight_bits == 4, "bf16, 8-bit or 4-bit weights");
+  static_assert(!quantized || packed_chunks_per_row >= 1, "a packed stage row must be whole 16-byte chunks");
 };
 
 // Shared-memory byte offset of 16-byte chunk `chunk` of row `row` in a stage tile of kChunksPerRow chunks
@@ -210,11 +325,64 @@ __global__ void __launch_bounds__(Traits::threads) gemm_kernel(const GemmParams 
       cp_async_16(a_stage + swizzled_offset<kChunks>(copy_row + i * Traits::rows_per_pass, copy_chunk),
                   copy ? a_source[i] + k_offset : params.a, copy ? 16 : 0);
     }
+    if constexpr (!Traits::quantized) {
 #pragma unroll
-    for (int i = 0; i < Traits::b_rows_per_thread; ++i) {
-      const bool copy = b_in_bounds[i] && k_in_bounds;
-      cp_async_16(b_stage + swizzled_offset<kChunks>(copy_row + i * Traits::rows_per_pass, copy_chunk),
-                  copy ? b_source[i] + k_offset : params.a, copy ? 16 : 0);
+      for (int i = 0; i < Traits::b_rows_per_thread; ++i) {
+        const bool copy = b_in_bounds[i] && k_in_bounds;
+        cp_async_16(b_stage + swizzled_offset<kChunks>(copy_row + i * Traits::rows_per_pass, copy_chunk),
+                    copy ? b_source[i] + k_offset : params.a, copy ? 16 : 0);
+      }
+    } else {
+      // Packed rows: chunk c of stage row r is bytes [16 c, 16 c + 16) of W row n0 + r's slice, i.e. K
+      // values [k_offset + c * values_per_packed_chunk, ...); K is a multiple of values_per_packed_chunk
+      // (GemmSpec::check), so a chunk is wholly inside K or wholly outside (then zero-filled).
+      constexpr int kPackedChunks = Traits::block_n * Traits::packed_chunks_per_row;
+      const long long row_bytes = static_cast<long long>(params.k) * Traits::weight_bits / 8;
+      for (int v = threadIdx.x; v < kPackedChunks; v += Traits::threads) {
+        const int row = v / Traits::packed_chunks_per_row;
+        const int chunk = v % Traits::packed_chunks_per_row;
+        const int n = n0 + row;
+        const int k = k_offset + chunk * Traits::values_per_packed_chunk;
+        const bool copy = n < params.n && k < params.k;
+        const GemmSegment segment = segment_of<Traits::segments>(params, copy ? n : 0);
+        const unsigned char* source =
+            reinterpret_cast<const unsigned char*>(segment.weight) +
+            (copy ? (n - segment.n_begin) * row_bytes + k * Traits::weight_bits / 8 : 0);
+        cp_async_16(b_stage + static_cast<unsigned>(v) * 16u,
+                    copy ? static_cast<const void*>(source) : params.a, copy ? 16 : 0);
+      }
+    }
+  };
+
+  // Quantized: packed stage `k_tile` -> the bf16 tile, 8 K values (one 16-byte swizzled chunk) per step.
+  // Rows past N and values past K become zeros (their scales are never read).
+  auto dequantize_stage = [&](int k_tile) {
+    const unsigned char* packed =
+        shared + (k_tile % Traits::stages) * Traits::stage_bytes + Traits::a_stage_bytes;
+    unsigned char* tile = shared + Traits::stages * Traits::stage_bytes;  // [block_n, block_k] bf16
+    constexpr int kTileChunks = Traits::block_n * kChunks;
+    for (int v = threadIdx.x; v < kTileChunks; v += Traits::threads) {
+      const int row = v / kChunks;
+      const int chunk = v % kChunks;
+      const int n = n0 + row;
+      const int k = k_tile * Traits::block_k + chunk * 8;
+      float values[8] = {};
+      if (n < params.n && k < params.k) {
+        const GemmSegment segment = segment_of<Traits::segments>(params, n);
+        const unsigned char* raw =
+            packed + row * (Traits::block_k * Traits::weight_bits / 8) + chunk * 8 * Traits::weight_bits / 8;
+        if constexpr (Traits::quantized)  // bf16 has no dequantize (and never calls this lambda)
+          Traits::Weights::dequantize(raw, segment, n - segment.n_begin, k, params.k, values);
+      }
+      // Pairs packed through their bits: no local array reinterpreted as a 16-byte vector.
+      unsigned pairs[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const __nv_bfloat162 pair = __floats2bfloat162_rn(values[2 * e], values[2 * e + 1]);
+        pairs[e] = *reinterpret_cast<const unsigned*>(&pair);
+      }
+      *reinterpret_cast<uint4*>(tile + swizzled_offset<kChunks>(row, chunk)) =
+          make_uint4(pairs[0], pairs[1], pairs[2], pairs[3]);
     }
   };
 
@@ -242,7 +410,14 @@ __global__ void __launch_bounds__(Traits::threads) gemm_kernel(const GemmParams 
     cp_async_commit();
 
     const unsigned a_stage = shared_base + (k_tile % Traits::stages) * Traits::stage_bytes;
-    const unsigned b_stage = a_stage + Traits::a_stage_bytes;
+    unsigned b_stage = a_stage + Traits::a_stage_bytes;
+    if constexpr (Traits::quantized) {
+      // Every thread's share of the packed stage is visible (barrier above); the bf16 tile was last read
+      // by the previous iteration's ldmatrix, which every warp finished before that barrier too.
+      dequantize_stage(k_tile);
+      __syncthreads();
+      b_stage = shared_base + Traits::stages * Traits::stage_bytes;
+    }
 #pragma unroll
     for (int step = 0; step < Traits::k_steps; ++step) {
       // A fragments: matrices 0..3 = (rows +0..7, k +0..7), (rows +8..15, k +0..7), (rows +0..7, k +8..15),

@@ -12,10 +12,18 @@ inline constexpr int kMaxGemmSegments = 3;
 // Rows [n_begin, n_end) of the logical weight W [N, K], stored on their own: separate q/k/v
 // projections produce one fused output row without copying weights. A fused qkv_proj is one segment.
 struct GemmSegment {
-  const bf16_bits* weight;  // [n_end - n_begin, K], rows contiguous (row stride K), HF nn.Linear layout
-  const bf16_bits* bias;    // [n_end - n_begin], or null: no bias on this segment (read only with has_bias)
+  // bf16: [n_end - n_begin, K], rows contiguous (row stride K), HF nn.Linear layout. A quantized weight
+  // policy (gemm.cuh) reads the packed bytes of the same rows through this pointer: fp8 / mxfp8 one byte
+  // per value ([rows, K]), mxfp4 / nvfp4 two values per byte, low nibble first ([rows, K / 2]).
+  const bf16_bits* weight;
+  const bf16_bits* bias;  // [n_end - n_begin], or null: no bias on this segment (read only with has_bias)
   int n_begin;
   int n_end;
+  // Quantized weights only (null for bf16): the scale tensor of the segment's rows in the checkpoint's
+  // layout (fp8: f32 [] / [rows] / [ceil(rows / 128), ceil(K / 128)]; mxfp8, mxfp4: E8M0 bytes
+  // [rows, K / 32]; nvfp4: e4m3 bytes [rows, K / 16]) and nvfp4's per-tensor f32 weight_scale_2.
+  const void* scales = nullptr;
+  const float* scale_2 = nullptr;
 };
 
 // C[M, N] = A[M, K] · W[N, K]^T (+ bias[N]): fp32 accumulation, bias added in fp32, one rounding to bf16.
@@ -34,12 +42,15 @@ struct GemmParams {
   int k;
 };
 
-// Dynamic shared memory of a GEMM specialization, in bytes: `stages` slices of A [block_m, block_k] and
-// W [block_n, block_k] in bf16, reused by the epilogue as a bf16 [block_m, block_n + 8] staging tile.
-// One formula for the kernel's traits and for the host, which must allow it on the function (> 48 KiB).
+// Dynamic shared memory of a GEMM specialization, in bytes: `stages` slices of A [block_m, block_k] in
+// bf16 and of W [block_n, block_k] at `weight_bits` per value, plus (quantized weights, bits < 16) one bf16
+// [block_n, block_k] tile the packed slice is dequantized into; reused by the epilogue as a bf16
+// [block_m, block_n + 8] staging tile. One formula for the kernel's traits and for the host, which must
+// allow it on the function (> 48 KiB).
 ATTNPLAN_HOST_DEVICE constexpr int gemm_dynamic_shared_bytes(int block_m, int block_n, int block_k,
-                                                             int stages) {
-  const int pipeline = stages * (block_m + block_n) * block_k * 2;
+                                                             int stages, int weight_bits = 16) {
+  const int dequantized = weight_bits < 16 ? block_n * block_k * 2 : 0;
+  const int pipeline = stages * (block_m * block_k * 2 + block_n * block_k * weight_bits / 8) + dequantized;
   const int staging = block_m * (block_n + 8) * 2;
   return pipeline > staging ? pipeline : staging;
 }

@@ -19,8 +19,10 @@
 #include "driver/module.hpp"
 #include "driver/stream.hpp"
 #include "gpu_support.hpp"
+#include "io/random_projection.hpp"
 #include "plan/gemm_spec.hpp"
 #include "reference/compare.hpp"
+#include "reference/dequantize.hpp"
 #include "reference/layer.hpp"
 #include "support/catch.hpp"
 
@@ -110,6 +112,27 @@ driver::DeviceBuffer upload_with_nan_tail(const std::vector<std::uint16_t>& bits
   return driver::DeviceBuffer::from_host(padded);
 }
 
+// C [m, n] as doubles from the downloaded [m + 1, ldc] buffer; checks that every element was written and that
+// the guard row and the columns [n, ldc) kept their poison.
+std::vector<double> checked_output(const std::vector<std::uint16_t>& output, int m, int n, long long ldc) {
+  std::vector<double> got(std::size_t(m) * n);
+  std::size_t unwritten = 0, guard_touched = 0;
+  for (int row = 0; row <= m; ++row) {
+    for (long long col = 0; col < ldc; ++col) {
+      const std::uint16_t bits = output[std::size_t(row * ldc + col)];
+      if (row < m && col < n) {
+        unwritten += bits == kPoisonBits;
+        got[std::size_t(row) * n + std::size_t(col)] = core::bf16_to_float(bits);
+      } else {
+        guard_touched += bits != kPoisonBits;
+      }
+    }
+  }
+  CHECK(unwritten == 0);
+  CHECK(guard_touched == 0);
+  return got;
+}
+
 struct Case {
   std::string name;
   int m;
@@ -185,21 +208,7 @@ void check_gemm(const Case& c, std::uint64_t seed) {
     stream.synchronize();
     const std::vector<std::uint16_t> output = d_c.download_all<std::uint16_t>();
 
-    std::vector<double> got(std::size_t(c.m) * n);
-    std::size_t unwritten = 0, guard_touched = 0;
-    for (int row = 0; row <= c.m; ++row) {
-      for (long long col = 0; col < ldc; ++col) {
-        const std::uint16_t bits = output[std::size_t(row * ldc + col)];
-        if (row < c.m && col < n) {
-          unwritten += bits == kPoisonBits;
-          got[std::size_t(row) * n + std::size_t(col)] = core::bf16_to_float(bits);
-        } else {
-          guard_touched += bits != kPoisonBits;
-        }
-      }
-    }
-    CHECK(unwritten == 0);
-    CHECK(guard_touched == 0);
+    const std::vector<double> got = checked_output(output, c.m, n, ldc);
     const double error = reference::relative_l2_error(expected.data, got);
     std::printf("gemm %-12s M %5d N %5d K %5d segments %d bias %d kernel %-18s relative L2 error %.3e\n",
                 c.name.c_str(), c.m, n, c.k, spec.segments, int(c.has_bias), spec_name(spec).c_str(), error);
@@ -232,6 +241,119 @@ TEST_CASE("projection GEMM matches the reference", "[gpu][gemm]") {
   };
   std::uint64_t seed = 4242;
   for (const Case& c : cases) check_gemm(c, seed++);
+}
+
+namespace {
+
+// A quantized W in segments, each with its own packed bytes and scales (io::random_projection), against
+// reference::linear over reference::dequantize of the same bytes. Every tiling, poisoned C with guard
+// columns, NaN past the end of every operand's allocation.
+void check_quantized_gemm(const config::WeightEncoding& weights, int m, int k, const std::vector<int>& widths,
+                          bool has_bias, std::uint64_t seed) {
+  gpu().context.make_current();
+  const int n = std::accumulate(widths.begin(), widths.end(), 0);
+  const long long ldc = n + 8;
+  std::mt19937_64 rng(seed);
+  const std::vector<std::uint16_t> a_values = random_bf16(std::size_t(m) * k, rng, 0.1, 1.0);
+  const std::vector<std::uint16_t> bias_bits = random_bf16(n, rng, 0.0, 0.5);
+  driver::DeviceBuffer d_a = upload_with_nan_tail(a_values, k);
+
+  plan::GemmSpec spec;
+  spec.segments = int(widths.size());
+  spec.has_bias = has_bias;
+  spec.weights = weights;
+  GemmParams params{};
+  std::vector<driver::DeviceBuffer> held;
+  const auto hold_bytes = [&](const std::vector<std::uint8_t>& bytes) {
+    std::vector<std::uint8_t> padded = bytes;
+    padded.resize(bytes.size() + 64, 0xFF);  // NaN / garbage past the end
+    held.push_back(driver::DeviceBuffer::from_host(padded));
+    return held.back().data<const void>();
+  };
+  reference::Tensor w({n, k});
+  std::vector<double> reference_bias(has_bias ? n : 0, 0.0);
+  int n_begin = 0;
+  for (std::size_t s = 0; s < widths.size(); ++s) {
+    const io::RandomProjection part =
+        io::random_projection(weights, widths[s], k, 1.0 / std::sqrt(double(k)), seed * 7 + s);
+    const reference::Tensor dequantized =
+        reference::dequantize(weights, part.weight, part.quant, widths[s], k);
+    std::copy(dequantized.data.begin(), dequantized.data.end(), w.data.begin() + std::ptrdiff_t(n_begin) * k);
+    GemmSegment& segment = params.segments[s];
+    segment.weight = static_cast<const bf16_bits*>(hold_bytes(part.weight.bytes));
+    segment.scales = hold_bytes(part.quant.scales->bytes);
+    if (part.quant.scale_2)
+      segment.scale_2 = static_cast<const float*>(hold_bytes(part.quant.scale_2->bytes));
+    segment.n_begin = n_begin;
+    segment.n_end = n_begin + widths[s];
+    if (has_bias) {
+      held.push_back(
+          upload_with_nan_tail({bias_bits.begin() + n_begin, bias_bits.begin() + segment.n_end}, 8));
+      segment.bias = held.back().data<const bf16_bits>();
+      for (int j = n_begin; j < segment.n_end; ++j) reference_bias[j] = core::bf16_to_float(bias_bits[j]);
+    }
+    n_begin = segment.n_end;
+  }
+  driver::DeviceBuffer d_c(std::size_t(m + 1) * ldc * 2);
+  params.a = d_a.data<const bf16_bits>();
+  params.c = d_c.data<bf16_bits>();
+  params.m = m;
+  params.n = n;
+  params.k = k;
+  params.lda = k;
+  params.ldc = ldc;
+  const reference::Tensor expected =
+      reference::linear(reference::Tensor({m, k}, to_doubles(a_values)), w, reference_bias);
+
+  driver::Stream stream = driver::Stream::create();
+  gpu().context.synchronize();
+  for (const plan::GemmTiling& tiling : kTilings) {
+    spec.tiling = tiling;
+    INFO(config::to_string(weights.format)
+         << " granularity " << config::to_string(weights.scale_granularity) << ": M " << m << " N " << n
+         << " K " << k << " tiling " << tiling_name(tiling));
+    spec.check(params);
+    const driver::Function& function = gemm_function(spec);
+    d_c.fill_bytes_async(kPoisonByte, stream.handle());
+    driver::launch(function, spec.launch_shape(m, n), stream.handle(), params);
+    stream.synchronize();
+    const std::vector<std::uint16_t> output = d_c.download_all<std::uint16_t>();
+    const std::vector<double> got = checked_output(output, m, n, ldc);
+    const double error = reference::relative_l2_error(expected.data, got);
+    std::printf("quantized gemm %-6s %-8s M %5d N %5d K %5d tiling %-12s relative L2 error %.3e\n",
+                std::string(config::to_string(weights.format)).c_str(),
+                std::string(config::to_string(weights.scale_granularity)).c_str(), m, n, k,
+                tiling_name(tiling).c_str(), error);
+    INFO("relative L2 error " << error);
+    // W rounds once to bf16 in shared memory (reference: exact); fp32 accumulation; one output rounding.
+    CHECK(error < 1e-2);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("quantized projection GEMM matches the reference per format", "[gpu][gemm][quantized]") {
+  std::vector<config::WeightEncoding> encodings;
+  for (auto granularity : {config::Fp8ScaleGranularity::tensor, config::Fp8ScaleGranularity::channel,
+                           config::Fp8ScaleGranularity::block}) {
+    config::WeightEncoding fp8;
+    fp8.format = config::WeightFormat::fp8;
+    fp8.scale_granularity = granularity;
+    encodings.push_back(fp8);
+  }
+  for (auto format :
+       {config::WeightFormat::mxfp8, config::WeightFormat::mxfp4, config::WeightFormat::nvfp4}) {
+    config::WeightEncoding encoding;
+    encoding.format = format;
+    encodings.push_back(encoding);
+  }
+  std::uint64_t seed = 777;
+  for (const auto& weights : encodings) {
+    // No tile multiples: M 37 and 300, N segments of 120/40/40, K 2880 (gpt-oss; 22.5 blocks of 128).
+    check_quantized_gemm(weights, 37, 2880, {120, 40, 40}, true, seed++);
+    check_quantized_gemm(weights, 300, 4096, {4096, 1024, 1024}, false, seed++);
+    check_quantized_gemm(weights, 1, 2880, {200}, true, seed++);
+  }
 }
 
 TEST_CASE("projection GEMM throughput on a prefill-sized QKV product", "[.][benchmark][gpu][gemm]") {

@@ -302,8 +302,7 @@ TEST_CASE("a missing tensor is named with its expected dtype, shape and reason",
       load_error(edited(dir, path, {"model.layers.0.self_attn.k_proj.weight"}), config, "model.layers.0.");
   REQUIRE(error.details().size() == 1);
   CHECK(error.details()[0] ==
-        "model.layers.0.self_attn.k_proj.weight: missing (expected BF16 (projection weights are loaded as "
-        "bf16) "
+        "model.layers.0.self_attn.k_proj.weight: missing (expected BF16 "
         "[32, 64] = [kv_heads * head_dim, hidden_size])");
   CHECK(contains(error.message(), "1 problem in the attention weights under \"model.layers.0.\""));
   CHECK(contains(error.message(), error.details()[0]));  // a single problem is in the message itself
@@ -339,7 +338,7 @@ TEST_CASE("a wrong dtype is named with the dtypes accepted", "[io][layer_weights
       config, "");
   REQUIRE(error.details().size() == 2);
   CHECK(detail_about(error, "self_attn.q_proj.weight") ==
-        "self_attn.q_proj.weight: dtype F32, expected BF16 (projection weights are loaded as bf16)");
+        "self_attn.q_proj.weight: dtype F32, expected BF16");
   CHECK(detail_about(error, "self_attn.v_proj.bias") ==
         "self_attn.v_proj.bias: dtype I32, expected BF16, F16 or F32");
 }
@@ -406,7 +405,7 @@ TEST_CASE("fused and separate layouts that disagree with the config point at fus
   auto error = load_error(save(dir, make_weights(separate), "", false, "separate.safetensors"), fused, "");
   CHECK(contains(
       detail_about(error, "self_attn.qkv_proj.weight"),
-      "missing (expected BF16 (projection weights are loaded as bf16) [128, 64] = [query_heads * head_dim + "
+      "missing (expected BF16 [128, 64] = [query_heads * head_dim + "
       "kv_heads * head_dim + kv_heads * value_head_dim, hidden_size], because projection.fused_qkv is true); "
       "the file has separate q/k/v_proj weights instead"));
   CHECK(contains(detail_about(error, "self_attn.v_proj.weight"),
@@ -437,23 +436,21 @@ TEST_CASE("every problem is collected into one error", "[io][layer_weights]") {
   CHECK(contains(detail_about(error, "model.layers.2.self_attn.k_norm.weight"), "qkv_norm.key is false"));
 }
 
-TEST_CASE("projection formats other than bf16 are refused by the loader", "[io][layer_weights]") {
+TEST_CASE("a bf16 file under a quantized config names the format's tensors", "[io][layer_weights]") {
   TempDir dir;
   const auto path = save(dir, make_weights(small_config()), "", false);
   const auto file = SafetensorsFile::open(path);
-  const std::pair<nlohmann::json, std::string> cases[] = {
-      {{{"projection", {{"format", "fp8"}}}},
-       "projection format fp8 is not supported by the weight loader yet"},
-      {{{"projection", {{"output", {{"format", "mxfp8"}}}}}},
-       "projection format mxfp8 is not supported by the weight loader yet"},
-  };
-  for (const auto& [patch, message] : cases) {
-    CAPTURE(patch.dump());
-    const AttentionConfig config = small_config(patch);
-    const auto error = expect_error([&] { load_layer_weights(file, config, ""); });
-    CHECK(error.stage() == Stage::input);
-    CHECK(contains(error.message(), message));
-  }
+  const AttentionConfig config = small_config({{"projection", {{"output", {{"format", "mxfp8"}}}}}});
+  const auto error = expect_error([&] { load_layer_weights(file, config, ""); });
+  CHECK(error.stage() == Stage::input);
+  CHECK(contains(detail_about(error, "self_attn.o_proj.weight"), "dtype BF16, expected F8_E4M3"));
+  CHECK(contains(detail_about(error, "self_attn.o_proj.weight_scale"),
+                 "missing (expected U8 [64, 2] = [N, K / 32] (E8M0) with N = hidden_size, K = query_heads * "
+                 "value_head_dim, because projection format is mxfp8)"));
+
+  const AttentionConfig fused = small_config({{"projection", {{"format", "fp8"}, {"fused_qkv", true}}}});
+  CHECK(contains(expect_error([&] { load_layer_weights(file, fused, ""); }).message(),
+                 "projection.fused_qkv with format fp8 is not supported"));
 }
 
 TEST_CASE("save_layer_weights refuses what cannot be fused", "[io][layer_weights]") {

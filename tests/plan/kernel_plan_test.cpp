@@ -48,7 +48,7 @@ TEST_CASE("a config with nothing to postprocess skips that kernel", "[plan]") {
 TEST_CASE("formats the kernels cannot run yet are refused with their JSON path", "[plan]") {
   config::AttentionConfig config = llama();
   config.kv_cache.dtype = config::KvCacheDtype::fp8_e4m3;
-  config.projection.qkv.format = config::WeightFormat::fp8;
+  config.projection.qkv.format = config::WeightFormat::packed_integer;  // no GEMM policy yet
   try {
     plan::plan_kernels(config, config::kDefaultArch);
     FAIL("expected an error");
@@ -83,4 +83,28 @@ TEST_CASE("specs carry the config's shapes into named template arguments", "[pla
   CHECK(gemma_like.input_norm.unit_offset);
   CHECK(gemma_like.kernels[0].source.render_stub().find("/*unit_offset=*/true") != std::string::npos);
   CHECK(gemma_like.kv_store.source().render_stub().find("/*block_size=*/64") != std::string::npos);
+}
+
+TEST_CASE("quantized projections with a GEMM policy are planned with it", "[plan][quantized]") {
+  config::AttentionConfig config = llama();
+  config.projection.qkv.format = config::WeightFormat::mxfp4;
+  config.projection.output.format = config::WeightFormat::fp8;
+  config.projection.output.scale_granularity = config::Fp8ScaleGranularity::block;
+  const plan::KernelPlan kernels = plan::plan_kernels(config, config::kDefaultArch);
+  CHECK(kernels.qkv_projection.weights == config.projection.qkv);
+  CHECK(kernels.output_projection.weights == config.projection.output);
+  for (const auto& kernel : kernels.kernels) {
+    if (kernel.stage == plan::StageKind::qkv_projection)
+      CHECK(kernel.source.render_stub().find("Mxfp4Weights") != std::string::npos);
+    if (kernel.stage == plan::StageKind::output_projection)
+      CHECK(kernel.source.render_stub().find("Fp8Weights<2>") != std::string::npos);
+  }
+  config.projection.output.activation = config::ActivationType::fp8;
+  try {
+    plan::plan_kernels(config, config::kDefaultArch);
+    FAIL("expected an error");
+  } catch (const Error& error) {
+    REQUIRE(error.details().size() == 1);
+    CHECK(error.details()[0].rfind("/projection/output/format: fp8 weights with fp8 activations", 0) == 0);
+  }
 }

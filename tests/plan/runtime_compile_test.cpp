@@ -3,6 +3,7 @@
 #include <set>
 
 #include "config/parse.hpp"
+#include "plan/gemm_spec.hpp"
 #include "plan/runtime.hpp"
 #include "support/catch.hpp"
 #include "support/temp_dir.hpp"
@@ -78,7 +79,12 @@ TEST_CASE("every plan in plans/ compiles for sm_80 and sm_90a with no spills", "
     for (const auto& file : std::filesystem::directory_iterator(plans_dir())) {
       if (file.path().extension() != ".json") continue;
       INFO(file.path().filename().string() << " for " << arch);
-      const plan::CompiledPlan compiled = runtime.compile(config::load_file(file.path()));
+      const config::AttentionConfig config = config::load_file(file.path());
+      // Plans of formats the GEMM has no loader policy for yet (packed_integer, affine) are refused by
+      // plan_kernels (kernel_plan_test); they are in plans/ for the loader and the reference.
+      if (!plan::gemm_supports(config.projection.qkv) || !plan::gemm_supports(config.projection.output))
+        continue;
+      const plan::CompiledPlan compiled = runtime.compile(config);
       CHECK(compiled.arch.name() == arch);
       for (const plan::PlanKernel& kernel : compiled.kernels) {
         INFO(kernel.name);
