@@ -305,7 +305,8 @@ TEST_CASE("kv_cache.k_scale / v_scale: finite, positive, only with an fp8 cache"
   }
   json kv_cache = fp8;
   kv_cache["v_scale"] = 0.0;
-  require_only_problem(document_with({{"kv_cache", kv_cache}}), "/kv_cache/v_scale: 0 must be finite and > 0");
+  require_only_problem(document_with({{"kv_cache", kv_cache}}),
+                       "/kv_cache/v_scale: 0 must be finite and > 0");
   require_only_problem(document_with({{"kv_cache", {{"v_scale", 0.5}}}}),
                        "/kv_cache/v_scale: 0.5 is only meaningful with dtype fp8_e4m3 (dtype is bf16)");
   kv_cache = fp8;

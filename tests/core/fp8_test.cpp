@@ -67,8 +67,8 @@ TEST_CASE("fp8 e4m3fn: ties round to the even code, everything else to the neare
     CHECK(double_to_fp8_e4m3(std::nextafter(middle, 0.0)) == code);
     CHECK(double_to_fp8_e4m3(std::nextafter(middle, 1e9)) == code + 1);
   }
-  CHECK(double_to_fp8_e4m3(1.0625) == 0x38);   // 1 + 1/16: tie between 1 (even) and 1.125
-  CHECK(double_to_fp8_e4m3(1.1875) == 0x3A);   // 1.125 + 1/16: tie between 1.125 and 1.25 (even)
+  CHECK(double_to_fp8_e4m3(1.0625) == 0x38);  // 1 + 1/16: tie between 1 (even) and 1.125
+  CHECK(double_to_fp8_e4m3(1.1875) == 0x3A);  // 1.125 + 1/16: tie between 1.125 and 1.25 (even)
   CHECK(double_to_fp8_e4m3(0.0625 * 1.03) == 0x18);
 }
 
@@ -76,12 +76,12 @@ TEST_CASE("fp8 e4m3fn: subnormals, underflow and signed zero", "[fp8]") {
   const double step = std::ldexp(1.0, -9);
   CHECK(double_to_fp8_e4m3(0.0) == 0x00);
   CHECK(double_to_fp8_e4m3(-0.0) == 0x80);
-  CHECK(double_to_fp8_e4m3(step / 2) == 0x00);                      // tie with zero: even
+  CHECK(double_to_fp8_e4m3(step / 2) == 0x00);  // tie with zero: even
   CHECK(double_to_fp8_e4m3(-step / 2) == 0x80);
   CHECK(double_to_fp8_e4m3(std::nextafter(step / 2, 1.0)) == 0x01);  // just above half a step
-  CHECK(double_to_fp8_e4m3(1.5 * step) == 0x02);                    // tie 1 | 2: even
-  CHECK(double_to_fp8_e4m3(2.5 * step) == 0x02);                    // tie 2 | 3: even
-  CHECK(double_to_fp8_e4m3(7.5 * step) == 0x08);                    // tie 7 | 8 (smallest normal)
+  CHECK(double_to_fp8_e4m3(1.5 * step) == 0x02);                     // tie 1 | 2: even
+  CHECK(double_to_fp8_e4m3(2.5 * step) == 0x02);                     // tie 2 | 3: even
+  CHECK(double_to_fp8_e4m3(7.5 * step) == 0x08);                     // tie 7 | 8 (smallest normal)
   CHECK(double_to_fp8_e4m3(1e-30) == 0x00);
   CHECK(double_to_fp8_e4m3(-1e-30) == 0x80);
   CHECK(double_to_fp8_e4m3(std::numeric_limits<double>::denorm_min()) == 0x00);
