@@ -35,7 +35,8 @@ TEST_CASE("every plan parses, validates and round-trips through to_json", "[conf
   std::sort(names.begin(), names.end());
   CHECK(names == std::vector<std::string>{"gemma-3-27b-global", "gemma-3-27b-local", "gpt-j-6b",
                                           "gpt-oss-20b-full", "gpt-oss-20b-sliding", "llama-3.1-8b",
-                                          "mistral-7b", "phi-4-mini", "qwen2.5-7b", "qwen3-32b", "qwen3-8b"});
+                                          "mistral-7b", "mistral-7b-fp8kv", "phi-4-mini", "qwen2.5-7b",
+                                          "qwen3-32b", "qwen3-8b"});
 }
 
 TEST_CASE("plans carry the HF values", "[config][plans]") {
@@ -71,6 +72,10 @@ TEST_CASE("plans carry the HF values", "[config][plans]") {
   }
   SECTION("Mistral-7B: a 4096 window") {
     CHECK(load_plan("mistral-7b").sliding_window == 4096);
+    const AttentionConfig fp8kv = load_plan("mistral-7b-fp8kv");
+    CHECK(fp8kv.kv_cache.dtype == KvCacheDtype::fp8_e4m3);
+    CHECK(fp8kv.kv_cache.k_scale == 0.02);
+    CHECK(fp8kv.sliding_window == 4096);
   }
   SECTION("Gemma 3 27B") {
     const AttentionConfig local = load_plan("gemma-3-27b-local");
