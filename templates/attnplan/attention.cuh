@@ -32,7 +32,8 @@ __host__ __device__ constexpr int attention_round_up(int value, int multiple) {
 }
 
 template <int kHeadDim, int kValueHeadDim, int kGroupSize, int kBlockSize, int kBlockM, int kBlockN,
-          int kMinBlocksPerSm, bool kHasSoftcap, bool kHasWindow, bool kHasSpans, bool kHasSinks, bool kKvFp8>
+          int kMinBlocksPerSm, bool kHasSoftcap, bool kHasWindow, bool kHasSpans, bool kHasSinks,
+          bool kKvFp8 = false>  // defaulted: a bf16 cache (and stubs written before fp8) need not name it
 struct AttentionTraits {
   using Params = AttentionParams;
   static constexpr int head_dim = kHeadDim;

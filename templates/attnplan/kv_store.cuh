@@ -9,7 +9,7 @@
 namespace attnplan::kernels {
 
 template <int kKvHeads, int kHeadDim, int kValueHeadDim, int kBlockSize, int kThreads, int kTokensPerBlock,
-          bool kFp8Cache>
+          bool kFp8Cache = false>  // defaulted: a bf16 cache (and stubs written before fp8) need not name it
 struct KvStoreTraits {
   using Params = KvStoreParams;
   static constexpr int kv_heads = kKvHeads;
