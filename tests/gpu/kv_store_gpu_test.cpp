@@ -214,7 +214,7 @@ TEST_CASE("fp8 KV store writes the reference's e4m3fn codes into exactly the chu
   check_kv_store({8, 128, 128, 16}, mixed, 0, 21, reference::KvFp8Scales{0.0421f, 0.0173f});
   check_kv_store({8, 128, 128, 16}, mixed, 32 * 128, 22, reference::KvFp8Scales{0.005f, 64.0f});
   check_kv_store({4, 256, 128, 64}, mixed, 8, 23, reference::KvFp8Scales{1.0f, 1.0f});
-  check_kv_store({2, 72, 40, 1}, {{3, 9}, {0, 4}}, 0, 24, reference::KvFp8Scales{0.3f, 3.0f});  // 8-wide rows
+  check_kv_store({2, 80, 40, 1}, {{3, 9}, {0, 4}}, 0, 24, reference::KvFp8Scales{0.3f, 3.0f});  // Dv 40
 }
 
 TEST_CASE("a block table entry outside the pool writes nothing", "[gpu][kv_store]") {
