@@ -59,8 +59,7 @@ constexpr auto kEncodingParams = std::to_array<std::string_view>(
 constexpr auto kEncodingKeys = concat(std::to_array<std::string_view>({"format"}), kEncodingParams);
 constexpr auto kProjectionKeys =
     concat(kEncodingKeys, std::to_array<std::string_view>({"fused_qkv", "output"}));
-constexpr auto kKvCacheKeys =
-    std::to_array<std::string_view>({"block_size", "dtype", "k_scale", "v_scale"});
+constexpr auto kKvCacheKeys = std::to_array<std::string_view>({"block_size", "dtype", "k_scale", "v_scale"});
 constexpr auto kTargetKeys = std::to_array<std::string_view>({"arch"});
 
 // The parameters that belong to each format and scaling type; the others are refused when present.
