@@ -13,6 +13,7 @@
 
 #include "core/bf16.hpp"
 #include "core/error.hpp"
+#include "core/fp8.hpp"
 #include "driver/cuda_api.hpp"
 #include "driver/event.hpp"
 #include "driver/memory.hpp"
@@ -26,6 +27,8 @@ namespace attnplan::check {
 namespace {
 
 using Bits = std::vector<std::uint16_t>;
+using Codes = std::vector<std::uint8_t>;    // an fp8 KV pool
+constexpr std::uint8_t kPoisonCode = 0xFF;  // NaN in e4m3fn
 
 Bits normal_bits(std::size_t count, std::mt19937_64& rng, double mean, double stddev) {
   std::normal_distribution<double> normal(mean, stddev);
@@ -188,6 +191,10 @@ LayerCase random_case(const config::AttentionConfig& config, const Scenario& sce
       std::copy(v.begin(), v.end(), layer.value_cache.begin() + slot * value_row);
     }
   }
+  if (config.kv_cache.dtype == config::KvCacheDtype::fp8_e4m3) {
+    layer.fp8 = reference::KvFp8Scales{static_cast<float>(config.kv_cache.k_scale),
+                                       static_cast<float>(config.kv_cache.v_scale)};
+  }
   return layer;
 }
 
@@ -235,13 +242,31 @@ Report run_case(const plan::PrefillPlan& plan, const LayerCase& layer, double to
   const DeviceWeights weights = upload_weights(config, w);
   plan::ExecuteArgs args;
   args.weights = weights.view;
-  driver::DeviceBuffer key_cache = upload(layer.key_cache), value_cache = upload(layer.value_cache);
+  // An fp8 cache holds the codes of the prefix (as the fp8 store would have written them) and 0xFF, a
+  // NaN code the store never writes from finite values, everywhere else.
+  const std::optional<reference::KvFp8Scales>& fp8 = layer.fp8;
+  auto quantized = [](const Bits& pool, float scale) {
+    std::vector<std::uint8_t> codes(pool.size());
+    for (std::size_t i = 0; i < pool.size(); ++i)
+      codes[i] =
+          pool[i] == kPoisonBits ? kPoisonCode : core::quantize_kv_fp8(core::bf16_to_float(pool[i]), scale);
+    return codes;
+  };
+  const std::vector<std::uint8_t> key_codes = fp8 ? quantized(layer.key_cache, fp8->k_scale) : Codes{};
+  const std::vector<std::uint8_t> value_codes = fp8 ? quantized(layer.value_cache, fp8->v_scale) : Codes{};
+  driver::DeviceBuffer key_cache = fp8 ? driver::DeviceBuffer::from_host(key_codes) : upload(layer.key_cache);
+  driver::DeviceBuffer value_cache =
+      fp8 ? driver::DeviceBuffer::from_host(value_codes) : upload(layer.value_cache);
   const DeviceBatch device_batch(layer.batch, layer.spans, config.bidirectional_spans);
   driver::DeviceBuffer workspace(plan.workspace_bytes(tokens));
 
   args.input = input.data<const void>();
   args.output = output.data<void>();
   args.cache = {key_cache.data<void>(), value_cache.data<void>(), layer.num_blocks};
+  if (fp8) {
+    args.cache.k_scale = fp8->k_scale;
+    args.cache.v_scale = fp8->v_scale;
+  }
   args.batch = device_batch.description();
   args.workspace = workspace.data<void>();
   args.workspace_bytes = workspace.size_bytes();
@@ -286,14 +311,28 @@ Report run_case(const plan::PrefillPlan& plan, const LayerCase& layer, double to
   stream.synchronize();
   report.device_ms = driver::elapsed_ms(start, stop);
   const Bits gpu_output = output.download_all<std::uint16_t>();
-  const Bits gpu_keys = key_cache.download_all<std::uint16_t>();
-  const Bits gpu_values = value_cache.download_all<std::uint16_t>();
+  const Bits gpu_keys = fp8 ? Bits{} : key_cache.download_all<std::uint16_t>();
+  const Bits gpu_values = fp8 ? Bits{} : value_cache.download_all<std::uint16_t>();
+  const Codes gpu_key_codes = fp8 ? key_cache.download_all<std::uint8_t>() : Codes{};
+  const Codes gpu_value_codes = fp8 ? value_cache.download_all<std::uint8_t>() : Codes{};
 
-  // The reference on the same bf16 data; its cache starts as the same pools (poison reads as NaN).
+  // The reference on the same bf16 data; its cache starts as the same pools (poison reads as NaN; an fp8
+  // pool reads code * scale, and its poison code is NaN too).
   reference::PagedKvCache cache =
       reference::PagedKvCache::filled(layer.num_blocks, config.kv_cache.block_size, hkv, d, dv);
-  cache.key.data = doubles_of(layer.key_cache);
-  cache.value.data = doubles_of(layer.value_cache);
+  auto dequantized = [](const Codes& codes, float scale) {
+    std::vector<double> values(codes.size());
+    for (std::size_t i = 0; i < codes.size(); ++i) values[i] = core::fp8_e4m3_to_double(codes[i]) * scale;
+    return values;
+  };
+  if (fp8) {
+    cache.key.data = dequantized(key_codes, fp8->k_scale);
+    cache.value.data = dequantized(value_codes, fp8->v_scale);
+    cache.fp8 = fp8;
+  } else {
+    cache.key.data = doubles_of(layer.key_cache);
+    cache.value.data = doubles_of(layer.value_cache);
+  }
   const reference::LayerStages expected = reference::prefill_layer(
       config, reference_weights(layer), reference::Tensor({tokens, hidden}, doubles_of(layer.input)),
       layer.batch, layer.spans, cache);
@@ -325,8 +364,27 @@ Report run_case(const plan::PrefillPlan& plan, const LayerCase& layer, double to
       }
     }
   };
-  compare_pool(layer.key_cache, gpu_keys, cache.key.data);
-  compare_pool(layer.value_cache, gpu_values, cache.value.data);
+  // fp8: the same over codes; the written slots compare the values they read as (code * scale).
+  auto compare_codes = [&](const Codes& initial, const Codes& gpu, const std::vector<double>& want,
+                           float scale) {
+    for (std::size_t i = 0; i < gpu.size(); ++i) {
+      const bool chunk_slot = initial[i] == kPoisonCode && !std::isnan(want[i]);
+      if (chunk_slot) {
+        if (gpu[i] == kPoisonCode) ++report.cache_slots_damaged;
+        written_want.push_back(want[i]);
+        written_got.push_back(core::fp8_e4m3_to_double(gpu[i]) * scale);
+      } else if (gpu[i] != initial[i]) {
+        ++report.cache_slots_damaged;
+      }
+    }
+  };
+  if (fp8) {
+    compare_codes(key_codes, gpu_key_codes, cache.key.data, fp8->k_scale);
+    compare_codes(value_codes, gpu_value_codes, cache.value.data, fp8->v_scale);
+  } else {
+    compare_pool(layer.key_cache, gpu_keys, cache.key.data);
+    compare_pool(layer.value_cache, gpu_values, cache.value.data);
+  }
   stage("kv_cache", written_want, written_got);
   stage("attention", expected.attention.data, doubles_of(attention));
   std::vector<double> got_output = doubles_of(gpu_output);

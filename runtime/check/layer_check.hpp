@@ -38,6 +38,9 @@ struct LayerCase {
   int max_query_len = 0;
   std::vector<std::uint16_t> key_cache;    // [num_blocks, block_size, Hkv, D]
   std::vector<std::uint16_t> value_cache;  // [num_blocks, block_size, Hkv, Dv]
+  // kv_cache.dtype fp8_e4m3: the scales the run passes (random_case: the config's). The pools above are
+  // then the prefix's bf16 values, quantized with these scales by run_case (poison becomes code 0xFF).
+  std::optional<reference::KvFp8Scales> fp8;
   int num_tokens() const { return batch.query_starts.back(); }
 };
 

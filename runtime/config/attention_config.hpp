@@ -88,6 +88,11 @@ enum class KvCacheDtype { bf16, fp8_e4m3 };
 struct KvCache {
   int block_size = 16;  // tokens per page
   KvCacheDtype dtype = KvCacheDtype::bf16;
+  // fp8_e4m3 only: per-tensor scales, stored k_q = fp8(k / k_scale), read k = k_q * k_scale (formats.md).
+  // Defaults for callers that have no calibrated values; a checkpoint's own k_scale / v_scale tensors, when
+  // the loader finds them, take precedence (the plan takes the scales at run time, plan::KvCacheView).
+  double k_scale = 1.0;
+  double v_scale = 1.0;
   friend bool operator==(const KvCache&, const KvCache&) = default;
 };
 

@@ -59,7 +59,7 @@ constexpr auto kEncodingParams = std::to_array<std::string_view>(
 constexpr auto kEncodingKeys = concat(std::to_array<std::string_view>({"format"}), kEncodingParams);
 constexpr auto kProjectionKeys =
     concat(kEncodingKeys, std::to_array<std::string_view>({"fused_qkv", "output"}));
-constexpr auto kKvCacheKeys = std::to_array<std::string_view>({"block_size", "dtype"});
+constexpr auto kKvCacheKeys = std::to_array<std::string_view>({"block_size", "dtype", "k_scale", "v_scale"});
 constexpr auto kTargetKeys = std::to_array<std::string_view>({"arch"});
 
 // The parameters that belong to each format and scaling type; the others are refused when present.
@@ -382,6 +382,8 @@ AttentionConfig read_config(const ObjectReader& root) {
   if (std::optional<ObjectReader> kv_cache = root.object("kv_cache", kKvCacheKeys)) {
     kv_cache->read("block_size", config.kv_cache.block_size);
     kv_cache->read("dtype", config.kv_cache.dtype);
+    kv_cache->read("k_scale", config.kv_cache.k_scale);
+    kv_cache->read("v_scale", config.kv_cache.v_scale);
   }
   root.read("max_tokens", config.max_tokens);
   if (std::optional<ObjectReader> target = root.object("target", kTargetKeys)) {

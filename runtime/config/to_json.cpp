@@ -85,6 +85,11 @@ nlohmann::json to_json(const AttentionConfig& unresolved) {
   json projection = encoding_to_json(config.projection.qkv);
   projection["fused_qkv"] = config.projection.fused_qkv;
   projection["output"] = encoding_to_json(config.projection.output);
+  json kv_cache = {{"block_size", config.kv_cache.block_size}, {"dtype", to_string(config.kv_cache.dtype)}};
+  if (config.kv_cache.dtype == KvCacheDtype::fp8_e4m3) {  // bf16 caches have no scales to write
+    kv_cache["k_scale"] = number(config.kv_cache.k_scale);
+    kv_cache["v_scale"] = number(config.kv_cache.v_scale);
+  }
 
   return {
       {"schema", kSchema},
@@ -117,7 +122,7 @@ nlohmann::json to_json(const AttentionConfig& unresolved) {
       {"bidirectional_spans", config.bidirectional_spans},
       {"sinks", config.sinks},
       {"projection", projection},
-      {"kv_cache", {{"block_size", config.kv_cache.block_size}, {"dtype", to_string(config.kv_cache.dtype)}}},
+      {"kv_cache", kv_cache},
       {"max_tokens", config.max_tokens},
       {"target", {{"arch", config.target.arch ? config.target.arch->name() : "auto"}}},
   };

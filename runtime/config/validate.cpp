@@ -286,6 +286,16 @@ void check_runtime(const AttentionConfig& config, Problems& problems) {
     problems.add("/kv_cache/block_size", "{} is not a power of two in 1..{}", block_size,
                  limits::kMaxBlockSize);
   }
+  for (const auto& [field, scale] :
+       {std::pair{"k_scale", config.kv_cache.k_scale}, std::pair{"v_scale", config.kv_cache.v_scale}}) {
+    if (!std::isfinite(scale) || scale <= 0.0) {
+      problems.add(fmt::format("/kv_cache/{}", field), "{} must be finite and > 0", scale);
+    } else if (scale != 1.0 && config.kv_cache.dtype != KvCacheDtype::fp8_e4m3) {
+      problems.add(fmt::format("/kv_cache/{}", field),
+                   "{} is only meaningful with dtype fp8_e4m3 (dtype is {})", scale,
+                   to_string(config.kv_cache.dtype));
+    }
+  }
   if (config.max_tokens < 1 || config.max_tokens > limits::kMaxTokens) {
     problems.add("/max_tokens", "{} is outside 1..{}", config.max_tokens, limits::kMaxTokens);
   }

@@ -3,8 +3,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "core/error.hpp"
 
@@ -40,14 +42,17 @@ void require_supported_dim(const char* name, int dim) {
 
 }  // namespace
 
-int attention_shared_bytes(int head_dim, int value_head_dim, int block_m, int block_n, int stages) {
+int attention_shared_bytes(int head_dim, int value_head_dim, int block_m, int block_n, int stages,
+                           bool kv_fp8) {
   // Rows padded to a multiple of 16 (the mma k-step) plus 8 elements (conflict-free ldmatrix).
   const int qk_row = round_up(head_dim, 16) + 8;
   const int v_row = round_up(value_head_dim, 16) + 8;
-  const int main_elements = block_m * qk_row + stages * block_n * (qk_row + v_row);
+  const int bf16_tiles = kv_fp8 ? 1 : stages;  // fp8: the stages are byte staging, widened into one tile
+  const int main_elements = block_m * qk_row + bf16_tiles * block_n * (qk_row + v_row);
   const int output_elements = block_m * v_row;
   const int slot_table_bytes = stages * block_n * 4;  // int cache slot per key row of each stage
-  return slot_table_bytes + 2 * std::max(main_elements, output_elements);
+  const int staging_bytes = kv_fp8 ? stages * block_n * (head_dim + value_head_dim) : 0;
+  return slot_table_bytes + 2 * std::max(main_elements, output_elements) + staging_bytes;
 }
 
 int max_shared_bytes_per_block(config::Arch arch) {
@@ -64,7 +69,7 @@ int max_shared_bytes_per_block(config::Arch arch) {
   }
 }
 
-AttentionTiling choose_attention_tiling(int head_dim, int value_head_dim, config::Arch arch) {
+AttentionTiling choose_attention_tiling(int head_dim, int value_head_dim, config::Arch arch, bool kv_fp8) {
   require_supported_dim("head_dim", head_dim);
   require_supported_dim("value_head_dim", value_head_dim);
   const int widest = std::max(round_up(head_dim, 16), round_up(value_head_dim, 16));
@@ -80,7 +85,7 @@ AttentionTiling choose_attention_tiling(int head_dim, int value_head_dim, config
   for (const int block_n : {64, 32, 16}) {
     tiling.block_n = block_n;
     tiling.shared_bytes =
-        attention_shared_bytes(head_dim, value_head_dim, tiling.block_m, block_n, tiling.stages);
+        attention_shared_bytes(head_dim, value_head_dim, tiling.block_m, block_n, tiling.stages, kv_fp8);
     if (tiling.shared_bytes <= limit) return tiling;
   }
   throw Error(Stage::config,
@@ -134,10 +139,6 @@ AttentionTiling choose_sm90_attention_tiling(int head_dim, int group_size) {
 }
 
 AttentionSpec AttentionSpec::from_config(const config::AttentionConfig& config, config::Arch arch) {
-  if (config.kv_cache.dtype != config::KvCacheDtype::bf16) {
-    throw Error(Stage::config, fmt::format("attention: kv_cache.dtype {} is not supported (bf16 only)",
-                                           config::to_string(config.kv_cache.dtype)));
-  }
   AttentionSpec spec;
   spec.head_dim = config.head_dim;
   spec.value_head_dim = config.value_head_dim;
@@ -147,12 +148,12 @@ AttentionSpec AttentionSpec::from_config(const config::AttentionConfig& config, 
   spec.has_window = config.sliding_window.has_value();
   spec.has_spans = config.bidirectional_spans;
   spec.has_sinks = config.sinks;
-  spec.kernel = choose_attention_kernel(spec.head_dim, spec.value_head_dim,
-                                        config.kv_cache.dtype == config::KvCacheDtype::bf16, spec.has_softcap,
+  spec.kv_fp8 = config.kv_cache.dtype == config::KvCacheDtype::fp8_e4m3;
+  spec.kernel = choose_attention_kernel(spec.head_dim, spec.value_head_dim, !spec.kv_fp8, spec.has_softcap,
                                         spec.has_spans, spec.has_sinks, arch);
   spec.tiling = spec.kernel == AttentionKernel::wgmma_sm90
                     ? choose_sm90_attention_tiling(spec.head_dim, spec.group_size)
-                    : choose_attention_tiling(spec.head_dim, spec.value_head_dim, arch);
+                    : choose_attention_tiling(spec.head_dim, spec.value_head_dim, arch, spec.kv_fp8);
   return spec;
 }
 
@@ -193,6 +194,7 @@ compiler::KernelSource AttentionSpec::source() const {
         {"has_window", cxx_bool(has_window)},
         {"has_spans", cxx_bool(has_spans)},
         {"has_sinks", cxx_bool(has_sinks)},
+        {"kv_fp8", cxx_bool(kv_fp8)},
     };
   }
   source.spec = {{"family", source.family},          {"head_dim", head_dim},
@@ -201,7 +203,8 @@ compiler::KernelSource AttentionSpec::source() const {
                  {"block_n", tiling.block_n},        {"stages", tiling.stages},
                  {"warps", threads() / 32},          {"has_softcap", has_softcap},
                  {"has_window", has_window},         {"has_spans", has_spans},
-                 {"has_sinks", has_sinks},           {"dynamic_shared_bytes", dynamic_shared_bytes()}};
+                 {"has_sinks", has_sinks},           {"kv_fp8", kv_fp8},
+                 {"dynamic_shared_bytes", dynamic_shared_bytes()}};
   if (sm90) {
     source.spec["kernel"] = to_string(kernel);
     source.spec["heads_per_cta"] = tiling.heads_per_cta;
@@ -213,7 +216,8 @@ compiler::KernelSource AttentionSpec::source() const {
 
 int AttentionSpec::dynamic_shared_bytes() const {
   if (kernel == AttentionKernel::wgmma_sm90) return sm90_attention_shared_bytes(head_dim, tiling.block_n);
-  return attention_shared_bytes(head_dim, value_head_dim, tiling.block_m, tiling.block_n, tiling.stages);
+  return attention_shared_bytes(head_dim, value_head_dim, tiling.block_m, tiling.block_n, tiling.stages,
+                                kv_fp8);
 }
 
 driver::LaunchShape AttentionSpec::launch_shape(int num_seqs, int max_query_len, int query_heads) const {
@@ -278,6 +282,13 @@ void AttentionSpec::check(const AttentionParams& params, int query_heads) const 
             "span_offsets must be set: the kernel was specialized with spans");
   }
   if (has_sinks) require(params.sinks != nullptr, "sinks must be set: the kernel was specialized with sinks");
+  if (kv_fp8) {
+    for (const auto& [name, scale] :
+         {std::pair{"k_scale", params.k_scale}, std::pair{"v_scale", params.v_scale}}) {
+      require(std::isfinite(scale) && scale > 0.0f,
+              fmt::format("{} = {} must be finite and > 0 (fp8 KV cache)", name, scale));
+    }
+  }
 }
 
 }  // namespace attnplan::plan

@@ -39,12 +39,16 @@ struct AttentionTiling {
 // does not fit the arch's shared memory per CTA (256-wide heads on the 99 KiB parts). Throws Error(config)
 // naming the dim for head dims the kernel does not support (see kMaxAttentionHeadDim) or a tiling that fits
 // nowhere.
-AttentionTiling choose_attention_tiling(int head_dim, int value_head_dim, config::Arch arch);
+// With kv_fp8 (an fp8 e4m3fn cache) the shared-memory budget is attention_shared_bytes(..., kv_fp8 = true).
+AttentionTiling choose_attention_tiling(int head_dim, int value_head_dim, config::Arch arch,
+                                        bool kv_fp8 = false);
 
 // Dynamic shared memory of the kernel, bytes: bf16 Q [block_m, D16 + 8] plus `stages` x (K [block_n, D16 + 8]
 // and V [block_n, Dv16 + 8]), where D16 rounds up to 16; at least the output tile [block_m, Dv16 + 8].
-// Mirrors AttentionTraits::shared_bytes.
-int attention_shared_bytes(int head_dim, int value_head_dim, int block_m, int block_n, int stages = 2);
+// Mirrors AttentionTraits::shared_bytes. With kv_fp8 the K/V tiles arrive as 1-byte codes: `stages` x
+// (K [block_n, D] and V [block_n, Dv]) bytes of staging, and one bf16 K/V tile they are widened into.
+int attention_shared_bytes(int head_dim, int value_head_dim, int block_m, int block_n, int stages = 2,
+                           bool kv_fp8 = false);
 
 // The most dynamic shared memory one CTA may opt in to on a typical part of `arch` (sm_80/87: 163 KiB,
 // sm_86/89/120: 99 KiB, sm_90/100: 227 KiB; unknown archs: 99 KiB).
@@ -86,6 +90,9 @@ struct AttentionSpec {
   bool has_window = false;
   bool has_spans = false;
   bool has_sinks = false;
+  // kv_cache.dtype fp8_e4m3: the cache holds 1-byte e4m3fn codes; the kernel widens K/V tiles to bf16 in
+  // shared memory and applies params.k_scale to the scores, params.v_scale to the output.
+  bool kv_fp8 = false;
   AttentionTiling tiling;
 
   // The config's shapes and feature flags, choose_attention_kernel and that kernel's tiling
@@ -110,7 +117,8 @@ struct AttentionSpec {
   // multiples of 8 or narrower than query_heads * head_dim (query) / query_heads * value_head_dim (output);
   // null batch arrays; num_seqs, max_query_len, kv_heads, max_blocks_per_seq, num_blocks not positive or
   // num_blocks * block_size slots beyond 2^31 - 1 (slots are 32-bit in the kernel);
-  // window < 1 or softcap <= 0 (when the spec has them); null span_offsets or sinks when the spec has them.
+  // window < 1 or softcap <= 0 (when the spec has them); null span_offsets or sinks when the spec has them;
+  // k_scale or v_scale not finite and > 0 (kv_fp8).
   void check(const AttentionParams& params, int query_heads) const;
 };
 

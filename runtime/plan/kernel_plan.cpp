@@ -59,10 +59,6 @@ void require_supported(const config::AttentionConfig& config) {
     problems.push_back(fmt::format("/projection/output/format: {} not supported by the kernels yet {}",
                                    unsupported(config.projection.output), supported));
   }
-  if (config.kv_cache.dtype != config::KvCacheDtype::bf16) {
-    problems.push_back(fmt::format("/kv_cache/dtype: {} is not supported by the kernels yet (bf16 only)",
-                                   config::to_string(config.kv_cache.dtype)));
-  }
   if (!problems.empty()) {
     throw Error(Stage::config,
                 fmt::format("{} cannot be planned yet", config.name.empty() ? "this config" : config.name),
@@ -113,6 +109,7 @@ KernelPlan plan_kernels(const config::AttentionConfig& config, const config::Arc
   plan.kv_store.head_dim = config.head_dim;
   plan.kv_store.value_head_dim = config.value_head_dim;
   plan.kv_store.block_size = config.kv_cache.block_size;
+  plan.kv_store.fp8_cache = config.kv_cache.dtype == config::KvCacheDtype::fp8_e4m3;
   plan.kv_store.tiling = choose_kv_store_tiling(config.kv_heads, config.head_dim, config.value_head_dim);
 
   plan.attention = AttentionSpec::from_config(config, arch);

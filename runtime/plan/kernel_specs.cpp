@@ -40,6 +40,7 @@ compiler::KernelSource KvStoreSpec::source() const {
       {"block_size", std::to_string(block_size)},
       {"threads", std::to_string(tiling.threads)},
       {"tokens_per_block", std::to_string(tiling.tokens_per_block)},
+      {"fp8_cache", cxx_bool(fp8_cache)},
   };
   source.spec = {{"family", source.family},
                  {"kv_heads", kv_heads},
@@ -47,7 +48,8 @@ compiler::KernelSource KvStoreSpec::source() const {
                  {"value_head_dim", value_head_dim},
                  {"block_size", block_size},
                  {"threads", tiling.threads},
-                 {"tokens_per_block", tiling.tokens_per_block}};
+                 {"tokens_per_block", tiling.tokens_per_block},
+                 {"fp8_cache", fp8_cache}};
   return source;
 }
 

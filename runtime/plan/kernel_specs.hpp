@@ -21,7 +21,8 @@ struct KvStoreSpec {
   int kv_heads = 0;
   int head_dim = 0;
   int value_head_dim = 0;
-  int block_size = 0;  // tokens per cache page
+  int block_size = 0;      // tokens per cache page
+  bool fp8_cache = false;  // kv_cache.dtype fp8_e4m3: 1-byte codes, quantized with the run-time scales
   KvStoreTiling tiling;
 
   compiler::KernelSource source() const;

@@ -2,7 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <cstdint>
+#include <utility>
 
 #include "attnplan/attention_params.h"
 #include "attnplan/gemm_params.h"
@@ -38,6 +40,16 @@ void require_pointer(const void* pointer, const std::string& field, std::size_t 
   require(pointer != nullptr, fmt::format("{}: null device pointer", field));
   require(reinterpret_cast<std::uintptr_t>(pointer) % alignment == 0,
           fmt::format("{}: device pointer {} is not aligned to {} bytes", field, pointer, alignment));
+}
+
+// An fp8 plan divides by the cache's scales; a bf16 plan never reads them.
+void require_kv_scales(const KvCacheView& cache, bool fp8) {
+  if (!fp8) return;
+  for (const auto& [field, scale] :
+       {std::pair{"cache.k_scale", cache.k_scale}, std::pair{"cache.v_scale", cache.v_scale}}) {
+    require(std::isfinite(scale) && scale > 0.0f,
+            fmt::format("{}: {} must be finite and > 0 (the plan's KV cache is fp8_e4m3)", field, scale));
+  }
 }
 
 void require_absent(const void* pointer, const std::string& field, const std::string& why) {
@@ -146,6 +158,7 @@ void PrefillPlan::execute(const ExecuteArgs& args, CUstream stream, const StageO
   require_pointer(args.output, "output", 16);
   require_pointer(args.cache.key_cache, "cache.key_cache", 16);
   require_pointer(args.cache.value_cache, "cache.value_cache", 16);
+  require_kv_scales(args.cache, kernels.kv_store.fp8_cache);
   const WorkspaceLayout layout = workspace_layout(tokens);
   require_pointer(args.workspace, "workspace", 256);
   require(
@@ -227,6 +240,8 @@ void PrefillPlan::execute(const ExecuteArgs& args, CUstream stream, const StageO
   store.num_seqs = batch.num_seqs;
   store.max_blocks_per_seq = batch.max_blocks_per_seq;
   store.num_blocks = args.cache.num_blocks;
+  store.k_scale = args.cache.k_scale;
+  store.v_scale = args.cache.v_scale;
 
   AttentionParams attend{};
   attend.query = qkv;
@@ -250,6 +265,8 @@ void PrefillPlan::execute(const ExecuteArgs& args, CUstream stream, const StageO
   attend.kv_heads = config.kv_heads;
   attend.max_blocks_per_seq = batch.max_blocks_per_seq;
   attend.num_blocks = args.cache.num_blocks;
+  attend.k_scale = args.cache.k_scale;
+  attend.v_scale = args.cache.v_scale;
   // A plan built for spans reads span_offsets on the device: a batch without spans passes an all-zero
   // [num_seqs + 1] table (validate_batch has checked its host copy).
   require(!kernels.attention.has_spans || batch.span_offsets != nullptr,
@@ -362,8 +379,10 @@ void PrefillPlan::launch_kv_store(const KvStoreArgs& args, CUstream stream) cons
                       value_stride, value_width, value_vector));
   require_pointer(args.key, "key", 2 * key_vector);
   require_pointer(args.value, "value", 2 * value_vector);
-  require_pointer(args.cache.key_cache, "cache.key_cache", 2 * key_vector);
-  require_pointer(args.cache.value_cache, "cache.value_cache", 2 * value_vector);
+  const int cache_element_bytes = spec.fp8_cache ? 1 : 2;
+  require_pointer(args.cache.key_cache, "cache.key_cache", cache_element_bytes * key_vector);
+  require_pointer(args.cache.value_cache, "cache.value_cache", cache_element_bytes * value_vector);
+  require_kv_scales(args.cache, spec.fp8_cache);
 
   KvStoreParams params{};
   params.key = static_cast<const bf16_bits*>(args.key);
@@ -379,6 +398,8 @@ void PrefillPlan::launch_kv_store(const KvStoreArgs& args, CUstream stream) cons
   params.num_seqs = batch.num_seqs;
   params.max_blocks_per_seq = batch.max_blocks_per_seq;
   params.num_blocks = args.cache.num_blocks;
+  params.k_scale = args.cache.k_scale;
+  params.v_scale = args.cache.v_scale;
 
   const unsigned blocks = unsigned(ceil_div(batch.num_tokens, spec.tiling.tokens_per_block));
   loaded_->context.make_current();

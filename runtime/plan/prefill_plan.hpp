@@ -17,12 +17,18 @@ class Runtime;
 
 namespace attnplan::plan {
 
-// The caller's paged KV cache (NHD, bf16): K [num_blocks, block_size, kv_heads, head_dim] and
+// The caller's paged KV cache (NHD): K [num_blocks, block_size, kv_heads, head_dim] and
 // V [num_blocks, block_size, kv_heads, value_head_dim]. Only the chunk's own slots are ever written.
+// Elements are bf16, or with kv_cache.dtype fp8_e4m3 1-byte e4m3fn codes in the same layout (half the
+// bytes): k_q = fp8(k / k_scale), read k = k_q * k_scale, likewise v (docs/config.md). The scales are
+// run-time values because engines calibrate them per checkpoint (vLLM: self_attn.k_scale / v_scale); they
+// must be finite and > 0 with an fp8 plan and are ignored otherwise.
 struct KvCacheView {
   void* key_cache = nullptr;
   void* value_cache = nullptr;
   int num_blocks = 0;
+  float k_scale = 1.0f;
+  float v_scale = 1.0f;
 };
 
 // The layer's weights on the device, in HF layout (a projection weight is [out, in]), bf16 unless said

@@ -4,9 +4,12 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cmath>
 #include <unordered_map>
+#include <utility>
 
 #include "core/error.hpp"
+#include "core/fp8.hpp"
 
 namespace attnplan::reference {
 namespace {
@@ -43,6 +46,13 @@ void check_shapes(const Tensor& key, const Tensor& value, const PagedKvCache& ca
                      value.extent(1), value.extent(2), cache.value.extent(2), cache.value.extent(3)));
   }
   if (cache.block_size() <= 0) fail(fmt::format("block_size is {}; it must be positive", cache.block_size()));
+  if (cache.fp8) {
+    for (const auto& [name, scale] :
+         {std::pair{"k_scale", cache.fp8->k_scale}, std::pair{"v_scale", cache.fp8->v_scale}}) {
+      if (!std::isfinite(scale) || scale <= 0.0f)
+        fail(fmt::format("fp8 cache {} is {}; it must be finite and > 0", name, scale));
+    }
+  }
 }
 
 }  // namespace
@@ -86,11 +96,24 @@ std::vector<std::int64_t> kv_store(const Tensor& key, const Tensor& value, const
   const std::int64_t value_width = value.extent(1) * value.extent(2);
   for (std::int64_t row = 0; row < num_tokens; ++row) {
     const std::int64_t slot = slots[static_cast<std::size_t>(row)];
-    std::copy_n(key.data.begin() + row * key_width, key_width, cache.key.data.begin() + slot * key_width);
-    std::copy_n(value.data.begin() + row * value_width, value_width,
-                cache.value.data.begin() + slot * value_width);
+    const auto key_row = key.data.begin() + row * key_width;
+    const auto value_row = value.data.begin() + row * value_width;
+    if (cache.fp8) {
+      const KvFp8Scales scales = *cache.fp8;
+      std::transform(key_row, key_row + key_width, cache.key.data.begin() + slot * key_width,
+                     [&](double x) { return fp8_kv_value(x, scales.k_scale); });
+      std::transform(value_row, value_row + value_width, cache.value.data.begin() + slot * value_width,
+                     [&](double x) { return fp8_kv_value(x, scales.v_scale); });
+    } else {
+      std::copy_n(key_row, key_width, cache.key.data.begin() + slot * key_width);
+      std::copy_n(value_row, value_width, cache.value.data.begin() + slot * value_width);
+    }
   }
   return slots;
+}
+
+double fp8_kv_value(double value, float scale) {
+  return core::fp8_e4m3_to_double(core::quantize_kv_fp8(static_cast<float>(value), scale)) * scale;
 }
 
 }  // namespace attnplan::reference

@@ -65,6 +65,11 @@ void check_before_store(const config::AttentionConfig& config, const Batch& batc
   }
   if (cache.key.rank() != 4)
     fail(fmt::format("cache key is [{}]; it must be rank 4", fmt::join(cache.key.shape, ", ")));
+  const bool fp8_config = config.kv_cache.dtype == config::KvCacheDtype::fp8_e4m3;
+  if (cache.fp8.has_value() != fp8_config) {
+    fail(fmt::format("the cache is {} but the config's kv_cache.dtype is {}", cache.fp8 ? "fp8" : "bf16",
+                     config::to_string(config.kv_cache.dtype)));
+  }
   // The prefix's pages are read, not written, so kv_store() does not look at their block table entries.
   for (int s = 0; s < batch.num_seqs(); ++s) {
     if (batch.query_starts[s + 1] == batch.query_starts[s]) continue;  // no queries read this prefix

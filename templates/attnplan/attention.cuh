@@ -13,10 +13,17 @@
 //     host rejects such batches where it can; the kernel only guarantees it never reads outside the pool);
 //   - every element of the chunk's rows in this head's output columns is written, nothing else, provided
 //     params.max_query_len bounds every chunk length (grid.x is sized from it on the host).
+//
+// fp8 KV cache (kKvFp8): K/V rows are 1-byte e4m3fn codes, half the bytes of bf16. They travel global ->
+// shared with 8-byte cp.async into byte staging tiles (same thread-to-chunk layout as bf16, 8 codes a chunk
+// instead of 8 bf16), and each thread widens the chunks it copied into one bf16 K/V tile (exact) before
+// the barrier that precedes the math, so the mma path is the bf16 one. The scales never touch the tiles:
+// k_scale joins the score multiplier and v_scale the final normalization, both in fp32.
 #pragma once
 
 #include "attnplan/attention_params.h"
 #include "attnplan/common.cuh"
+#include "attnplan/fp8_kv.cuh"
 
 namespace attnplan::kernels {
 
@@ -25,7 +32,8 @@ __host__ __device__ constexpr int attention_round_up(int value, int multiple) {
 }
 
 template <int kHeadDim, int kValueHeadDim, int kGroupSize, int kBlockSize, int kBlockM, int kBlockN,
-          int kMinBlocksPerSm, bool kHasSoftcap, bool kHasWindow, bool kHasSpans, bool kHasSinks>
+          int kMinBlocksPerSm, bool kHasSoftcap, bool kHasWindow, bool kHasSpans, bool kHasSinks,
+          bool kKvFp8 = false>  // defaulted: a bf16 cache (and stubs written before fp8) need not name it
 struct AttentionTraits {
   using Params = AttentionParams;
   static constexpr int head_dim = kHeadDim;
@@ -41,10 +49,13 @@ struct AttentionTraits {
   static constexpr bool has_window = kHasWindow;
   static constexpr bool has_spans = kHasSpans;
   static constexpr bool has_sinks = kHasSinks;
+  static constexpr bool kv_fp8 = kKvFp8;  // cache of 1-byte e4m3fn codes (see the top of the file)
 
   static constexpr int warps = kBlockM / 16;  // 16 query rows per warp: one mma row block
   static constexpr int threads = warps * 32;
   static constexpr int stages = 2;  // K/V tiles in flight: the one computed and the one loading
+  // bf16 K/V tiles in shared memory: one per stage, or with fp8 one only (the stages are byte staging).
+  static constexpr int tile_stages = kKvFp8 ? 1 : stages;
 
   // mma k-steps are 16 wide: a head dim that is an odd multiple of 8 gets one zero chunk in shared memory.
   static constexpr int head_dim_padded = attention_round_up(kHeadDim, 16);
@@ -56,17 +67,24 @@ struct AttentionTraits {
   static constexpr int key_chunks = kHeadDim / 8;  // 16-byte chunks in one cache row
   static constexpr int value_chunks = kValueHeadDim / 8;
 
-  // Shared memory, in bf16 elements: Q [block_m, qk_row_stride], then per stage K [block_n, qk_row_stride]
-  // and V [block_n, v_row_stride]. The output tile [block_m, v_row_stride] reuses it after the loop.
+  // Shared memory, in bf16 elements: Q [block_m, qk_row_stride], then per tile stage K [block_n,
+  // qk_row_stride] and V [block_n, v_row_stride]. The output tile [block_m, v_row_stride] reuses it after
+  // the loop.
   static constexpr int q_elements = kBlockM * qk_row_stride;
   static constexpr int k_elements = kBlockN * qk_row_stride;
   static constexpr int v_elements = kBlockN * v_row_stride;
-  static constexpr int main_elements = q_elements + stages * (k_elements + v_elements);
+  static constexpr int main_elements = q_elements + tile_stages * (k_elements + v_elements);
   static constexpr int output_elements = kBlockM * v_row_stride;
   // Ahead of all that, the cache slot of every key row of each stage's tile: int [stages][block_n].
   static constexpr int slot_table_bytes = stages * kBlockN * 4;
-  static constexpr int shared_bytes =
-      slot_table_bytes + 2 * (main_elements > output_elements ? main_elements : output_elements);
+  // fp8 only, after the bf16 region: per stage K codes [block_n, head_dim] then V codes [block_n,
+  // value_head_dim], bytes, rows unpadded (8-byte chunks; head dims are multiples of 8).
+  static constexpr int staging_k_bytes = kBlockN * kHeadDim;
+  static constexpr int staging_v_bytes = kBlockN * kValueHeadDim;
+  static constexpr int staging_bytes = kKvFp8 ? stages * (staging_k_bytes + staging_v_bytes) : 0;
+  static constexpr int bf16_region_bytes =
+      2 * (main_elements > output_elements ? main_elements : output_elements);
+  static constexpr int shared_bytes = slot_table_bytes + bf16_region_bytes + staging_bytes;
 
   static_assert(kHeadDim % 8 == 0 && kHeadDim >= 16 && kHeadDim <= 256,
                 "head_dim: a multiple of 8 in [16, 256]");
@@ -92,6 +110,11 @@ __device__ __forceinline__ unsigned shared_address(const void* pointer) {
 // 16 bytes global -> shared, bypassing L1. `source_bytes` 0 writes 16 zero bytes and reads nothing.
 __device__ __forceinline__ void cp_async_16(unsigned destination, const void* source, int source_bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(destination), "l"(source),
+               "r"(source_bytes));
+}
+// 8 bytes global -> shared (through L1: .cg takes 16 bytes only); `source_bytes` 0 writes zeros.
+__device__ __forceinline__ void cp_async_8(unsigned destination, const void* source, int source_bytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(destination), "l"(source),
                "r"(source_bytes));
 }
 __device__ __forceinline__ void cp_async_commit() {
@@ -247,6 +270,44 @@ __device__ __forceinline__ void load_cache_tile(bf16_bits* tile_smem, const bf16
   }
 }
 
+// fp8 cache: the same tile as 1-byte codes into byte staging [block_n, dim] (row stride dim bytes), 8
+// codes (8 bytes) per thread chunk, with the thread-to-chunk layout of load_cache_tile.
+template <class Traits, int kChunks>
+__device__ __forceinline__ void load_cache_tile_fp8(unsigned char* staging, const unsigned char* cache,
+                                                    const int* slots, int kv_head, int kv_heads) {
+  constexpr int kDim = kChunks * 8;
+  using Layout = RowCopyLayout<Traits::threads, Traits::block_n, kChunks>;
+  if (Layout::idle()) return;
+  // cache: [num_blocks * block_size slots, kv_heads, dim] bytes; this thread's column of its rows
+  const long long slot_bytes = static_cast<long long>(kv_heads) * kDim;
+  const unsigned char* column = cache + kv_head * kDim + Layout::chunk() * 8;
+  const unsigned destination = shared_address(staging + Layout::first_row() * kDim + Layout::chunk() * 8);
+#pragma unroll
+  for (int pass = 0; pass < Layout::passes; ++pass) {
+    const int row = Layout::first_row() + pass * Layout::rows_per_pass;
+    if (Layout::past_end(row)) break;
+    const int slot = slots[row];
+    cp_async_8(destination + pass * Layout::rows_per_pass * kDim,
+               slot >= 0 ? column + slot * slot_bytes : cache, slot >= 0 ? 8 : 0);
+  }
+}
+
+// Widens the chunks this thread copied with load_cache_tile_fp8 (complete once its cp.async group is
+// waited for: no barrier needed before) into the bf16 tile [block_n, kSharedStride]. Exact.
+template <class Traits, int kChunks, int kSharedStride>
+__device__ __forceinline__ void widen_cache_tile(bf16_bits* tile_smem, const unsigned char* staging) {
+  constexpr int kDim = kChunks * 8;
+  using Layout = RowCopyLayout<Traits::threads, Traits::block_n, kChunks>;
+  if (Layout::idle()) return;
+#pragma unroll
+  for (int pass = 0; pass < Layout::passes; ++pass) {
+    const int row = Layout::first_row() + pass * Layout::rows_per_pass;
+    if (Layout::past_end(row)) break;
+    const uint2 codes = *reinterpret_cast<const uint2*>(staging + row * kDim + Layout::chunk() * 8);
+    *reinterpret_cast<uint4*>(tile_smem + row * kSharedStride + Layout::chunk() * 8) = fp8x8_to_bf16x8(codes);
+  }
+}
+
 }  // namespace attention_detail
 
 // grid: [ceil(max_query_len / block_m), num_seqs, query_heads], block: [Traits::threads],
@@ -333,19 +394,23 @@ __global__ void __launch_bounds__(Traits::threads, Traits::min_blocks_per_sm)
   extern __shared__ uint4 shared_storage[];  // uint4: 16-byte aligned for cp.async and ldmatrix
   int* slot_table = reinterpret_cast<int*>(shared_storage);  // [stages][block_n]
   bf16_bits* q_smem = reinterpret_cast<bf16_bits*>(shared_storage) +
-                      Traits::slot_table_bytes / 2;                  // [block_m, qk_row_stride]
-  bf16_bits* k_smem = q_smem + Traits::q_elements;                   // [stages][block_n, qk_row_stride]
-  bf16_bits* v_smem = k_smem + Traits::stages * Traits::k_elements;  // [stages][block_n, v_row_stride]
+                      Traits::slot_table_bytes / 2;  // [block_m, qk_row_stride]
+  bf16_bits* k_smem = q_smem + Traits::q_elements;   // [stages][block_n, qk_row_stride]
+  bf16_bits* v_smem =
+      k_smem + Traits::tile_stages * Traits::k_elements;  // [tile_stages][block_n, v_row_stride]
+  // fp8 only: [stages] x (K codes [block_n, head_dim], V codes [block_n, value_head_dim])
+  unsigned char* staging =
+      reinterpret_cast<unsigned char*>(shared_storage) + Traits::slot_table_bytes + Traits::bf16_region_bytes;
 
   // Odd multiples of 8: the padding chunk (columns dim .. dim + 8) must hold zeros so the last k-step of
   // S (and the extra output columns of P V, never stored) see finite values. cp.async never writes it.
   if constexpr (Traits::head_dim_padded != kHeadDim) {
-    constexpr int kRows = kBlockM + Traits::stages * kBlockN;  // Q rows then every stage's K rows
+    constexpr int kRows = kBlockM + Traits::tile_stages * kBlockN;  // Q rows then every stage's K rows
     for (int row = threadIdx.x; row < kRows; row += Traits::threads)
       *reinterpret_cast<uint4*>(q_smem + row * kQkStride + kHeadDim) = make_uint4(0, 0, 0, 0);
   }
   if constexpr (Traits::value_dim_padded != kValueDim) {
-    for (int row = threadIdx.x; row < Traits::stages * kBlockN; row += Traits::threads)
+    for (int row = threadIdx.x; row < Traits::tile_stages * kBlockN; row += Traits::threads)
       *reinterpret_cast<uint4*>(v_smem + row * kVStride + kValueDim) = make_uint4(0, 0, 0, 0);
   }
 
@@ -370,10 +435,20 @@ __global__ void __launch_bounds__(Traits::threads, Traits::min_blocks_per_sm)
   // block-table read's latency hides behind a tile of math) and leaves it in the table for the copy.
   auto load_tile = [&](int stage) {
     const int* slots = slot_table + stage * kBlockN;
-    load_cache_tile<Traits, Traits::key_chunks, kQkStride>(k_smem + stage * Traits::k_elements,
-                                                           params.key_cache, slots, kv_head, params.kv_heads);
-    load_cache_tile<Traits, Traits::value_chunks, kVStride>(
-        v_smem + stage * Traits::v_elements, params.value_cache, slots, kv_head, params.kv_heads);
+    if constexpr (Traits::kv_fp8) {
+      unsigned char* stage_staging = staging + stage * (Traits::staging_k_bytes + Traits::staging_v_bytes);
+      load_cache_tile_fp8<Traits, Traits::key_chunks>(
+          stage_staging, reinterpret_cast<const unsigned char*>(params.key_cache), slots, kv_head,
+          params.kv_heads);
+      load_cache_tile_fp8<Traits, Traits::value_chunks>(
+          stage_staging + Traits::staging_k_bytes, reinterpret_cast<const unsigned char*>(params.value_cache),
+          slots, kv_head, params.kv_heads);
+    } else {
+      load_cache_tile<Traits, Traits::key_chunks, kQkStride>(
+          k_smem + stage * Traits::k_elements, params.key_cache, slots, kv_head, params.kv_heads);
+      load_cache_tile<Traits, Traits::value_chunks, kVStride>(
+          v_smem + stage * Traits::v_elements, params.value_cache, slots, kv_head, params.kv_heads);
+    }
   };
   auto slot_of_row = [&](int key_tile) {  // threads < block_n: the slot of row threadIdx.x of `key_tile`
     return key_tile == kNoTile ? -1
@@ -406,10 +481,13 @@ __global__ void __launch_bounds__(Traits::threads, Traits::min_blocks_per_sm)
 #pragma unroll
   for (int j = 0; j < kOutputTiles; ++j) output[j][0] = output[j][1] = output[j][2] = output[j][3] = 0.0f;
 
-  float score_multiplier = params.scale * kLog2e;  // no softcap: x = scale * q.k * log2(e)
-  float softcap_multiplier = 0.0f;                 // softcap: x = c * log2(e) * tanh(scale / c * q.k)
+  // fp8: q . k is computed against the codes, so k_scale multiplies the score scale (exact in the math,
+  // one fp32 rounding here).
+  const float score_scale = Traits::kv_fp8 ? params.scale * params.k_scale : params.scale;
+  float score_multiplier = score_scale * kLog2e;  // no softcap: x = scale * q.k * log2(e)
+  float softcap_multiplier = 0.0f;                // softcap: x = c * log2(e) * tanh(scale / c * q.k)
   if constexpr (Traits::has_softcap) {
-    score_multiplier = params.scale / params.softcap;
+    score_multiplier = score_scale / params.softcap;
     softcap_multiplier = params.softcap * kLog2e;
   }
 
@@ -428,13 +506,21 @@ __global__ void __launch_bounds__(Traits::threads, Traits::min_blocks_per_sm)
     if (next_tile != kNoTile) load_tile(stage ^ 1);
     cp_async_commit();  // possibly empty: keeps "all but the newest group" meaning "this tile"
     cp_async_wait<1>();
+    if constexpr (Traits::kv_fp8) {  // this thread's chunks of this tile's codes have landed: widen them
+      const unsigned char* stage_staging =
+          staging + stage * (Traits::staging_k_bytes + Traits::staging_v_bytes);
+      widen_cache_tile<Traits, Traits::key_chunks, kQkStride>(k_smem, stage_staging);
+      widen_cache_tile<Traits, Traits::value_chunks, kVStride>(v_smem,
+                                                               stage_staging + Traits::staging_k_bytes);
+    }
     __syncthreads();
+    const int tile_stage = Traits::kv_fp8 ? 0 : stage;  // the bf16 tile the math reads
 
     // S = Q K^T for the warp's 16 rows x block_n keys.
     float score[kScoreTiles][4];
 #pragma unroll
     for (int n = 0; n < kScoreTiles; ++n) score[n][0] = score[n][1] = score[n][2] = score[n][3] = 0.0f;
-    const unsigned k_base = shared_address(k_smem + stage * Traits::k_elements + k_lane_offset);
+    const unsigned k_base = shared_address(k_smem + tile_stage * Traits::k_elements + k_lane_offset);
 #pragma unroll
     for (int k = 0; k < kKSteps; ++k) {
       unsigned a[4];
@@ -514,7 +600,7 @@ __global__ void __launch_bounds__(Traits::threads, Traits::min_blocks_per_sm)
     }
 
     // O += P V. The S accumulators of n8 tiles 2k and 2k + 1 are exactly the A fragment of k-step k.
-    const unsigned v_base = shared_address(v_smem + stage * Traits::v_elements + v_lane_offset);
+    const unsigned v_base = shared_address(v_smem + tile_stage * Traits::v_elements + v_lane_offset);
 #pragma unroll
     for (int k = 0; k < kBlockN / 16; ++k) {
       const unsigned a[4] = {pack_bf16(score[2 * k][0], score[2 * k][1]),
@@ -544,7 +630,9 @@ __global__ void __launch_bounds__(Traits::threads, Traits::min_blocks_per_sm)
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const float total = quad_sum(row_sum[half]);
-    const float inverse = total > 0.0f ? 1.0f / total : 0.0f;  // no allowed key and no sink: zeros
+    // fp8: P V was computed against the codes; v_scale restores the values (no allowed key and no sink:
+    // zeros either way).
+    const float inverse = total > 0.0f ? (Traits::kv_fp8 ? params.v_scale : 1.0f) / total : 0.0f;
     const int row = warp * 16 + group + 8 * half;
 #pragma unroll
     for (int j = 0; j < kOutputTiles; ++j) {

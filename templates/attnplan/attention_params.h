@@ -35,6 +35,10 @@ struct AttentionParams {
   int kv_heads;
   int max_blocks_per_seq;
   int num_blocks;  // pages in the pool; a page outside [0, num_blocks) is never read (its keys read as zeros)
+  // fp8 KV cache only (a compile-time trait): key_cache and value_cache then hold 1-byte e4m3fn codes in
+  // the same [num_blocks, block_size, kv_heads, dim] layout, read as k = k_q * k_scale, v = v_q * v_scale.
+  float k_scale;
+  float v_scale;
 };
 
 }  // namespace attnplan

@@ -1,12 +1,15 @@
 // Paged KV store: copies the chunk's k and v rows into their slots of the paged cache (NHD layout).
 // Each block handles kTokensPerBlock tokens; its threads sweep the (kv_head, dim) vectors of a row.
+// With kFp8Cache the cache holds 1-byte e4m3fn codes, k / k_scale and v / v_scale (fp8_kv.cuh).
 #pragma once
 
 #include "attnplan/common.cuh"
+#include "attnplan/fp8_kv.cuh"
 
 namespace attnplan::kernels {
 
-template <int kKvHeads, int kHeadDim, int kValueHeadDim, int kBlockSize, int kThreads, int kTokensPerBlock>
+template <int kKvHeads, int kHeadDim, int kValueHeadDim, int kBlockSize, int kThreads, int kTokensPerBlock,
+          bool kFp8Cache = false>  // defaulted: a bf16 cache (and stubs written before fp8) need not name it
 struct KvStoreTraits {
   using Params = KvStoreParams;
   static constexpr int kv_heads = kKvHeads;
@@ -15,9 +18,10 @@ struct KvStoreTraits {
   static constexpr int block_size = kBlockSize;  // tokens per cache page
   static constexpr int threads = kThreads;
   static constexpr int tokens_per_block = kTokensPerBlock;
+  static constexpr bool fp8_cache = kFp8Cache;  // 1-byte e4m3fn cache elements, quantized on the way in
   static constexpr int key_vector = vector_width_for(kHeadDim);
   static constexpr int value_vector = vector_width_for(kValueHeadDim);
-  static constexpr int key_vectors = kKvHeads * kHeadDim / key_vector;        // per token
+  static constexpr int key_vectors = kKvHeads * kHeadDim / key_vector;  // per token
   static constexpr int value_vectors = kKvHeads * kValueHeadDim / value_vector;
 
   static_assert(kKvHeads > 0 && kHeadDim > 0 && kValueHeadDim > 0, "shapes must be positive");
@@ -30,7 +34,10 @@ __device__ __forceinline__ int sequence_of_token(const int* query_starts, int nu
   int low = 0, high = num_seqs - 1;
   while (low < high) {
     const int mid = (low + high + 1) / 2;
-    if (query_starts[mid] <= token) low = mid; else high = mid - 1;
+    if (query_starts[mid] <= token)
+      low = mid;
+    else
+      high = mid - 1;
   }
   return low;
 }
@@ -41,6 +48,14 @@ __device__ __forceinline__ void copy_row(const bf16_bits* source, bf16_bits* cac
   using Vector = BF16Vector<kVector>;
   for (int v = threadIdx.x; v < kVectors; v += kThreads) {
     Vector::load(source, v * kVector).store(cache_row, v * kVector);
+  }
+}
+
+// The same row quantized into an fp8 cache row of 1-byte codes.
+template <int kVector, int kVectors, int kThreads>
+__device__ __forceinline__ void quantize_row(const bf16_bits* source, unsigned char* cache_row, float scale) {
+  for (int v = threadIdx.x; v < kVectors; v += kThreads) {
+    store_quantized<kVector>(source, v * kVector, cache_row, v * kVector, scale);
   }
 }
 
@@ -55,16 +70,27 @@ __global__ void __launch_bounds__(Traits::threads) kv_store_kernel(const KvStore
     if (position < 0) continue;
     const int logical_block = position / Traits::block_size;
     if (logical_block >= params.max_blocks_per_seq) continue;
-    const int page = params.block_tables[static_cast<long long>(seq) * params.max_blocks_per_seq + logical_block];
+    const int page =
+        params.block_tables[static_cast<long long>(seq) * params.max_blocks_per_seq + logical_block];
     if (page < 0 || page >= params.num_blocks) continue;
     const long long slot = static_cast<long long>(page) * Traits::block_size + position % Traits::block_size;
 
-    copy_row<Traits::key_vector, Traits::key_vectors, Traits::head_dim, Traits::threads>(
-        params.key + token * params.key_row_stride,
-        params.key_cache + slot * (Traits::kv_heads * Traits::head_dim));
-    copy_row<Traits::value_vector, Traits::value_vectors, Traits::value_head_dim, Traits::threads>(
-        params.value + token * params.value_row_stride,
-        params.value_cache + slot * (Traits::kv_heads * Traits::value_head_dim));
+    // cache rows: [kv_heads, head_dim] (key) and [kv_heads, value_head_dim] (value) elements per slot
+    const long long key_offset = slot * (Traits::kv_heads * Traits::head_dim);
+    const long long value_offset = slot * (Traits::kv_heads * Traits::value_head_dim);
+    if constexpr (Traits::fp8_cache) {
+      quantize_row<Traits::key_vector, Traits::key_vectors, Traits::threads>(
+          params.key + token * params.key_row_stride,
+          reinterpret_cast<unsigned char*>(params.key_cache) + key_offset, params.k_scale);
+      quantize_row<Traits::value_vector, Traits::value_vectors, Traits::threads>(
+          params.value + token * params.value_row_stride,
+          reinterpret_cast<unsigned char*>(params.value_cache) + value_offset, params.v_scale);
+    } else {
+      copy_row<Traits::key_vector, Traits::key_vectors, Traits::head_dim, Traits::threads>(
+          params.key + token * params.key_row_stride, params.key_cache + key_offset);
+      copy_row<Traits::value_vector, Traits::value_vectors, Traits::value_head_dim, Traits::threads>(
+          params.value + token * params.value_row_stride, params.value_cache + value_offset);
+    }
   }
 }
 

@@ -26,14 +26,17 @@ struct RmsNormParams {
   float epsilon;
 };
 
-// Paged KV store: the chunk's k and v rows written to their cache slots (NHD layout).
+// Paged KV store: the chunk's k and v rows written to their cache slots (NHD layout). With an fp8 cache
+// (a compile-time trait) key_cache and value_cache point at 1-byte e4m3fn codes in the same layout,
+// k_q = fp8(k / k_scale), v_q = fp8(v / v_scale); the pointers keep their bf16_bits type for one layout.
 // Token t of sequence s (query_starts[s] <= t < query_starts[s + 1]) has position
-// p = context_lens[s] + t - query_starts[s] and slot block_tables[s][p / block_size] * block_size + p % block_size.
+// p = context_lens[s] + t - query_starts[s] and slot block_tables[s][p / block_size] * block_size + p %
+// block_size.
 struct KvStoreParams {
-  const bf16_bits* key;    // [num_tokens, kv_heads, head_dim], row stride key_row_stride elements
-  const bf16_bits* value;  // [num_tokens, kv_heads, value_head_dim], row stride value_row_stride elements
-  bf16_bits* key_cache;    // [num_blocks, block_size, kv_heads, head_dim]
-  bf16_bits* value_cache;  // [num_blocks, block_size, kv_heads, value_head_dim]
+  const bf16_bits* key;     // [num_tokens, kv_heads, head_dim], row stride key_row_stride elements
+  const bf16_bits* value;   // [num_tokens, kv_heads, value_head_dim], row stride value_row_stride elements
+  bf16_bits* key_cache;     // [num_blocks, block_size, kv_heads, head_dim]
+  bf16_bits* value_cache;   // [num_blocks, block_size, kv_heads, value_head_dim]
   const int* block_tables;  // [num_seqs, max_blocks_per_seq]
   const int* query_starts;  // [num_seqs + 1], non-decreasing, query_starts[num_seqs] == num_tokens
   const int* context_lens;  // [num_seqs]
@@ -43,6 +46,8 @@ struct KvStoreParams {
   int num_seqs;
   int max_blocks_per_seq;
   int num_blocks;  // pages in the pool; a block table entry outside [0, num_blocks) is never written
+  float k_scale;   // fp8 cache only: finite, > 0 (checked by the host)
+  float v_scale;
 };
 
 }  // namespace attnplan

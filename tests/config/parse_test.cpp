@@ -273,7 +273,7 @@ TEST_CASE("unknown keys are errors at every level, listing the known ones", "[co
       "/projection/output/fused_qkv: unknown key (known: format, scale_granularity, activation, "
       "scheme, bits, group_size, act_order)");
   require_only_problem(document_with({{"kv_cache", {{"page_size", 16}}}}),
-                       "/kv_cache/page_size: unknown key (known: block_size, dtype)");
+                       "/kv_cache/page_size: unknown key (known: block_size, dtype, k_scale, v_scale)");
   require_only_problem(document_with({{"target", {{"sm", "sm_90"}}}}),
                        "/target/sm: unknown key (known: arch)");
   // JSON Pointer escaping keeps odd keys unambiguous.

@@ -36,7 +36,7 @@ TEST_CASE("every plan parses, validates and round-trips through to_json", "[conf
   CHECK(names == std::vector<std::string>{
                      "gemma-3-27b-global", "gemma-3-27b-local", "gpt-j-6b", "gpt-oss-20b-full",
                      "gpt-oss-20b-mxfp4", "gpt-oss-20b-sliding", "llama-3.1-8b", "llama-3.1-8b-awq",
-                     "llama-3.1-8b-gptq", "llama-3.1-8b-mlx-4bit", "llama-3.1-8b-nvfp4", "mistral-7b",
+                     "llama-3.1-8b-gptq", "llama-3.1-8b-mlx-4bit", "llama-3.1-8b-nvfp4", "mistral-7b", "mistral-7b-fp8kv",
                      "phi-4-mini", "qwen2.5-7b", "qwen3-32b", "qwen3-8b", "qwen3-8b-fp8-block"});
 }
 
@@ -73,6 +73,10 @@ TEST_CASE("plans carry the HF values", "[config][plans]") {
   }
   SECTION("Mistral-7B: a 4096 window") {
     CHECK(load_plan("mistral-7b").sliding_window == 4096);
+    const AttentionConfig fp8kv = load_plan("mistral-7b-fp8kv");
+    CHECK(fp8kv.kv_cache.dtype == KvCacheDtype::fp8_e4m3);
+    CHECK(fp8kv.kv_cache.k_scale == 0.02);
+    CHECK(fp8kv.sliding_window == 4096);
   }
   SECTION("Gemma 3 27B") {
     const AttentionConfig local = load_plan("gemma-3-27b-local");

@@ -295,6 +295,30 @@ TEST_CASE("kv_cache.block_size: a power of two in 1..1024", "[config][rules]") {
   }
 }
 
+TEST_CASE("kv_cache.k_scale / v_scale: finite, positive, only with an fp8 cache", "[config][rules]") {
+  const json fp8 = {{"dtype", "fp8_e4m3"}};
+  for (const double bad : {0.0, -0.5}) {
+    json kv_cache = fp8;
+    kv_cache["k_scale"] = bad;
+    require_only_problem(document_with({{"kv_cache", kv_cache}}),
+                         fmt::format("/kv_cache/k_scale: {} must be finite and > 0", bad));
+  }
+  json kv_cache = fp8;
+  kv_cache["v_scale"] = 0.0;
+  require_only_problem(document_with({{"kv_cache", kv_cache}}),
+                       "/kv_cache/v_scale: 0 must be finite and > 0");
+  require_only_problem(document_with({{"kv_cache", {{"v_scale", 0.5}}}}),
+                       "/kv_cache/v_scale: 0.5 is only meaningful with dtype fp8_e4m3 (dtype is bf16)");
+  kv_cache = fp8;
+  kv_cache["k_scale"] = 0.0421;
+  kv_cache["v_scale"] = 2.5;
+  const AttentionConfig config = parse(document_with({{"kv_cache", kv_cache}}), "test");
+  CHECK(config.kv_cache.dtype == KvCacheDtype::fp8_e4m3);
+  CHECK(config.kv_cache.k_scale == 0.0421);
+  CHECK(config.kv_cache.v_scale == 2.5);
+  CHECK(parse(to_json(config), "round trip") == config);
+}
+
 TEST_CASE("max_tokens in 1..2^20", "[config][rules]") {
   require_only_problem(document_with({{"max_tokens", 0}}), "/max_tokens: 0 is outside 1..1048576");
   require_only_problem(document_with({{"max_tokens", (1 << 20) + 1}}),

@@ -2,6 +2,7 @@
 // causal, sliding window, bidirectional spans, GQA/MQA, value_head_dim != head_dim, softcap and sinks over
 // batches of sequences with cached prefixes, pages shuffled through the pool. Every output element of the
 // chunk must be written (the buffer is poisoned, guard rows and columns included) and match the reference.
+// fp8 KV cache cases ([fp8kv]): the pools hold e4m3fn codes, the reference reads code * scale.
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -16,6 +17,7 @@
 #include "compiler/parallel.hpp"
 #include "config/parse.hpp"
 #include "core/bf16.hpp"
+#include "core/fp8.hpp"
 #include "driver/device.hpp"
 #include "driver/event.hpp"
 #include "driver/launch.hpp"
@@ -54,6 +56,7 @@ struct Case {
   bool spans_enabled = false;                          // config.bidirectional_spans
   std::vector<std::vector<std::array<int, 2>>> spans;  // per sequence, absolute positions (when enabled)
   double query_stddev = 1.0;                           // larger: logits reach the softcap
+  std::optional<reference::KvFp8Scales> fp8;           // an fp8 e4m3fn cache with these scales
 };
 
 config::AttentionConfig config_for(const Case& c) {
@@ -68,6 +71,11 @@ config::AttentionConfig config_for(const Case& c) {
                          {"sinks", c.sinks}};
   if (c.window) json["sliding_window"] = *c.window;
   if (c.softcap) json["softcap"] = *c.softcap;
+  if (c.fp8) {
+    json["kv_cache"]["dtype"] = "fp8_e4m3";
+    json["kv_cache"]["k_scale"] = c.fp8->k_scale;
+    json["kv_cache"]["v_scale"] = c.fp8->v_scale;
+  }
   return config::parse(json);
 }
 
@@ -146,6 +154,11 @@ struct Problem {
   std::vector<std::uint16_t> query_rows;   // [num_tokens, query_row_stride]; q at column 0
   std::vector<std::uint16_t> key_cache;    // [num_blocks, block_size, kv_heads, head_dim]
   std::vector<std::uint16_t> value_cache;  // [num_blocks, block_size, kv_heads, value_head_dim]
+  // fp8 cache instead (the bf16 pools then stay empty): the same layouts in 1-byte codes, 0x7F (NaN) where
+  // no sequence owns the slot.
+  std::optional<reference::KvFp8Scales> fp8;
+  std::vector<std::uint8_t> key_codes;
+  std::vector<std::uint8_t> value_codes;
 };
 
 // Pages shuffled through a pool with a few spare pages; every slot a sequence owns (its prefix and its
@@ -206,6 +219,20 @@ Problem make_problem(const Case& c, std::mt19937_64& rng) {
       std::copy(value.begin(), value.end(), p.value_cache.begin() + slot * value_width);
     }
   }
+  if (c.fp8) {  // what the fp8 KV store would have written from those bf16 rows
+    p.fp8 = c.fp8;
+    auto quantize = [](const std::vector<std::uint16_t>& pool, float scale) {
+      std::vector<std::uint8_t> codes(pool.size());
+      for (std::size_t i = 0; i < pool.size(); ++i)
+        codes[i] = pool[i] == kNanBits ? std::uint8_t{0x7F}
+                                       : core::quantize_kv_fp8(core::bf16_to_float(pool[i]), scale);
+      return codes;
+    };
+    p.key_codes = quantize(p.key_cache, c.fp8->k_scale);
+    p.value_codes = quantize(p.value_cache, c.fp8->v_scale);
+    p.key_cache.clear();
+    p.value_cache.clear();
+  }
   return p;
 }
 
@@ -226,8 +253,10 @@ KernelOutput run_kernel(const plan::AttentionSpec& spec, const Problem& p, int t
   const int query_heads = p.config.query_heads;
   const int value_head_dim = p.config.value_head_dim;
   driver::DeviceBuffer d_query = driver::DeviceBuffer::from_host(p.query_rows);
-  driver::DeviceBuffer d_key = driver::DeviceBuffer::from_host(p.key_cache);
-  driver::DeviceBuffer d_value = driver::DeviceBuffer::from_host(p.value_cache);
+  driver::DeviceBuffer d_key =
+      p.fp8 ? driver::DeviceBuffer::from_host(p.key_codes) : driver::DeviceBuffer::from_host(p.key_cache);
+  driver::DeviceBuffer d_value =
+      p.fp8 ? driver::DeviceBuffer::from_host(p.value_codes) : driver::DeviceBuffer::from_host(p.value_cache);
   driver::DeviceBuffer d_query_starts = driver::DeviceBuffer::from_host(p.batch.query_starts);
   driver::DeviceBuffer d_context_lens = driver::DeviceBuffer::from_host(p.batch.context_lens);
   driver::DeviceBuffer d_block_tables = driver::DeviceBuffer::from_host(p.device_block_tables);
@@ -271,6 +300,8 @@ KernelOutput run_kernel(const plan::AttentionSpec& spec, const Problem& p, int t
   params.kv_heads = p.config.kv_heads;
   params.max_blocks_per_seq = p.batch.max_blocks_per_seq;
   params.num_blocks = p.num_blocks;
+  params.k_scale = p.fp8 ? p.fp8->k_scale : 1.0f;
+  params.v_scale = p.fp8 ? p.fp8->v_scale : 1.0f;
   spec.check(params, query_heads);
 
   const driver::Function& function = kernels().function(spec);
@@ -321,6 +352,19 @@ reference::Tensor reference_output(const Problem& p) {
           core::bf16_to_float(p.query_rows[t * p.query_row_stride + i]);
   const int bs = p.config.kv_cache.block_size;
   reference::PagedKvCache cache;
+  if (p.fp8) {  // read k = k_q * k_scale, v = v_q * v_scale (NaN codes stay NaN)
+    auto dequantize = [](const std::vector<std::uint8_t>& codes, float scale) {
+      std::vector<double> values(codes.size());
+      for (std::size_t i = 0; i < codes.size(); ++i) values[i] = core::fp8_e4m3_to_double(codes[i]) * scale;
+      return values;
+    };
+    cache.key = reference::Tensor({p.num_blocks, bs, p.config.kv_heads, head_dim},
+                                  dequantize(p.key_codes, p.fp8->k_scale));
+    cache.value = reference::Tensor({p.num_blocks, bs, p.config.kv_heads, p.config.value_head_dim},
+                                    dequantize(p.value_codes, p.fp8->v_scale));
+    cache.fp8 = p.fp8;
+    return reference::attention(q, cache, p.batch, p.spans, p.config, p.sinks);
+  }
   cache.key = reference::Tensor({p.num_blocks, bs, p.config.kv_heads, head_dim}, to_doubles(p.key_cache));
   cache.value = reference::Tensor({p.num_blocks, bs, p.config.kv_heads, p.config.value_head_dim},
                                   to_doubles(p.value_cache));
@@ -599,6 +643,49 @@ TEST_CASE("paged attention matches the reference", "[gpu][attention]") {
   for (const Case& c : cases) specs.push_back(spec_for(c));
   kernels().prepare(specs);  // every specialization compiled up front, in parallel
   std::uint64_t seed = 100;
+  for (const Case& c : cases) check_case(c, seed++);
+}
+
+TEST_CASE("paged attention over an fp8 e4m3fn KV cache matches the reference", "[gpu][attention][fp8kv]") {
+  // The scales put N(0, 1) keys and values mostly in e4m3's normal range; k_scale 1 leaves the small ones
+  // subnormal. Shapes cover 8 and 4 warps, odd multiples of 8 (8-byte rows of codes), every mask feature.
+  const reference::KvFp8Scales scales{0.0421f, 0.0173f};
+  std::vector<Case> cases;
+  cases.push_back(
+      {.name = "fp8 gqa4 d128 b16", .query_heads = 8, .kv_heads = 2, .sequences = kMixed, .fp8 = scales});
+  cases.push_back({.name = "fp8 mqa d256 b64 window",
+                   .query_heads = 8,
+                   .kv_heads = 1,
+                   .head_dim = 256,
+                   .value_head_dim = 256,
+                   .block_size = 64,
+                   .sequences = {{300, 130}, {0, 17}},
+                   .window = 100,
+                   .fp8 = reference::KvFp8Scales{1.0f, 0.25f}});
+  cases.push_back({.name = "fp8 d72/40 b1 spans",
+                   .query_heads = 4,
+                   .kv_heads = 2,
+                   .head_dim = 72,
+                   .value_head_dim = 40,
+                   .block_size = 1,
+                   .sequences = {{0, 60}, {20, 45}},
+                   .spans_enabled = true,
+                   .spans = {{{{5, 20}}, {{40, 50}}}, {{{22, 40}}}},
+                   .fp8 = scales});
+  cases.push_back({.name = "fp8 d64 softcap sinks",
+                   .query_heads = 8,
+                   .kv_heads = 2,
+                   .head_dim = 64,
+                   .value_head_dim = 64,
+                   .sequences = kMixed,
+                   .softcap = 5.0,
+                   .sinks = true,
+                   .query_stddev = 4.0,
+                   .fp8 = scales});
+  std::vector<plan::AttentionSpec> specs;
+  for (const Case& c : cases) specs.push_back(spec_for(c));
+  kernels().prepare(specs);
+  std::uint64_t seed = 900;
   for (const Case& c : cases) check_case(c, seed++);
 }
 

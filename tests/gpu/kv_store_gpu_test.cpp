@@ -1,9 +1,13 @@
 // The paged KV store against the reference (spec section 5): every slot of the chunk holds exactly its
-// token's k and v bits, and every other slot of the pool is untouched.
+// token's k and v bits, and every other slot of the pool is untouched. With an fp8 e4m3fn cache, every
+// slot of the chunk holds exactly the reference's codes (core::quantize_kv_fp8: same fp32 division, same
+// rounding), byte for byte.
 #include <algorithm>
 #include <numeric>
+#include <optional>
 
 #include "core/bf16.hpp"
+#include "core/fp8.hpp"
 #include "driver/cuda_api.hpp"
 #include "driver/memory.hpp"
 #include "driver/stream.hpp"
@@ -79,13 +83,19 @@ struct DeviceBatch {
 // expectation: the token's bits in its slot, poison everywhere else. `row_padding` puts k and v inside
 // wider rows (as a fused QKV output would) to exercise the row strides.
 void check_kv_store(const Shape& shape, const std::vector<Sequence>& sequences, int row_padding,
-                    std::uint64_t seed) {
+                    std::uint64_t seed, std::optional<reference::KvFp8Scales> fp8 = std::nullopt) {
   INFO("kv_heads " << shape.kv_heads << ", head_dim " << shape.head_dim << "/" << shape.value_head_dim
                    << ", block " << shape.block_size << ", seqs " << sequences.size() << ", padding "
-                   << row_padding);
-  plan::PrefillPlan plan =
-      gpu().load(make_config(shape.kv_heads * shape.head_dim, shape.kv_heads, shape.kv_heads, shape.head_dim,
-                             shape.value_head_dim, shape.block_size));
+                   << row_padding << (fp8 ? ", fp8 cache" : ""));
+  config::AttentionConfig config =
+      make_config(shape.kv_heads * shape.head_dim, shape.kv_heads, shape.kv_heads, shape.head_dim,
+                  shape.value_head_dim, shape.block_size);
+  if (fp8) {
+    config.kv_cache.dtype = config::KvCacheDtype::fp8_e4m3;
+    config.kv_cache.k_scale = fp8->k_scale;
+    config.kv_cache.v_scale = fp8->v_scale;
+  }
+  plan::PrefillPlan plan = gpu().load(config);
   std::mt19937_64 rng(seed);
   const Workload work = make_workload(sequences, shape.block_size, rng);
   const long long key_width = (long long)shape.kv_heads * shape.head_dim;
@@ -108,6 +118,7 @@ void check_kv_store(const Shape& shape, const std::vector<Sequence>& sequences, 
   }
   reference::PagedKvCache expected = reference::PagedKvCache::filled(
       work.num_blocks, shape.block_size, shape.kv_heads, shape.head_dim, shape.value_head_dim, std::nan(""));
+  expected.fp8 = fp8;
   const std::vector<std::int64_t> slots = reference::kv_store(key, value, work.batch, expected);
   REQUIRE(slots.size() == std::size_t(work.num_tokens));
 
@@ -115,7 +126,8 @@ void check_kv_store(const Shape& shape, const std::vector<Sequence>& sequences, 
   const std::size_t value_pool = std::size_t(work.num_blocks) * shape.block_size * value_width;
   driver::DeviceBuffer d_key = driver::DeviceBuffer::from_host(key_rows);
   driver::DeviceBuffer d_value = driver::DeviceBuffer::from_host(value_rows);
-  driver::DeviceBuffer d_key_cache(key_pool * 2), d_value_cache(value_pool * 2);
+  const std::size_t element_bytes = fp8 ? 1 : 2;
+  driver::DeviceBuffer d_key_cache(key_pool * element_bytes), d_value_cache(value_pool * element_bytes);
   driver::Stream stream = driver::Stream::create();
   d_key_cache.fill_bytes_async(kPoisonByte, stream.handle());
   d_value_cache.fill_bytes_async(kPoisonByte, stream.handle());
@@ -127,10 +139,44 @@ void check_kv_store(const Shape& shape, const std::vector<Sequence>& sequences, 
   args.key_row_stride = key_stride;
   args.value_row_stride = value_stride;
   args.cache = {d_key_cache.data<void>(), d_value_cache.data<void>(), work.num_blocks};
+  if (fp8) {
+    args.cache.k_scale = fp8->k_scale;
+    args.cache.v_scale = fp8->v_scale;
+  }
   args.batch = d_batch.describe(work);
   gpu().context.synchronize();  // uploads from pageable memory may still be in flight on the legacy stream
   plan.launch_kv_store(args, stream.handle());
   stream.synchronize();
+
+  if (fp8) {
+    // The expected pools: 0xFF (poison, a NaN code the store never writes from finite input) except the
+    // chunk's slots, which hold the reference's codes of the token's row; and the reference's cache holds
+    // exactly those codes times the scale.
+    auto expected_codes = [&](const reference::Tensor& rows, long long width, std::size_t pool, float scale,
+                              const reference::Tensor& dequantized) {
+      std::vector<std::uint8_t> codes(pool, kPoisonByte);
+      std::size_t inconsistent = 0;
+      for (int t = 0; t < work.num_tokens; ++t) {
+        for (long long i = 0; i < width; ++i) {
+          const std::size_t at = std::size_t(slots[std::size_t(t)] * width + i);
+          codes[at] = core::quantize_kv_fp8(static_cast<float>(rows.data[std::size_t(t * width + i)]), scale);
+          inconsistent += dequantized.data[at] != core::fp8_e4m3_to_double(codes[at]) * scale;
+        }
+      }
+      CHECK(inconsistent == 0);
+      return codes;
+    };
+    auto mismatches = [](const std::vector<std::uint8_t>& got, const std::vector<std::uint8_t>& want) {
+      std::size_t count = 0;
+      for (std::size_t i = 0; i < got.size(); ++i) count += got[i] != want[i];
+      return count;
+    };
+    CHECK(mismatches(d_key_cache.download_all<std::uint8_t>(),
+                     expected_codes(key, key_width, key_pool, fp8->k_scale, expected.key)) == 0);
+    CHECK(mismatches(d_value_cache.download_all<std::uint8_t>(),
+                     expected_codes(value, value_width, value_pool, fp8->v_scale, expected.value)) == 0);
+    return;
+  }
 
   auto compare = [](const std::vector<std::uint16_t>& got, const reference::Tensor& want) {
     std::size_t mismatches = 0;
@@ -157,6 +203,18 @@ TEST_CASE("paged KV store writes exactly the chunk's slots", "[gpu][kv_store]") 
   check_kv_store({4, 256, 128, 64}, mixed, 8, 14);          // value head dim != head dim
   check_kv_store({2, 80, 80, 1}, {{3, 9}, {0, 4}}, 0, 15);  // one token per page, 80-wide heads
   check_kv_store({8, 64, 64, 16}, {{0, 2000}}, 0, 16);      // one long sequence
+}
+
+TEST_CASE("fp8 KV store writes the reference's e4m3fn codes into exactly the chunk's slots",
+          "[gpu][kv_store][fp8kv]") {
+  const std::vector<Sequence> mixed = {{0, 37}, {5, 1}, {100, 64}, {16, 15}, {0, 1}, {250, 130}};
+  // Scales that put the N(0, 1) inputs across the normal range, saturate the tails (k_scale 0.005: |k| >
+  // 2.24 clamps to 448) and reach deep into the subnormals (v_scale 64: |v| < 1 lands below 2^-6), so the
+  // normal, subnormal, tie and saturation paths of the device conversion all meet the host's.
+  check_kv_store({8, 128, 128, 16}, mixed, 0, 21, reference::KvFp8Scales{0.0421f, 0.0173f});
+  check_kv_store({8, 128, 128, 16}, mixed, 32 * 128, 22, reference::KvFp8Scales{0.005f, 64.0f});
+  check_kv_store({4, 256, 128, 64}, mixed, 8, 23, reference::KvFp8Scales{1.0f, 1.0f});
+  check_kv_store({2, 80, 40, 1}, {{3, 9}, {0, 4}}, 0, 24, reference::KvFp8Scales{0.3f, 3.0f});  // Dv 40
 }
 
 TEST_CASE("a block table entry outside the pool writes nothing", "[gpu][kv_store]") {

@@ -2,6 +2,7 @@
 // of its specializations for sm_80 and sm_90a with their ptxas resource reports (no GPU needed).
 #include <cstdint>
 #include <cstdio>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -20,14 +21,15 @@ using namespace attnplan::plan;
 namespace {
 
 AttentionSpec make_spec(int head_dim, int value_head_dim, int group_size, int block_size, config::Arch arch,
-                        bool all_features = false) {
+                        bool all_features = false, bool kv_fp8 = false) {
   AttentionSpec spec;
   spec.head_dim = head_dim;
   spec.value_head_dim = value_head_dim;
   spec.group_size = group_size;
   spec.block_size = block_size;
   spec.has_softcap = spec.has_window = spec.has_spans = spec.has_sinks = all_features;
-  spec.tiling = choose_attention_tiling(head_dim, value_head_dim, arch);
+  spec.kv_fp8 = kv_fp8;
+  spec.tiling = choose_attention_tiling(head_dim, value_head_dim, arch, kv_fp8);
   return spec;
 }
 
@@ -143,8 +145,11 @@ TEST_CASE("attention spec from a config: shapes, flags and the arch's tiling", "
                               {"query_heads", 32},
                               {"kv_heads", 8},
                               {"kv_cache", {{"block_size", 16}, {"dtype", "fp8_e4m3"}}}};
-  const config::AttentionConfig fp8_config = config::parse(fp8_cache);     // a valid config...
-  CHECK_THROWS_AS(AttentionSpec::from_config(fp8_config, kSm90a), Error);  // ...the kernel cannot read yet
+  const AttentionSpec fp8 = AttentionSpec::from_config(config::parse(fp8_cache), kSm90a);
+  CHECK(fp8.kv_fp8);
+  CHECK(fp8.tiling == choose_attention_tiling(128, 128, kSm90a, true));
+  CHECK(fp8.source().render_stub().find("/*has_sinks=*/false, /*kv_fp8=*/true") != std::string::npos);
+  CHECK(fp8.source().spec.at("kv_fp8") == true);
 
   const driver::LaunchShape shape = spec.launch_shape(3, 300, 64);
   CHECK(shape.grid.x == 3);  // ceil(300 / 128)
@@ -155,6 +160,27 @@ TEST_CASE("attention spec from a config: shapes, flags and the arch's tiling", "
   CHECK_THROWS_AS(spec.launch_shape(0, 300, 64), Error);
   CHECK_THROWS_AS(spec.launch_shape(3, 0, 64), Error);
   CHECK_THROWS_AS(spec.launch_shape(70000, 1, 64), Error);
+}
+
+TEST_CASE("attention shared memory with an fp8 cache: byte staging per stage, one bf16 K/V tile",
+          "[plan][attention][fp8kv]") {
+  // D 128, bm 128, bn 64: slot table 2 x 64 x 4; bf16 Q [128, 136] + one K and V [64, 136]; staging 2 x 64
+  // x (128 + 128) bytes.
+  CHECK(attention_shared_bytes(128, 128, 128, 64, 2, true) ==
+        512 + 2 * (128 * 136 + 64 * 272) + 2 * 64 * 256);
+  CHECK(attention_shared_bytes(128, 128, 128, 64, 2, false) == 512 + 2 * (128 * 136 + 2 * 64 * 272));
+  // Dv 40 (odd multiple of 8): rows of 40 codes, bf16 rows padded to 48 + 8.
+  CHECK(attention_shared_bytes(72, 40, 128, 64, 2, true) ==
+        512 + 2 * (128 * 88 + 64 * (88 + 56)) + 2 * 64 * 112);
+  // Every head dim the bf16 kernel tiles, the fp8 one tiles too, within the arch's limit.
+  for (const config::Arch arch : {kSm80, kSm90a, config::Arch{8, 6, false}}) {
+    for (int dim = 16; dim <= kMaxAttentionHeadDim; dim += 8) {
+      const AttentionTiling tiling = choose_attention_tiling(dim, dim, arch, true);
+      INFO(arch.name() << " dim " << dim);
+      CHECK(tiling.shared_bytes == attention_shared_bytes(dim, dim, tiling.block_m, tiling.block_n, 2, true));
+      CHECK(tiling.shared_bytes <= max_shared_bytes_per_block(arch));
+    }
+  }
 }
 
 TEST_CASE("attention Params checks name the broken field", "[plan][attention]") {
@@ -205,6 +231,16 @@ TEST_CASE("attention Params checks name the broken field", "[plan][attention]") 
   const AttentionSpec plain = make_spec(128, 128, 4, 16, kSm90a);
   AttentionParams bare = llama_params();
   CHECK_NOTHROW(plain.check(bare, 32));
+
+  // An fp8 cache needs finite positive scales.
+  spec.kv_fp8 = true;
+  good.k_scale = 0.05f;
+  good.v_scale = 2.0f;
+  CHECK_NOTHROW(spec.check(good, 32));
+  rejected([](AttentionParams& p) { p.k_scale = 0.0f; }, "k_scale");
+  rejected([](AttentionParams& p) { p.k_scale = std::numeric_limits<float>::infinity(); }, "k_scale");
+  rejected([](AttentionParams& p) { p.v_scale = -1.0f; }, "v_scale");
+  rejected([](AttentionParams& p) { p.v_scale = std::numeric_limits<float>::quiet_NaN(); }, "v_scale");
 }
 
 TEST_CASE("attention compiles for sm_80 and sm_90a without spills", "[plan][attention][nvrtc]") {
@@ -218,11 +254,21 @@ TEST_CASE("attention compiles for sm_80 and sm_90a without spills", "[plan][atte
       {128, 64, 4, 16, true},   {192, 128, 8, 16, false}, {40, 40, 1, 16, true},    {16, 16, 1, 8, false},
       {256, 128, 1, 16, true},  {72, 200, 2, 16, false},
   };
+  // fp8 KV cache specializations ([fp8kv]): both warp counts, odd multiples of 8, every feature.
+  const std::vector<Case> fp8_cases = {
+      {128, 128, 4, 16, false}, {128, 128, 1, 1, true}, {256, 256, 2, 64, true},
+      {72, 40, 2, 16, true},    {64, 64, 8, 32, true},  {256, 128, 1, 16, false},
+  };
   std::vector<std::pair<AttentionSpec, config::Arch>> jobs;
-  for (const config::Arch arch : {kSm80, kSm90a})
+  for (const config::Arch arch : {kSm80, kSm90a}) {
     for (const Case& c : cases)
       jobs.push_back(
           {make_spec(c.head_dim, c.value_head_dim, c.group_size, c.block_size, arch, c.all_features), arch});
+    for (const Case& c : fp8_cases)
+      jobs.push_back(
+          {make_spec(c.head_dim, c.value_head_dim, c.group_size, c.block_size, arch, c.all_features, true),
+           arch});
+  }
   std::vector<compiler::CompiledKernel> kernels(jobs.size());
   try {
     compiler::for_each_parallel(jobs.size(), 0, [&](std::size_t i) {
@@ -238,11 +284,11 @@ TEST_CASE("attention compiles for sm_80 and sm_90a without spills", "[plan][atte
     INFO(jobs[i].second.name() << " " << spec.source().spec.dump());
     INFO(kernels[i].log);
     std::printf(
-        "attention %-6s D %3d Dv %3d group %d block %2d bm %3d bn %2d features %d: %3d registers, "
+        "attention %-6s D %3d Dv %3d group %d block %2d bm %3d bn %2d features %d fp8 %d: %3d registers, "
         "%d spill bytes, %d stack bytes, %6d dynamic smem\n",
         jobs[i].second.name().c_str(), spec.head_dim, spec.value_head_dim, spec.group_size, spec.block_size,
-        spec.tiling.block_m, spec.tiling.block_n, int(spec.has_softcap), r.registers, r.spill_bytes(),
-        r.stack_bytes, spec.dynamic_shared_bytes());
+        spec.tiling.block_m, spec.tiling.block_n, int(spec.has_softcap), int(spec.kv_fp8), r.registers,
+        r.spill_bytes(), r.stack_bytes, spec.dynamic_shared_bytes());
     CHECK(kernels[i].lowered_name.find("attention_kernel") != std::string::npos);
     CHECK(r.registers > 0);
     CHECK(r.registers <= 255);
