@@ -22,7 +22,7 @@ mkdir -p "$OUT"
 
 declare -A FILTER=(
   [memcheck]="${ATTNPLAN_SANITIZE_MEMCHECK:-~[plans]}"
-  [racecheck]="${ATTNPLAN_SANITIZE_RACECHECK:-[reliability][streams],[layer][chunks],[layer][graph],[rmsnorm],[kv_store],[qkv_postprocess]}"
+  [racecheck]="${ATTNPLAN_SANITIZE_RACECHECK:-[reliability][streams],[layer][chunks],[layer][graph],[rmsnorm],[kv_store],[qkv_postprocess],[attention][sm90],[gemm]~[quantized]}"
   [initcheck]="${ATTNPLAN_SANITIZE_INITCHECK:-[reliability],[layer][chunks],[rmsnorm],[kv_store],[qkv_postprocess],[gemm]}"
   [synccheck]="${ATTNPLAN_SANITIZE_SYNCCHECK:-[layer]~[plans],[reliability],[attention],[gemm]}"
 )
@@ -61,7 +61,10 @@ for tool in "${tools[@]}"; do
   # "test cases: N | P passed | F failed".
   cases=$(grep -oE '(in [0-9]+ test case|test cases: *[0-9]+)' "$log" | grep -oE '[0-9]+' | tail -1)
   failed=$(grep -oE 'test cases:.*\| *[0-9]+ failed' "$log" | grep -oE '[0-9]+ failed' | grep -oE '[0-9]+' | tail -1)
-  errors=$(grep -oE 'ERROR SUMMARY: [0-9]+' "$log" | grep -oE '[0-9]+' | tail -1)
+  # memcheck, initcheck, synccheck: "ERROR SUMMARY: N errors"; racecheck: "RACECHECK SUMMARY: H hazards
+  # displayed (N errors, W warnings)".
+  errors=$(grep -oE '(ERROR SUMMARY: [0-9]+|RACECHECK SUMMARY: .*\(([0-9]+) errors)' "$log" |
+    grep -oE '[0-9]+( errors)?$' | grep -oE '^[0-9]+' | tail -1)
   verdict=ok
   if [[ $code == 77 ]]; then
     verdict="skipped (no GPU)"
