@@ -35,10 +35,17 @@ TEST_CASE("the embedded library holds every template header", "[template_library
 
 TEST_CASE("include closures follow project headers only", "[template_library]") {
   const TemplateLibrary library = TemplateLibrary::embedded();
-  CHECK(library.include_closure("attnplan/rmsnorm.cuh") ==
-        Strings{"attnplan/common.cuh", "attnplan/params.h", "attnplan/rmsnorm.cuh"});
+  CHECK(library.include_closure("attnplan/rmsnorm.cuh") == Strings{"attnplan/common.cuh", "attnplan/params.h",
+                                                                   "attnplan/rmsnorm.cuh",
+                                                                   "attnplan/vector_width.h"});
   CHECK(library.include_closure("attnplan/kv_store.cuh") ==
-        Strings{"attnplan/common.cuh", "attnplan/fp8_kv.cuh", "attnplan/kv_store.cuh", "attnplan/params.h"});
+        Strings{"attnplan/common.cuh", "attnplan/fp8_kv.cuh", "attnplan/kv_store.cuh", "attnplan/params.h",
+                "attnplan/vector_width.h"});
+  // The postprocess kernel shares only common.cuh with the KV store: editing the store (or its fp8
+  // helpers) must not change the postprocess key.
+  CHECK(library.include_closure("attnplan/qkv_postprocess.cuh") ==
+        Strings{"attnplan/common.cuh", "attnplan/params.h", "attnplan/qkv_postprocess.cuh",
+                "attnplan/qkv_postprocess_params.h", "attnplan/vector_width.h"});
   CHECK(library.include_closure("attnplan/params.h") == Strings{"attnplan/params.h"});
 }
 
