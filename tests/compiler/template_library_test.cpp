@@ -2,6 +2,7 @@
 
 #include "compiler/template_library.hpp"
 #include "core/error.hpp"
+#include "core/sha256.hpp"
 #include "support/catch.hpp"
 #include "support/temp_dir.hpp"
 
@@ -120,5 +121,21 @@ TEST_CASE("the closure of a header outside the library is an input error", "[tem
   } catch (const Error& error) {
     CHECK(error.stage() == Stage::input);
     CHECK(error.message().find("attnplan/missing.cuh") != std::string::npos);
+  }
+}
+
+TEST_CASE("header hashes are the SHA-256 of each header's contents, computed once", "[template_library]") {
+  const TemplateLibrary library =
+      TemplateLibrary::from_headers({{"a.h", "int a;"}, {"b.cuh", "#include \"a.h\"\n"}}, "memory");
+  CHECK(library.header_sha256("a.h") == attnplan::core::sha256_hex("int a;"));
+  CHECK(library.header_sha256("b.cuh") == attnplan::core::sha256_hex("#include \"a.h\"\n"));
+  // The same string each call: the hash is stored, not recomputed.
+  CHECK(&library.header_sha256("a.h") == &library.header_sha256("a.h"));
+  try {
+    library.header_sha256("missing.h");
+    FAIL("expected Error(input)");
+  } catch (const Error& error) {
+    CHECK(error.stage() == Stage::input);
+    CHECK(std::string(error.what()).find("missing.h") != std::string::npos);
   }
 }
