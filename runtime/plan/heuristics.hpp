@@ -6,6 +6,8 @@
 
 namespace attnplan::plan {
 
+using attnplan::vector_width_for;  // plan::vector_width_for, as before it moved to the shared header
+
 // Input RMSNorm: one block per token row. Enough threads that each holds a few 16-byte vectors of
 // its row in registers (the row is read once), but never more than a row's worth of vectors.
 struct RmsNormTiling {
