@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "cache/cubin_cache.hpp"
 #include "commands.hpp"
 #include "compiler/cache_key.hpp"
@@ -202,6 +204,55 @@ std::optional<Nearest> nearest_entry(const std::vector<cache::EntryInfo>& entrie
   return best;
 }
 
+// Where one kernel of the plan would come from: a directory (hit or prebuilt), or a miss with the nearest
+// entry of the same kernel, if any.
+struct Explained {
+  const PlannedKey* planned = nullptr;
+  std::string cache;                          // "hit", "prebuilt" or "miss"
+  std::optional<std::filesystem::path> root;  // hit / prebuilt: the directory it would be read from
+  std::optional<Nearest> nearest;             // miss
+};
+
+void print_explained_table(const std::vector<Explained>& kernels) {
+  fmt::print("\n{:<18} {:<12} {:<8} {}\n", "kernel", "key", "cache", "why");
+  for (const Explained& kernel : kernels) {
+    const PlannedKey& planned = *kernel.planned;
+    const std::string prefix = fmt::format("{:<18} {:<12} ", planned.name, planned.key.substr(0, 12));
+    if (kernel.root) {
+      fmt::print("{}{:<8} in {}\n", prefix, kernel.cache, kernel.root->string());
+    } else if (!kernel.nearest) {
+      fmt::print("{}{:<8} no entry of this kernel in the cache\n", prefix, "miss");
+    } else if (kernel.nearest->differences.empty()) {
+      // Same inputs, so the same key: the entry is there but failed its checks.
+      fmt::print("{}{:<8} entry {} in {} is bad (see 'attnplan cache verify')\n", prefix, "miss",
+                 kernel.nearest->entry->key.substr(0, 12), kernel.nearest->entry->root.string());
+    } else {
+      const std::vector<std::string>& differences = kernel.nearest->differences;
+      fmt::print("{}{:<8} nearest entry {} in {} differs in {}:\n", prefix, "miss",
+                 kernel.nearest->entry->key.substr(0, 12), kernel.nearest->entry->root.string(),
+                 differences.size() == 1 ? "one input" : fmt::format("{} inputs", differences.size()));
+      for (const std::string& difference : differences) fmt::print("{:<41}  {}\n", "", difference);
+    }
+  }
+}
+
+// One kernel as JSON: full keys, and for a miss `nearest` (null when no entry of the kernel exists) with
+// the differing inputs; `differences` empty means the entry has this very key but failed its checks.
+nlohmann::ordered_json explained_json(const Explained& kernel) {
+  nlohmann::ordered_json json = {
+      {"name", kernel.planned->name}, {"key", kernel.planned->key}, {"cache", kernel.cache}};
+  if (kernel.root) {
+    json["directory"] = kernel.root->string();
+  } else if (kernel.nearest) {
+    json["nearest"] = {{"key", kernel.nearest->entry->key},
+                       {"directory", kernel.nearest->entry->root.string()},
+                       {"differences", kernel.nearest->differences}};
+  } else {
+    json["nearest"] = nullptr;
+  }
+  return json;
+}
+
 // Informational: always exit 0 once the config is read, whatever would miss.
 int explain(const Arguments& args, RuntimeOptions options) {
   if (args.positional().size() != 2) throw UsageError{"cache explain needs exactly one CONFIG"};
@@ -214,38 +265,44 @@ int explain(const Arguments& args, RuntimeOptions options) {
   std::vector<cache::EntryInfo> entries = runtime.cache().list_tiers();
   for (cache::EntryInfo& info : runtime.cache().list()) entries.push_back(std::move(info));
 
+  std::vector<Explained> kernels;
+  int misses = 0;
+  for (const PlannedKey& planned : keys) {
+    Explained& kernel = kernels.emplace_back();
+    kernel.planned = &planned;
+    kernel.root = runtime.cache().locate(planned.key);
+    if (kernel.root) {
+      const bool prebuilt = std::find(options.cache_path.begin(), options.cache_path.end(), *kernel.root) !=
+                            options.cache_path.end();
+      kernel.cache = prebuilt ? "prebuilt" : "hit";
+    } else {
+      ++misses;
+      kernel.cache = "miss";
+      kernel.nearest = nearest_entry(entries, planned);
+    }
+  }
+  const std::size_t found = keys.size() - std::size_t(misses);
+
+  if (args.flag("--json")) {
+    nlohmann::ordered_json tiers = nlohmann::ordered_json::array();
+    for (const std::filesystem::path& tier : options.cache_path) tiers.push_back(tier.string());
+    nlohmann::ordered_json json = {{"config", config.name},
+                                   {"arch", arch.name()},
+                                   {"cache_dir", options.cache_dir.string()},
+                                   {"tiers", std::move(tiers)},
+                                   {"kernels", nlohmann::ordered_json::array()},
+                                   {"found", found},
+                                   {"compiled", misses}};
+    for (const Explained& kernel : kernels) json["kernels"].push_back(explained_json(kernel));
+    fmt::print("{}\n", json.dump(2));
+    return kExitOk;
+  }
   fmt::print("plan    {}arch {}\n", config.name.empty() ? "" : config.name + ": ", arch.name());
   fmt::print("cache   {}\n", options.cache_dir.string());
   for (const std::filesystem::path& tier : options.cache_path)
     fmt::print("tier    {} (read-only)\n", tier.string());
-  fmt::print("\n{:<18} {:<12} {:<8} {}\n", "kernel", "key", "cache", "why");
-  int misses = 0;
-  for (const PlannedKey& planned : keys) {
-    const std::string prefix = fmt::format("{:<18} {:<12} ", planned.name, planned.key.substr(0, 12));
-    if (std::optional<std::filesystem::path> root = runtime.cache().locate(planned.key)) {
-      const bool prebuilt =
-          std::find(options.cache_path.begin(), options.cache_path.end(), *root) != options.cache_path.end();
-      fmt::print("{}{:<8} in {}\n", prefix, prebuilt ? "prebuilt" : "hit", root->string());
-      continue;
-    }
-    ++misses;
-    const std::optional<Nearest> nearest = nearest_entry(entries, planned);
-    if (!nearest) {
-      fmt::print("{}{:<8} no entry of this kernel in the cache\n", prefix, "miss");
-    } else if (nearest->differences.empty()) {
-      // Same inputs, so the same key: the entry is there but failed its checks.
-      fmt::print("{}{:<8} entry {} in {} is bad (see 'attnplan cache verify')\n", prefix, "miss",
-                 nearest->entry->key.substr(0, 12), nearest->entry->root.string());
-    } else {
-      fmt::print("{}{:<8} nearest entry {} in {} differs in {}:\n", prefix, "miss",
-                 nearest->entry->key.substr(0, 12), nearest->entry->root.string(),
-                 nearest->differences.size() == 1 ? "one input"
-                                                  : fmt::format("{} inputs", nearest->differences.size()));
-      for (const std::string& difference : nearest->differences) fmt::print("{:<41}  {}\n", "", difference);
-    }
-  }
-  fmt::print("\n{} kernels: {} would be found, {} would be compiled\n", keys.size(), keys.size() - misses,
-             misses);
+  print_explained_table(kernels);
+  fmt::print("\n{} kernels: {} would be found, {} would be compiled\n", keys.size(), found, misses);
   return kExitOk;
 }
 
@@ -270,7 +327,7 @@ Command cache_command() {
   command.name = "cache";
   command.synopsis =
       "cache path|list|show KEY [--ptx|--sass|--manifest]|verify|prune [--max-bytes N]|clear|explain CONFIG "
-      "[--arch A]";
+      "[--arch A] [--json]";
   command.description =
       "Inspects and maintains the cubin cache.\n"
       "  path     print the cache directory\n"
@@ -280,7 +337,7 @@ Command cache_command() {
       "  prune    remove least-recently-used entries until the cache fits --max-bytes\n"
       "  clear    remove every entry\n"
       "  explain  for each kernel of CONFIG's plan: would it hit (in which tier), and if not, which key\n"
-      "           input differs from the nearest entry of the same kernel";
+      "           input differs from the nearest entry of the same kernel (--json: one object)";
   command.options = {
       kCacheDirOption,
       {"--ptx", "", "show: the PTX (stored when compiled with --keep-ptx)"},
@@ -288,6 +345,7 @@ Command cache_command() {
       {"--manifest", "", "show: the manifest JSON"},
       {"--max-bytes", "N", "prune: the size to fit (default $ATTNPLAN_CACHE_MAX_BYTES or 2 GiB)"},
       {"--arch", "A", "explain: the arch to plan for (default: the config's target.arch, else auto)"},
+      {"--json", "", "explain: print {\"arch\", \"kernels\": [...], ...} on stdout instead of the table"},
       kCachePathOption};
   command.run = [](const Arguments& args) {
     if (args.positional().empty())

@@ -4,11 +4,10 @@
 
 #include "check/device_batch.hpp"
 #include "check/device_weights.hpp"
+#include "check/fp8_pool.hpp"
 #include "commands.hpp"
 #include "config/parse.hpp"
-#include "core/bf16.hpp"
 #include "core/error.hpp"
-#include "core/fp8.hpp"
 #include "driver/context.hpp"
 #include "driver/cuda_api.hpp"
 #include "driver/memory.hpp"
@@ -172,16 +171,12 @@ Command run_command() {
     const bool fp8 = config.kv_cache.dtype == config::KvCacheDtype::fp8_e4m3;
     const float k_scale = static_cast<float>(config.kv_cache.k_scale);
     const float v_scale = static_cast<float>(config.kv_cache.v_scale);
-    auto quantized = [](const std::vector<std::uint16_t>& pool, float scale) {
-      std::vector<std::uint8_t> codes(pool.size());
-      for (std::size_t i = 0; i < pool.size(); ++i)
-        codes[i] = core::quantize_kv_fp8(core::bf16_to_float(pool[i]), scale);
-      return codes;
-    };
-    driver::DeviceBuffer keys = fp8 ? driver::DeviceBuffer::from_host(quantized(key_pool, k_scale))
-                                    : driver::DeviceBuffer::from_host(key_pool);
-    driver::DeviceBuffer values = fp8 ? driver::DeviceBuffer::from_host(quantized(value_pool, v_scale))
-                                      : driver::DeviceBuffer::from_host(value_pool);
+    driver::DeviceBuffer keys =
+        fp8 ? driver::DeviceBuffer::from_host(check::quantize_kv_pool_fp8(key_pool, k_scale))
+            : driver::DeviceBuffer::from_host(key_pool);
+    driver::DeviceBuffer values =
+        fp8 ? driver::DeviceBuffer::from_host(check::quantize_kv_pool_fp8(value_pool, v_scale))
+            : driver::DeviceBuffer::from_host(value_pool);
     const check::DeviceBatch device_batch(reference::Batch{starts, context, tables, max_blocks}, spans,
                                           config.bidirectional_spans);
     driver::DeviceBuffer workspace(std::max<std::size_t>(plan.workspace_bytes(tokens), 256));

@@ -18,6 +18,9 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 OUT="${OUT:-$ROOT/sanitize-logs}"
 BUILD="${ATTNPLAN_BUILD_DIR:-$ROOT/build-gpu}"
 SANITIZER="${COMPUTE_SANITIZER:-compute-sanitizer}"
+# One kernel cache for every tool (and tools/gpu_suite.sh): test_gpu uses ATTNPLAN_CACHE_DIR when set,
+# so only the first run compiles.
+export ATTNPLAN_CACHE_DIR="${ATTNPLAN_CACHE_DIR:-$BUILD/cache}"
 mkdir -p "$OUT"
 
 declare -A FILTER=(

@@ -2,6 +2,7 @@
 
 #include "check/device_batch.hpp"
 #include "check/device_weights.hpp"
+#include "check/fp8_pool.hpp"
 
 #include <fmt/format.h>
 
@@ -245,15 +246,10 @@ Report run_case(const plan::PrefillPlan& plan, const LayerCase& layer, double to
   // An fp8 cache holds the codes of the prefix (as the fp8 store would have written them) and 0xFF, a
   // NaN code the store never writes from finite values, everywhere else.
   const std::optional<reference::KvFp8Scales>& fp8 = layer.fp8;
-  auto quantized = [](const Bits& pool, float scale) {
-    std::vector<std::uint8_t> codes(pool.size());
-    for (std::size_t i = 0; i < pool.size(); ++i)
-      codes[i] =
-          pool[i] == kPoisonBits ? kPoisonCode : core::quantize_kv_fp8(core::bf16_to_float(pool[i]), scale);
-    return codes;
-  };
-  const std::vector<std::uint8_t> key_codes = fp8 ? quantized(layer.key_cache, fp8->k_scale) : Codes{};
-  const std::vector<std::uint8_t> value_codes = fp8 ? quantized(layer.value_cache, fp8->v_scale) : Codes{};
+  // The pools' only NaNs are the poison (their data is random and finite).
+  const Codes key_codes = fp8 ? quantize_kv_pool_fp8(layer.key_cache, fp8->k_scale, kPoisonCode) : Codes{};
+  const Codes value_codes =
+      fp8 ? quantize_kv_pool_fp8(layer.value_cache, fp8->v_scale, kPoisonCode) : Codes{};
   driver::DeviceBuffer key_cache = fp8 ? driver::DeviceBuffer::from_host(key_codes) : upload(layer.key_cache);
   driver::DeviceBuffer value_cache =
       fp8 ? driver::DeviceBuffer::from_host(value_codes) : upload(layer.value_cache);

@@ -86,7 +86,7 @@ KeyInputs key_inputs(const KernelSource& source, const CompileOptions& options, 
 
   inputs.stub = source.render_stub();
   for (const std::string& name : templates.include_closure(source.header)) {
-    inputs.headers.emplace_back(name, core::sha256_hex(templates.headers().at(name)));
+    inputs.headers.emplace_back(name, templates.header_sha256(name));
   }
   return inputs;
 }

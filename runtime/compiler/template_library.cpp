@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "core/error.hpp"
+#include "core/sha256.hpp"
 
 namespace attnplan::compiler {
 
@@ -32,6 +33,11 @@ std::string read_file(const fs::path& path) {
 std::size_t skip_blanks(const std::string& line, std::size_t at) {
   while (at < line.size() && (line[at] == ' ' || line[at] == '\t')) ++at;
   return at;
+}
+
+Error not_in_library(const std::string& header, const std::string& origin) {
+  return Error(Stage::input,
+               fmt::format("template header {} is not in the template library ({})", header, origin));
 }
 
 }  // namespace
@@ -65,6 +71,8 @@ TemplateLibrary TemplateLibrary::from_headers(std::map<std::string, std::string>
   TemplateLibrary library;
   library.headers_ = std::move(headers);
   library.origin_ = std::move(origin);
+  for (const auto& [name, contents] : library.headers_)
+    library.sha256_.emplace(name, core::sha256_hex(contents));
   return library;
 }
 
@@ -89,11 +97,14 @@ TemplateLibrary TemplateLibrary::from_directory(const fs::path& root) {
   return from_headers(std::move(headers), root.string());
 }
 
+const std::string& TemplateLibrary::header_sha256(const std::string& header) const {
+  const auto found = sha256_.find(header);
+  if (found == sha256_.end()) throw not_in_library(header, origin_);
+  return found->second;
+}
+
 std::vector<std::string> TemplateLibrary::include_closure(const std::string& header) const {
-  if (!contains(header)) {
-    throw Error(Stage::input,
-                fmt::format("template header {} is not in the template library ({})", header, origin_));
-  }
+  if (!contains(header)) throw not_in_library(header, origin_);
   std::set<std::string> closure{header};
   std::vector<std::string> pending{header};
   while (!pending.empty()) {

@@ -36,10 +36,17 @@ class TemplateLibrary {
   // more specific, a missing one would make it stale. Throws Error(input) if `header` is not in the library.
   std::vector<std::string> include_closure(const std::string& header) const;
 
+  // SHA-256 (hex) of a header's contents, for the cache key. Hashed once when the library is built:
+  // every compile call keys every kernel, and a kernel's closure repeats the same few headers. The
+  // library is immutable afterwards, so concurrent callers (Runtime's threads) only read.
+  // Throws Error(input) if `header` is not in the library.
+  const std::string& header_sha256(const std::string& header) const;
+
   std::string origin() const { return origin_; }  // "embedded" or the directory
 
  private:
   std::map<std::string, std::string> headers_;
+  std::map<std::string, std::string> sha256_;  // include name -> SHA-256 hex of headers_[name]
   std::string origin_;
 };
 

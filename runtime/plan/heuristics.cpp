@@ -10,10 +10,6 @@ int round_up(int value, int multiple) {
 }
 }  // namespace
 
-int vector_width_for(int extent) {
-  return extent % 8 == 0 ? 8 : extent % 4 == 0 ? 4 : extent % 2 == 0 ? 2 : 1;
-}
-
 RmsNormTiling choose_rmsnorm_tiling(int hidden_size) {
   RmsNormTiling tiling;
   tiling.vector = vector_width_for(hidden_size);

@@ -2,7 +2,11 @@
 // They need no GPU and are unit-tested; every choice that changes generated code goes through here.
 #pragma once
 
+#include "attnplan/vector_width.h"  // vector_width_for: the rule the kernel traits use too
+
 namespace attnplan::plan {
+
+using attnplan::vector_width_for;  // plan::vector_width_for, as before it moved to the shared header
 
 // Input RMSNorm: one block per token row. Enough threads that each holds a few 16-byte vectors of
 // its row in registers (the row is read once), but never more than a row's worth of vectors.
@@ -20,8 +24,5 @@ struct KvStoreTiling {
   int tokens_per_block = 1;
 };
 KvStoreTiling choose_kv_store_tiling(int kv_heads, int head_dim, int value_head_dim);
-
-// The largest vector width in {8, 4, 2, 1} bf16 elements dividing `extent` (the kernels' rule too).
-int vector_width_for(int extent);
 
 }  // namespace attnplan::plan

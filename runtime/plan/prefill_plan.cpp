@@ -175,13 +175,9 @@ void PrefillPlan::execute(const ExecuteArgs& args, CUstream stream, const StageO
   bf16_bits* attention_out = at<bf16_bits>(args.workspace, layout.attention);
   const LayerWeightsView& w = args.weights;
 
-  // Params of every stage, filled and checked before anything is enqueued.
-  RmsNormParams norm{};
-  norm.input = static_cast<const bf16_bits*>(args.input);
-  norm.weight = static_cast<const bf16_bits*>(w.input_norm);
-  norm.output = normed;
-  norm.num_tokens = tokens;
-  norm.epsilon = static_cast<float>(config.input_norm.epsilon);
+  // Params of every stage, filled and checked before anything is enqueued (the input norm's and the KV
+  // store's need no check beyond the arguments': enqueue_* fills them).
+  const InputNormArgs norm{args.input, w.input_norm, normed, tokens};
 
   GemmParams projection{};
   projection.a = normed;
@@ -226,27 +222,13 @@ void PrefillPlan::execute(const ExecuteArgs& args, CUstream stream, const StageO
   post.epsilon = static_cast<float>(config.qkv_norm_epsilon());
   post.attention_factor = static_cast<float>(loaded_->rope_attention_factor);
 
-  KvStoreParams store{};
-  store.key = qkv + q_width;
-  store.value = qkv + q_width + k_width;
-  store.key_cache = static_cast<bf16_bits*>(args.cache.key_cache);
-  store.value_cache = static_cast<bf16_bits*>(args.cache.value_cache);
-  store.block_tables = batch.block_tables;
-  store.query_starts = batch.query_starts;
-  store.context_lens = batch.context_lens;
-  store.key_row_stride = layout.qkv_row_width;
-  store.value_row_stride = layout.qkv_row_width;
-  store.num_tokens = tokens;
-  store.num_seqs = batch.num_seqs;
-  store.max_blocks_per_seq = batch.max_blocks_per_seq;
-  store.num_blocks = args.cache.num_blocks;
-  store.k_scale = args.cache.k_scale;
-  store.v_scale = args.cache.v_scale;
+  const KvStoreArgs store{
+      qkv + q_width, qkv + q_width + k_width, layout.qkv_row_width, layout.qkv_row_width, args.cache, batch};
 
   AttentionParams attend{};
   attend.query = qkv;
-  attend.key_cache = store.key_cache;
-  attend.value_cache = store.value_cache;
+  attend.key_cache = static_cast<bf16_bits*>(args.cache.key_cache);
+  attend.value_cache = static_cast<bf16_bits*>(args.cache.value_cache);
   attend.output = attention_out;
   attend.query_starts = batch.query_starts;
   attend.context_lens = batch.context_lens;
@@ -294,10 +276,7 @@ void PrefillPlan::execute(const ExecuteArgs& args, CUstream stream, const StageO
   auto notify = [&](StageKind stage) {
     if (observer) observer(stage, layout);
   };
-  const RmsNormSpec& norm_spec = kernels.input_norm;
-  driver::launch(loaded.input_norm,
-                 driver::LaunchShape{{unsigned(tokens), 1, 1}, {unsigned(norm_spec.tiling.threads), 1, 1}, 0},
-                 stream, norm);
+  enqueue_input_norm(norm, stream);
   notify(StageKind::input_norm);
   launch_gemm(loaded.qkv_projection, kernels.qkv_projection, projection, stream, loaded.multiprocessors);
   notify(StageKind::qkv_projection);
@@ -308,12 +287,7 @@ void PrefillPlan::execute(const ExecuteArgs& args, CUstream stream, const StageO
                    stream, post);
     notify(StageKind::qkv_postprocess);
   }
-  driver::launch(
-      loaded.kv_store,
-      driver::LaunchShape{{unsigned(ceil_div(tokens, kernels.kv_store.tiling.tokens_per_block)), 1, 1},
-                          {unsigned(kernels.kv_store.tiling.threads), 1, 1},
-                          0},
-      stream, store);
+  enqueue_kv_store(store, stream);
   notify(StageKind::kv_store);
   driver::launch(loaded.attention,
                  kernels.attention.launch_shape(batch.num_seqs, batch.max_query_len, config.query_heads),
@@ -334,18 +308,21 @@ void PrefillPlan::launch_input_norm(const InputNormArgs& args, CUstream stream) 
   require_pointer(args.weight, "weight", alignment);
   require_pointer(args.output, "output", alignment);
 
+  loaded_->context.make_current();
+  enqueue_input_norm(args, stream);
+}
+
+void PrefillPlan::enqueue_input_norm(const InputNormArgs& args, CUstream stream) const {
   RmsNormParams params{};
   params.input = static_cast<const bf16_bits*>(args.input);
   params.weight = static_cast<const bf16_bits*>(args.weight);
   params.output = static_cast<bf16_bits*>(args.output);
   params.num_tokens = args.num_tokens;
-  params.epsilon = static_cast<float>(config.input_norm.epsilon);
-
-  loaded_->context.make_current();
-  driver::launch(
-      loaded_->input_norm,
-      driver::LaunchShape{{unsigned(args.num_tokens), 1, 1}, {unsigned(spec.tiling.threads), 1, 1}, 0},
-      stream, params);
+  params.epsilon = static_cast<float>(compiled_.config.input_norm.epsilon);
+  // One block per token row.
+  const unsigned threads = unsigned(compiled_.kernels_planned.input_norm.tiling.threads);
+  driver::launch(loaded_->input_norm,
+                 driver::LaunchShape{{unsigned(args.num_tokens), 1, 1}, {threads, 1, 1}, 0}, stream, params);
 }
 
 void PrefillPlan::launch_kv_store(const KvStoreArgs& args, CUstream stream) const {
@@ -384,6 +361,15 @@ void PrefillPlan::launch_kv_store(const KvStoreArgs& args, CUstream stream) cons
   require_pointer(args.cache.value_cache, "cache.value_cache", cache_element_bytes * value_vector);
   require_kv_scales(args.cache, spec.fp8_cache);
 
+  KvStoreArgs resolved = args;
+  resolved.key_row_stride = key_stride;
+  resolved.value_row_stride = value_stride;
+  loaded_->context.make_current();
+  enqueue_kv_store(resolved, stream);
+}
+
+void PrefillPlan::enqueue_kv_store(const KvStoreArgs& args, CUstream stream) const {
+  const BatchDescription& batch = args.batch;
   KvStoreParams params{};
   params.key = static_cast<const bf16_bits*>(args.key);
   params.value = static_cast<const bf16_bits*>(args.value);
@@ -392,20 +378,19 @@ void PrefillPlan::launch_kv_store(const KvStoreArgs& args, CUstream stream) cons
   params.block_tables = batch.block_tables;
   params.query_starts = batch.query_starts;
   params.context_lens = batch.context_lens;
-  params.key_row_stride = key_stride;
-  params.value_row_stride = value_stride;
+  params.key_row_stride = args.key_row_stride;
+  params.value_row_stride = args.value_row_stride;
   params.num_tokens = batch.num_tokens;
   params.num_seqs = batch.num_seqs;
   params.max_blocks_per_seq = batch.max_blocks_per_seq;
   params.num_blocks = args.cache.num_blocks;
   params.k_scale = args.cache.k_scale;
   params.v_scale = args.cache.v_scale;
-
-  const unsigned blocks = unsigned(ceil_div(batch.num_tokens, spec.tiling.tokens_per_block));
-  loaded_->context.make_current();
-  driver::launch(loaded_->kv_store,
-                 driver::LaunchShape{{blocks, 1, 1}, {unsigned(spec.tiling.threads), 1, 1}, 0}, stream,
-                 params);
+  // A block stores tokens_per_block whole token rows.
+  const auto& tiling = compiled_.kernels_planned.kv_store.tiling;
+  const unsigned blocks = unsigned(ceil_div(batch.num_tokens, tiling.tokens_per_block));
+  driver::launch(loaded_->kv_store, driver::LaunchShape{{blocks, 1, 1}, {unsigned(tiling.threads), 1, 1}, 0},
+                 stream, params);
 }
 
 }  // namespace attnplan::plan

@@ -127,6 +127,10 @@ class PrefillPlan {
   struct Loaded;
   PrefillPlan(CompiledPlan compiled, std::unique_ptr<Loaded> loaded);
   void check_weights(const LayerWeightsView& weights) const;
+  // Fill the stage's Params and launch it; execute() and the launch_* entry points share them. The
+  // arguments are already checked, the context is current, and `args` strides are resolved (non-zero).
+  void enqueue_input_norm(const InputNormArgs& args, CUstream stream) const;
+  void enqueue_kv_store(const KvStoreArgs& args, CUstream stream) const;
   CompiledPlan compiled_;
   std::unique_ptr<Loaded> loaded_;
 };

@@ -4,12 +4,21 @@
 #include <cuda_bf16.h>
 
 #include "attnplan/params.h"
+#include "attnplan/vector_width.h"  // vector_width_for, shared with the host heuristics
 
 namespace attnplan::kernels {
 
-// The largest vector width in {8, 4, 2, 1} bf16 elements that divides `extent`: 8 means 16-byte accesses.
-__host__ __device__ constexpr int vector_width_for(int extent) {
-  return extent % 8 == 0 ? 8 : extent % 4 == 0 ? 4 : extent % 2 == 0 ? 2 : 1;
+// The sequence that owns token `token`: the last s with query_starts[s] <= token (binary search).
+__device__ __forceinline__ int sequence_of_token(const int* query_starts, int num_seqs, int token) {
+  int low = 0, high = num_seqs - 1;
+  while (low < high) {
+    const int mid = (low + high + 1) / 2;
+    if (query_starts[mid] <= token)
+      low = mid;
+    else
+      high = mid - 1;
+  }
+  return low;
 }
 
 // N bf16 values moved as one aligned access of 2N bytes.

@@ -29,19 +29,6 @@ struct KvStoreTraits {
   static_assert(kThreads % 32 == 0 && kThreads <= 1024, "threads must be whole warps, at most 1024");
 };
 
-// The sequence that owns token `token`: the last s with query_starts[s] <= token (binary search).
-__device__ __forceinline__ int sequence_of_token(const int* query_starts, int num_seqs, int token) {
-  int low = 0, high = num_seqs - 1;
-  while (low < high) {
-    const int mid = (low + high + 1) / 2;
-    if (query_starts[mid] <= token)
-      low = mid;
-    else
-      high = mid - 1;
-  }
-  return low;
-}
-
 // Copies one token's [kv_heads, dim] row into the cache row at `slot`, `Vector` elements at a time.
 template <int kVector, int kVectors, int kDim, int kThreads>
 __device__ __forceinline__ void copy_row(const bf16_bits* source, bf16_bits* cache_row) {

@@ -10,7 +10,6 @@
 #pragma once
 
 #include "attnplan/common.cuh"
-#include "attnplan/kv_store.cuh"  // sequence_of_token
 #include "attnplan/qkv_postprocess_params.h"
 
 namespace attnplan::kernels {

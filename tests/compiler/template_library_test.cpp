@@ -2,6 +2,7 @@
 
 #include "compiler/template_library.hpp"
 #include "core/error.hpp"
+#include "core/sha256.hpp"
 #include "support/catch.hpp"
 #include "support/temp_dir.hpp"
 
@@ -35,10 +36,17 @@ TEST_CASE("the embedded library holds every template header", "[template_library
 
 TEST_CASE("include closures follow project headers only", "[template_library]") {
   const TemplateLibrary library = TemplateLibrary::embedded();
-  CHECK(library.include_closure("attnplan/rmsnorm.cuh") ==
-        Strings{"attnplan/common.cuh", "attnplan/params.h", "attnplan/rmsnorm.cuh"});
+  CHECK(library.include_closure("attnplan/rmsnorm.cuh") == Strings{"attnplan/common.cuh", "attnplan/params.h",
+                                                                   "attnplan/rmsnorm.cuh",
+                                                                   "attnplan/vector_width.h"});
   CHECK(library.include_closure("attnplan/kv_store.cuh") ==
-        Strings{"attnplan/common.cuh", "attnplan/fp8_kv.cuh", "attnplan/kv_store.cuh", "attnplan/params.h"});
+        Strings{"attnplan/common.cuh", "attnplan/fp8_kv.cuh", "attnplan/kv_store.cuh", "attnplan/params.h",
+                "attnplan/vector_width.h"});
+  // The postprocess kernel shares only common.cuh with the KV store: editing the store (or its fp8
+  // helpers) must not change the postprocess key.
+  CHECK(library.include_closure("attnplan/qkv_postprocess.cuh") ==
+        Strings{"attnplan/common.cuh", "attnplan/params.h", "attnplan/qkv_postprocess.cuh",
+                "attnplan/qkv_postprocess_params.h", "attnplan/vector_width.h"});
   CHECK(library.include_closure("attnplan/params.h") == Strings{"attnplan/params.h"});
 }
 
@@ -113,5 +121,21 @@ TEST_CASE("the closure of a header outside the library is an input error", "[tem
   } catch (const Error& error) {
     CHECK(error.stage() == Stage::input);
     CHECK(error.message().find("attnplan/missing.cuh") != std::string::npos);
+  }
+}
+
+TEST_CASE("header hashes are the SHA-256 of each header's contents, computed once", "[template_library]") {
+  const TemplateLibrary library =
+      TemplateLibrary::from_headers({{"a.h", "int a;"}, {"b.cuh", "#include \"a.h\"\n"}}, "memory");
+  CHECK(library.header_sha256("a.h") == attnplan::core::sha256_hex("int a;"));
+  CHECK(library.header_sha256("b.cuh") == attnplan::core::sha256_hex("#include \"a.h\"\n"));
+  // The same string each call: the hash is stored, not recomputed.
+  CHECK(&library.header_sha256("a.h") == &library.header_sha256("a.h"));
+  try {
+    library.header_sha256("missing.h");
+    FAIL("expected Error(input)");
+  } catch (const Error& error) {
+    CHECK(error.stage() == Stage::input);
+    CHECK(std::string(error.what()).find("missing.h") != std::string::npos);
   }
 }

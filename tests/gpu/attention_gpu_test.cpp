@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "check/fp8_pool.hpp"
 #include "compiler/parallel.hpp"
 #include "config/parse.hpp"
 #include "core/bf16.hpp"
@@ -221,15 +222,8 @@ Problem make_problem(const Case& c, std::mt19937_64& rng) {
   }
   if (c.fp8) {  // what the fp8 KV store would have written from those bf16 rows
     p.fp8 = c.fp8;
-    auto quantize = [](const std::vector<std::uint16_t>& pool, float scale) {
-      std::vector<std::uint8_t> codes(pool.size());
-      for (std::size_t i = 0; i < pool.size(); ++i)
-        codes[i] = pool[i] == kNanBits ? std::uint8_t{0x7F}
-                                       : core::quantize_kv_fp8(core::bf16_to_float(pool[i]), scale);
-      return codes;
-    };
-    p.key_codes = quantize(p.key_cache, c.fp8->k_scale);
-    p.value_codes = quantize(p.value_cache, c.fp8->v_scale);
+    p.key_codes = check::quantize_kv_pool_fp8(p.key_cache, c.fp8->k_scale);  // kNanBits slots: 0x7F (NaN)
+    p.value_codes = check::quantize_kv_pool_fp8(p.value_cache, c.fp8->v_scale);
     p.key_cache.clear();
     p.value_cache.clear();
   }

@@ -1,6 +1,7 @@
 #include "gpu_support.hpp"
 
 #include <cstdio>
+#include <cstdlib>
 
 #include "config/parse.hpp"
 #include "core/bf16.hpp"
@@ -18,9 +19,13 @@ bool attnplan_tests_device_available() {
 namespace attnplan::gpu_testing {
 
 namespace {
-RuntimeOptions options_for(const std::filesystem::path& cache_dir) {
+// ATTNPLAN_CACHE_DIR set: the tests use that cache (from_environment read it), so repeated runs and the
+// compute-sanitizer tools (tools/gpu_suite.sh, tools/sanitize.sh) compile each kernel once. Unset: a
+// private temporary cache, so a run never reads stale entries from, or fills, the user's own cache.
+RuntimeOptions options_for(const std::filesystem::path& private_cache_dir) {
   RuntimeOptions options = RuntimeOptions::from_environment();
-  options.cache_dir = cache_dir;
+  const char* shared_cache_dir = std::getenv("ATTNPLAN_CACHE_DIR");
+  if (shared_cache_dir == nullptr || *shared_cache_dir == '\0') options.cache_dir = private_cache_dir;
   return options;
 }
 }  // namespace

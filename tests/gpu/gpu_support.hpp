@@ -1,4 +1,5 @@
-// Shared pieces of the GPU tests: one Runtime over a private cache, the device's primary context, random
+// Shared pieces of the GPU tests: one Runtime over a private cache ($ATTNPLAN_CACHE_DIR instead when set,
+// so that repeated runs compile nothing), the device's primary context, random
 // bf16 data, and poison patterns. Every GPU result is compared with the CPU reference.
 #pragma once
 
@@ -25,7 +26,7 @@ inline constexpr std::uint8_t kPoisonByte = 0xFF;
 inline constexpr std::uint16_t kPoisonBits = 0xFFFF;
 
 struct Gpu {
-  testing::TempDir cache_dir{"attnplan-gpu-cache"};
+  testing::TempDir cache_dir{"attnplan-gpu-cache"};  // used unless ATTNPLAN_CACHE_DIR is set
   Runtime runtime;
   driver::Context context;
 

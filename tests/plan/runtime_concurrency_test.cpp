@@ -1,5 +1,7 @@
 // One Runtime compiling overlapping plans from 8 threads into an empty cache (no GPU): every thread
-// succeeds, each kernel is built once, and every cubin is byte-identical to a serial compile.
+// succeeds, each kernel is built once, and every cubin is byte-identical to a serial compile. And keying
+// a plan (no NVRTC run) from several threads, which reads the template library's stored header hashes.
+#include <chrono>
 #include <filesystem>
 #include <map>
 #include <string>
@@ -7,6 +9,7 @@
 #include <vector>
 
 #include "config/parse.hpp"
+#include "core/sha256.hpp"
 #include "plan/runtime.hpp"
 #include "support/catch.hpp"
 #include "support/temp_dir.hpp"
@@ -23,6 +26,16 @@ RuntimeOptions options_for(const std::filesystem::path& cache_dir) {
   options.arch = config::parse_arch("sm_90a");
   options.compile_workers = 2;  // 8 threads x 2 workers is plenty of NVRTC at once on a small machine
   return options;
+}
+
+config::AttentionConfig llama() {
+  return config::load_file(std::filesystem::path(ATTNPLAN_SOURCE_DIR) / "plans" / "llama-3.1-8b.json");
+}
+
+std::vector<std::string> keys_of(const std::vector<PlannedKey>& planned) {
+  std::vector<std::string> keys;
+  for (const PlannedKey& kernel : planned) keys.push_back(kernel.key);
+  return keys;
 }
 
 }  // namespace
@@ -87,4 +100,51 @@ TEST_CASE("8 threads compiling overlapping plans through one Runtime agree with 
       reference[kernel.key] = kernel.entry->cubin;
   }
   CHECK(concurrent == reference);
+}
+
+TEST_CASE("plan keys from several threads equal a serial call, headers hashed as stored",
+          "[plan][runtime][keys]") {
+  testing::TempDir dir;
+  Runtime runtime(options_for(dir.path()), quiet);
+  const config::AttentionConfig config = llama();
+  const std::vector<PlannedKey> serial = runtime.plan_keys(config);
+  REQUIRE_FALSE(serial.empty());
+  for (const PlannedKey& kernel : serial) {
+    for (const auto& [name, sha256] : kernel.inputs.headers) {
+      INFO(kernel.name << " " << name);
+      CHECK(sha256 == core::sha256_hex(runtime.compiler().templates().headers().at(name)));
+    }
+  }
+
+  constexpr int kThreads = 4;
+  std::vector<std::vector<std::string>> concurrent(kThreads);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t)
+    threads.emplace_back([&, t] { concurrent[t] = keys_of(runtime.plan_keys(config)); });
+  for (std::thread& thread : threads) thread.join();
+  for (int t = 0; t < kThreads; ++t) CHECK(concurrent[t] == keys_of(serial));
+}
+
+// A measurement, not a check (hidden): the warm keying cost of one plan, and what hashing every
+// closure header again per call (the cost before the memo) adds to it.
+TEST_CASE("warm plan_keys timing", "[.][plan][runtime][timing]") {
+  testing::TempDir dir;
+  Runtime runtime(options_for(dir.path()), quiet);
+  const config::AttentionConfig config = llama();
+  runtime.plan_keys(config);  // locates the toolkit, hashes the library once
+  constexpr int kCalls = 200;
+  using Clock = std::chrono::steady_clock;
+  std::size_t hashed = 0;
+  auto start = Clock::now();
+  for (int call = 0; call < kCalls; ++call) hashed += runtime.plan_keys(config).size();
+  const double memo_us = std::chrono::duration<double, std::micro>(Clock::now() - start).count() / kCalls;
+  start = Clock::now();
+  for (int call = 0; call < kCalls; ++call) {
+    for (const PlannedKey& kernel : runtime.plan_keys(config))
+      for (const auto& header : kernel.inputs.headers)
+        hashed += core::sha256_hex(runtime.compiler().templates().headers().at(header.first)).size();
+  }
+  const double rehash_us = std::chrono::duration<double, std::micro>(Clock::now() - start).count() / kCalls;
+  WARN("plan_keys (memoized): " << memo_us << " us/call; with every closure header re-hashed: " << rehash_us
+                                << " us/call (" << hashed << ")");
 }

@@ -2,6 +2,7 @@
 // ATTNPLAN_CACHE_PATH with ATTNPLAN_JIT=off: real processes, temporary caches, no GPU.
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -91,6 +92,46 @@ TEST_CASE("cache explain: no entry, then hits, then the differing input of anoth
   // The nearest entry is the sm_80 build; the two projections are another kernel (wgmma) on sm_90a.
   CHECK(count_of(other.out, "arch: sm_80 -> sm_90a") == 4);
   CHECK(count_of(other.out, "no entry of this kernel in the cache") == 2);
+
+  // --json says the same per kernel, with full keys.
+  const std::vector<std::string> json_at_80 = {"cache", "explain", llama, "--arch", "sm_80", "--json"};
+  const Outcome hit_json = run_cli(scratch.path(), env, json_at_80);
+  REQUIRE(hit_json.exit_code == 0);
+  const nlohmann::json hits = nlohmann::json::parse(hit_json.out);
+  CHECK(hits["arch"] == "sm_80");
+  CHECK(hits["cache_dir"] == (scratch / "cache").string());
+  CHECK(hits["tiers"].empty());
+  CHECK(hits["found"] == 6);
+  CHECK(hits["compiled"] == 0);
+  REQUIRE(hits["kernels"].size() == 6);
+  for (const auto& kernel : hits["kernels"]) {
+    CHECK(kernel["cache"] == "hit");
+    CHECK(kernel["key"].get<std::string>().size() == 64);
+    CHECK(has(hit.out, kernel["key"].get<std::string>().substr(0, 12)));  // the table's key column
+    CHECK(kernel["directory"].is_string());
+    CHECK_FALSE(kernel.contains("nearest"));
+  }
+  const Outcome other_json =
+      run_cli(scratch.path(), env, {"cache", "explain", llama, "--arch", "sm_90a", "--json"});
+  REQUIRE(other_json.exit_code == 0);
+  const nlohmann::json misses = nlohmann::json::parse(other_json.out);
+  CHECK(misses["found"] == 0);
+  CHECK(misses["compiled"] == 6);
+  int nearest_at_80 = 0, without_entry = 0;
+  for (const auto& kernel : misses["kernels"]) {
+    CHECK(kernel["cache"] == "miss");
+    CHECK_FALSE(kernel.contains("directory"));
+    if (kernel["nearest"].is_null()) {
+      ++without_entry;
+    } else {
+      const auto& differences = kernel["nearest"]["differences"];
+      if (std::find(differences.begin(), differences.end(), "arch: sm_80 -> sm_90a") != differences.end())
+        ++nearest_at_80;
+      CHECK(kernel["nearest"]["key"].get<std::string>().size() == 64);
+    }
+  }
+  CHECK(nearest_at_80 == 4);
+  CHECK(without_entry == 2);
 
   CHECK(run_cli(scratch.path(), env, {"cache", "explain"}).exit_code == 1);
   CHECK(run_cli(scratch.path(), env, {"cache", "explain", plan_file("no-such.json")}).exit_code == 1);
