@@ -6,13 +6,16 @@
                                                        --json) and DIR/peers.json; prints the markdown table
                                                        and writes DIR/bench.md and DIR/bench.json
 
-Row kinds: attention (the plan's attention stage vs SDPA cuDNN and flash), projection (the plan's q/k/v or o
-GEMM vs torch.matmul bf16, with torch._scaled_mm fp8 shown beside), layer (the whole plan, eager and CUDA
-graph, vs the layer composed in PyTorch eager). Standard library only.
+Row kinds: attention (the plan's attention stage vs SDPA cuDNN and flash), window (a 4k sliding window over
+32k tokens vs the same config without the window: ours only), projection (the plan's q/k/v or o GEMM vs
+torch.matmul bf16, with torch._scaled_mm fp8 shown beside; also the fp8 and 4-bit plans' projections), layer
+(the whole plan, eager and CUDA graph, vs the layer composed in PyTorch eager on the same weights, which must
+agree with `attnplan run`). Standard library only: bench_peers.py imports the pure rules from here.
 """
 
 import argparse
 import json
+import math
 import os
 import re
 import sys
@@ -24,6 +27,18 @@ MAX_TOKENS = 16384
 CONTIGUOUS_BLOCK = 1024
 PROJECTION_MODELS = {"Llama-3.1-8B": "llama-3.1-8b.json", "Qwen3-32B": "qwen3-32b.json",
                      "gpt-oss-20b": "gpt-oss-20b-full.json"}
+# The quantized plans' projections (issue 6), at 512 and 8k tokens, each against cuBLAS bf16 on its shape and
+# the fp8 ones against torch._scaled_mm too. A plan whose format has no kernel yet is refused at planning:
+# its rows carry the refusal as their note (REFUSAL), not a failure.
+QUANTIZED_MODELS = {"Qwen3-8B-fp8-block": "qwen3-8b-fp8-block.json", "Llama-3.1-8B-nvfp4": "llama-3.1-8b-nvfp4.json",
+                    "gpt-oss-20b-mxfp4": "gpt-oss-20b-mxfp4.json", "Llama-3.1-8B-awq": "llama-3.1-8b-awq.json",
+                    "Llama-3.1-8B-gptq": "llama-3.1-8b-gptq.json", "Llama-3.1-8B-mlx-4bit": "llama-3.1-8b-mlx-4bit.json"}
+QUANTIZED_TOKENS = (512, 8192)
+REFUSAL = "not supported by the kernels yet"  # runtime/plan/kernel_plan.cpp's words for a format without kernel
+# The window rows (issue 5: "a 4k window over 32k tokens costs about window/sequence of full causal").
+WINDOW, WINDOW_TOKENS = 4096, 32768
+# The whole-layer row's eager peer must agree with `attnplan run` on the same weights and input.
+AGREEMENT_LIMIT = 1e-2
 
 
 def varlen_split(tokens, seqs):
@@ -41,13 +56,17 @@ def varlen_split(tokens, seqs):
     return lengths
 
 
-def attention_config(directory, head_dim):
+def attention_config(directory, head_dim, max_tokens=MAX_TOKENS, window=None):
     """GQA 32/8 at head_dim; a small hidden size keeps the host's random data quick (only attention counts)."""
-    path = os.path.join(directory, f"attention-d{head_dim}.json")
-    config = {"schema": "attnplan/v1", "name": f"bench GQA 32/8 D{head_dim}", "hidden_size": 2048,
+    suffix = "" if max_tokens == MAX_TOKENS else f"-{max_tokens // 1024}k"
+    suffix += f"-w{window}" if window else ""
+    path = os.path.join(directory, f"attention-d{head_dim}{suffix}.json")
+    config = {"schema": "attnplan/v1", "name": f"bench GQA 32/8 D{head_dim}{suffix}", "hidden_size": 2048,
               "query_heads": 32, "kv_heads": 8, "head_dim": head_dim, "input_norm": {"epsilon": 1e-5},
-              "rotary": {"theta": 10000}, "projection": {"format": "bf16"}, "max_tokens": MAX_TOKENS,
+              "rotary": {"theta": 10000}, "projection": {"format": "bf16"}, "max_tokens": max_tokens,
               "target": {"arch": "auto"}}
+    if window:
+        config["sliding_window"] = window
     with open(path, "w") as f:
         json.dump(config, f, indent=1)
     return path, config
@@ -61,6 +80,57 @@ def model_config(directory, plan):
     with open(path, "w") as f:
         json.dump(config, f, indent=1)
     return path, config
+
+
+def rope_inv_freq(config):
+    """The rotary inverse frequencies of a config, with llama3 scaling when it asks (HF's
+    _compute_llama3_parameters rule, written from its formula): the eager layer must compute the function the
+    plan computes. Other scalings, partial rotary or pairing other than rotate-half are refused (ValueError)."""
+    d = config.get("head_dim", config["hidden_size"] // config["query_heads"])
+    rotary = config.get("rotary", {})
+    if rotary.get("dim", d) != d or rotary.get("pairing_dim", d) != d:
+        raise ValueError("eager layer: only full rotate-half RoPE (rotary.dim == pairing_dim == head_dim)")
+    theta = rotary.get("theta", 10000.0)
+    inv_freq = [1.0 / theta ** (i / d) for i in range(0, d, 2)]
+    scaling = rotary.get("scaling")
+    if not scaling:
+        return inv_freq
+    if scaling.get("type") != "llama3":
+        raise ValueError(f"eager layer: rotary.scaling.type {scaling.get('type')} not implemented")
+    factor, low, high = scaling["factor"], scaling["low_freq_factor"], scaling["high_freq_factor"]
+    original = scaling["original_max_position"]
+    scaled = []
+    for f in inv_freq:
+        wavelength = 2 * math.pi / f
+        if wavelength < original / high:  # high frequency: unchanged
+            scaled.append(f)
+        elif wavelength > original / low:  # low frequency: divided by the factor
+            scaled.append(f / factor)
+        else:  # in between: interpolated
+            smooth = (original / wavelength - low) / (high - low)
+            scaled.append((1 - smooth) * f / factor + smooth * f)
+    return scaled
+
+
+def projection_rows(model, path, config, tokens):
+    """The q/k/v and o rows of one plan at `tokens` (one `attnplan bench` run serves both)."""
+    hq, hkv = config["query_heads"], config.get("kv_heads", config["query_heads"])
+    d = config.get("head_dim", config["hidden_size"] // hq)
+    dv = config.get("value_head_dim", d)
+    projection = config.get("projection", {})
+    fmt_name = projection.get("format", "bf16")
+    base = {"kind": "projection", "config": path, "tokens": tokens, "seqs": 1, "mask": "causal",
+            "block_size": config.get("kv_cache", {}).get("block_size", 16), "model": model,
+            "chunk_lens": [tokens], "format": fmt_name}
+    if fmt_name == "fp8":
+        base["format"] = f"fp8 {projection.get('scale_granularity', 'tensor')}, {projection.get('activation', 'bf16')} act"
+    elif fmt_name != "bf16":
+        base["format"] = " ".join(str(projection[key]) for key in ("format", "scheme", "bits", "group_size")
+                                  if key in projection)
+    return [dict(base, id=f"proj-{model}-qkv-{tokens}", stage="qkv_projection", m=tokens,
+                 n=hq * d + hkv * d + hkv * dv, k=config["hidden_size"]),
+            dict(base, id=f"proj-{model}-o-{tokens}", stage="output_projection", m=tokens,
+                 n=config["hidden_size"], k=hq * dv, shared_run=f"proj-{model}-qkv-{tokens}")]
 
 
 def make_rows(directory, full, only):
@@ -93,29 +163,38 @@ def make_rows(directory, full, only):
         attention(128, "causal", 16384, 4, 64)
         attention(64, "bidirectional", 4096, 4, 64)
 
+    # Window rows (both full and subset): the same GQA 32/8 D128 config with and without a 4k window at 32k.
+    for window in (WINDOW, None):
+        path, _ = attention_config(directory, 128, WINDOW_TOKENS, window)
+        rows.append({"id": f"win-d128-{'w4k' if window else 'full'}-32k", "kind": "window", "config": path,
+                     "tokens": WINDOW_TOKENS, "seqs": 1, "block_size": 64, "mask": "causal", "prefix": 0,
+                     "window": window or 0, "head_dim": 128, "chunk_lens": [WINDOW_TOKENS],
+                     "versus": None if not window else "win-d128-full-32k"})
+
     token_counts = (512, 2048, 8192, 16384)
     for model, plan in PROJECTION_MODELS.items():
         path, config = model_config(directory, plan)
-        hq, hkv = config["query_heads"], config.get("kv_heads", config["query_heads"])
-        d = config.get("head_dim", config["hidden_size"] // hq)
-        dv = config.get("value_head_dim", d)
         for tokens in token_counts:
             if not full and tokens not in (512, 8192) and not (model == "Llama-3.1-8B"):
                 continue
-            base = {"kind": "projection", "config": path, "tokens": tokens, "seqs": 1, "mask": "causal",
-                    "block_size": config.get("kv_cache", {}).get("block_size", 16), "model": model,
-                    "chunk_lens": [tokens]}
-            rows.append(dict(base, id=f"proj-{model}-qkv-{tokens}", stage="qkv_projection", m=tokens,
-                             n=hq * d + hkv * d + hkv * dv, k=config["hidden_size"]))
-            rows.append(dict(base, id=f"proj-{model}-o-{tokens}", stage="output_projection", m=tokens,
-                             n=config["hidden_size"], k=hq * dv, shared_run=f"proj-{model}-qkv-{tokens}"))
+            rows.extend(projection_rows(model, path, config, tokens))
+
+    for model, plan in QUANTIZED_MODELS.items():
+        path, config = model_config(directory, plan)
+        for tokens in QUANTIZED_TOKENS:
+            rows.extend(projection_rows(model, path, config, tokens))
 
     path, config = model_config(directory, "llama-3.1-8b.json")
     rows.append({"id": "layer-Llama-3.1-8B-8k", "kind": "layer", "config": path, "tokens": 8192, "seqs": 1,
                  "mask": "causal", "block_size": config.get("kv_cache", {}).get("block_size", 16), "chunk_lens": [8192],
                  "layer_config": config, "shared_run": "proj-Llama-3.1-8B-qkv-8192"})
     if only:
+        every = rows
         rows = [row for row in rows if re.search(only, row["id"])]
+        kept = {row["id"] for row in rows}
+        # A window row needs its full-causal baseline: it comes back too.
+        rows += [row for row in every if row["id"] not in kept and row["id"] in
+                 {kept_row.get("versus") for kept_row in rows}]
         kept = {row["id"] for row in rows}
         # A row whose run belongs to a row left out gets that run back (it is one `attnplan bench` call).
         for row in rows:
@@ -136,7 +215,53 @@ def fmt(value, digits=1):
     return "" if value is None else f"{value:.{digits}f}"
 
 
+def load_ours(directory, run_id):
+    """(attnplan bench's JSON or None, note). A run refused at planning (its format has no kernel yet) is not a
+    failure: the note quotes the refusal."""
+    ours_path = os.path.join(directory, "ours", run_id + ".json")
+    if os.path.exists(ours_path):
+        try:
+            with open(ours_path) as f:
+                return json.load(f), ""
+        except ValueError:
+            return None, "attnplan bench output unreadable"
+    log_path = os.path.join(directory, "ours", run_id + ".log")
+    lines = []
+    if os.path.exists(log_path):
+        with open(log_path, errors="replace") as f:
+            lines = [line.strip() for line in f if line.strip()]
+    refusal = [line for line in lines if REFUSAL in line]
+    if refusal:
+        return None, "refused at planning: " + refusal[0].replace("|", "/")
+    return None, "attnplan bench failed" + (f": {lines[-1]}".replace("|", "/") if lines else " (see its log)")
+
+
+def stage_of(ours, name):
+    return {r["stage"]: r for r in ours["rows"]}.get(name) if ours else None
+
+
+def agreement_note(peer):
+    """The layer row's check that the eager layer and `attnplan run` agree: (note, ok)."""
+    agreement = peer.get("agreement")
+    if not agreement:
+        return "agreement with attnplan run NOT checked" + (f": {peer['agreement_error']}" if peer.get("agreement_error")
+                                                            else ""), False
+    error = agreement["rel_l2"]
+    ok = error <= AGREEMENT_LIMIT
+    return (f"attnplan run vs eager fp32 on the same weights: rel L2 {error:.1e} (eager bf16: "
+            f"{agreement['bf16_rel_l2']:.1e}; limit {AGREEMENT_LIMIT:.0e}){'' if ok else ' DISAGREES'}"), ok
+
+
+def window_note(window_ms, full_ms, window_flops, full_flops, window, tokens):
+    """Issue 5's window target: window/full time beside the allowed-pair ratio (what an ideal kernel pays)."""
+    time = f"{window_ms / full_ms:.3f}" if window_ms and full_ms else "?"
+    pairs = f"{window_flops / full_flops:.3f}" if window_flops and full_flops else "?"
+    return (f"window/full time {time} vs allowed pairs window/full {pairs} (window/sequence "
+            f"{window / tokens:.3f}); no SDPA peer: SDPA takes no sliding window (a dense mask is not a peer)")
+
+
 def table(directory, header_path):
+    """Prints and writes the table; returns 1 when the layer row's eager peer disagrees with attnplan."""
     with open(os.path.join(directory, "rows.json")) as f:
         rows = json.load(f)
     peers_path = os.path.join(directory, "peers.json")
@@ -147,46 +272,66 @@ def table(directory, header_path):
     lines = ["| row | shape | ours ms | ours TFLOP/s | peer | peer ms | peer TFLOP/s | ours/peer | note |",
              "| --- | --- | ---: | ---: | --- | ---: | ---: | ---: | --- |"]
     merged = []
+    status = 0
     for row in rows:
-        run_id = row.get("shared_run", row.get("run_id", row["id"]))
-        ours_path = os.path.join(directory, "ours", run_id + ".json")
-        ours = None
-        note = ""
-        if os.path.exists(ours_path):
-            try:
-                with open(ours_path) as f:
-                    ours = json.load(f)
-            except ValueError:
-                note = "attnplan bench output unreadable"
-        else:
-            note = "attnplan bench failed (see its log)"
+        ours, note = load_ours(directory, row.get("shared_run", row.get("run_id", row["id"])))
         if ours and ours.get("chunk_lens") != row["chunk_lens"]:
             note = f"chunk_lens differ: ours {ours.get('chunk_lens')} vs {row['chunk_lens']}"
-        stages = {r["stage"]: r for r in ours["rows"]} if ours else {}
+        row_peers = dict(peers.get(row["id"], {}))
+        notes = {}
         if row["kind"] == "attention":
-            mine = {"": stages.get("attention")}
+            mine = {"": stage_of(ours, "attention")}
             shape = f"D{row['head_dim']} {row['mask']} {row['tokens']} tok x{row['seqs']} seq, block {row['block_size']}"
             wanted = ["cudnn", "flash"]
+        elif row["kind"] == "window":
+            mine = {"": stage_of(ours, "attention")}
+            shape = (f"D{row['head_dim']} causal, window {row['window']}, {row['tokens']} tok, block {row['block_size']}"
+                     if row["window"] else f"D{row['head_dim']} causal, {row['tokens']} tok, block {row['block_size']}")
+            if row.get("versus"):
+                full, full_note = load_ours(directory, row["versus"])
+                full_stage, window_stage = stage_of(full, "attention"), mine[""]
+                name = "ours, no window"
+                row_peers[name] = dict(full_stage or {"error": full_note}, note=window_note(
+                    window_stage and window_stage["median_ms"], full_stage and full_stage["median_ms"],
+                    window_stage and window_stage["flops"], full_stage and full_stage["flops"], row["window"],
+                    row["tokens"]))
+                wanted = [name]
+            else:
+                wanted = ["none"]
+                row_peers["none"] = {"note": "baseline of the window row (ours only)"}
         elif row["kind"] == "projection":
-            mine = {"": stages.get(row["stage"])}
-            shape = f"{row['model']} {row['stage'].split('_')[0]} {row['m']}x{row['n']}x{row['k']}"
-            wanted = ["cublas_bf16", "scaled_mm_fp8"]
+            mine = {"": stage_of(ours, row["stage"])}
+            form = row.get("format", "bf16")
+            shape = (f"{row['model']}{'' if form == 'bf16' else f' ({form})'} {row['stage'].split('_')[0]} "
+                     f"{row['m']}x{row['n']}x{row['k']}")
+            if form.startswith("fp8"):
+                wanted = ["scaled_mm_fp8", "cublas_bf16"]
+                notes["scaled_mm_fp8"] = "target >= 1.0x (block-scaled: within 10%)"
+            elif form != "bf16":
+                wanted = ["cublas_bf16"]
+                notes["cublas_bf16"] = "target >= 1.0x at >= 2k tok, > 1 at 512 (weight bytes saved)"
+            else:
+                wanted = ["cublas_bf16", "scaled_mm_fp8"]
         else:
-            mine = {"": stages.get("layer"), " (graph)": stages.get("layer_graph")}
+            mine = {"": stage_of(ours, "layer"), " (graph)": stage_of(ours, "layer_graph")}
             shape = f"Llama-3.1-8B layer, {row['tokens']} tok"
             wanted = ["eager"]
+            agreement, ok = agreement_note(row_peers.get("eager", {}))
+            notes["eager"] = agreement
+            status |= 0 if ok else 1
         for suffix, stage in mine.items():
             for peer_name in wanted:
-                peer = peers.get(row["id"], {}).get(peer_name, {})
+                peer = row_peers.get(peer_name, {})
                 ours_ms = stage["median_ms"] if stage else None
                 peer_ms = peer.get("median_ms")
                 ratio = peer_ms / ours_ms if ours_ms and peer_ms else None
                 peer_note = peer.get("error", peer.get("note", "")) if peer else "no peer run"
+                text = "; ".join(x for x in (note, peer_note, notes.get(peer_name, "")) if x)
                 lines.append(f"| {row['id']}{suffix} | {shape} | {fmt(ours_ms, 3)} | "
                              f"{fmt(stage.get('tflops') if stage else None)} | {peer_name} | {fmt(peer_ms, 3)} | "
-                             f"{fmt(peer.get('tflops'))} | {fmt(ratio, 2)} | {'; '.join(x for x in (note, peer_note) if x)} |")
+                             f"{fmt(peer.get('tflops'))} | {fmt(ratio, 2)} | {text} |")
                 merged.append({"id": row["id"] + suffix, "kind": row["kind"], "shape": shape, "ours": stage,
-                               "peer": peer_name, "peer_result": peer, "ours_over_peer": ratio})
+                               "peer": peer_name, "peer_result": peer, "ours_over_peer": ratio, "note": text})
     with open(header_path) as f:
         header = f.read().rstrip("\n")
     text = header + "\n\nours/peer = peer ms / ours ms (> 1: ours is faster).\n\n" + "\n".join(lines) + "\n"
@@ -195,6 +340,7 @@ def table(directory, header_path):
     with open(os.path.join(directory, "bench.json"), "w") as f:
         json.dump({"header": header, "rows": merged}, f, indent=1)
     print(text)
+    return status
 
 
 def main():
@@ -210,9 +356,8 @@ def main():
     args = parser.parse_args()
     if args.command == "rows":
         make_rows(args.directory, args.full, args.only)
-    else:
-        table(args.directory, args.header)
-    return 0
+        return 0
+    return table(args.directory, args.header)
 
 
 if __name__ == "__main__":

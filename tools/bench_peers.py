@@ -4,9 +4,10 @@ torch.matmul (cuBLAS, bf16) and torch._scaled_mm (fp8, row-wise scales) for the 
 layer composed in PyTorch eager for the whole-layer row.
 
   python3 tools/bench_peers.py ROWS.json OUT.json [--iterations I] [--warmup W] [--seed X]
+                               [--attnplan BINARY --workdir DIR]
 
-ROWS.json is the list tools/bench_suite.sh writes (one object per row, "kind": attention | projection |
-layer); OUT.json gets {"device", "torch", "cudnn", "rows": [{"id", "peers": {name: result}}]}, where a result
+ROWS.json is the list tools/bench_suite.sh writes (one object per row, "kind": attention | window | projection |
+layer; window rows have no peer); OUT.json gets {"device", "torch", "cudnn", "rows": [{"id", "peers": {name: result}}]}, where a result
 is {"median_ms", "min_ms", "max_ms", "tflops", "note"} or {"error": "..."} when the backend cannot run it.
 
 Choices (docs/performance.md says the same):
@@ -18,6 +19,11 @@ Choices (docs/performance.md says the same):
   sliding window report an error instead of a wrong peer.
 - FLOPs are counted as attnplan counts them (runtime/check/bench_counts.cpp): 2 (D + Dv) per allowed
   (query, key) pair per query head; 2 M N K per GEMM.
+- The layer row builds its weights and input once, saves them as a safetensors layer (HF names under
+  model.layers.0.) and input, runs `BINARY run` on them once (not timed) and reports the relative L2 of
+  attnplan's output against the eager layer's computed in fp32 on the same bf16 values (and the eager bf16
+  run's own error beside it) as "agreement"; the table fails the suite above 1e-2. RoPE is the config's
+  (llama3 scaling for Llama-3.1), so both compute the same function.
 - Inputs: random normal from --seed, never zeros; enough copies rotated that they span twice the L2 (50 MB on
   an H200), like attnplan bench.
 """
@@ -25,11 +31,15 @@ Choices (docs/performance.md says the same):
 import argparse
 import json
 import math
+import os
+import subprocess
 import sys
 
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from bench_matrix import rope_inv_freq  # pure rules shared with the table (same directory)
 
 L2_BYTES = 50 * 1000 * 1000
 
@@ -138,9 +148,15 @@ def projection_peers(row, iterations, warmup):
     return peers
 
 
-def layer_peer(row, iterations, warmup, attention_backend):
-    """RMSNorm, one fused QKV matmul, RoPE (rotate_half), the paged KV store (index_copy_ into the pool),
-    SDPA (causal, enable_gqa, the fastest backend of the attention rows), the o matmul: eager PyTorch."""
+def rel_l2(reference, got):
+    reference, got = reference.float(), got.float()
+    return (torch.linalg.vector_norm(got - reference) / torch.linalg.vector_norm(reference)).item()
+
+
+def layer_peer(row, iterations, warmup, attention_backend, attnplan, workdir):
+    """RMSNorm, one fused QKV matmul, RoPE (rotate_half, the config's frequencies), the paged KV store
+    (index_copy_ into the pool), SDPA (causal, enable_gqa, the fastest backend of the attention rows), the o
+    matmul: eager PyTorch. Then, untimed, the agreement with `attnplan run` on the first set's weights."""
     config = row["layer_config"]
     hidden, hq, hkv = config["hidden_size"], config["query_heads"], config.get("kv_heads", config["query_heads"])
     d = config.get("head_dim", hidden // hq)
@@ -148,14 +164,19 @@ def layer_peer(row, iterations, warmup, attention_backend):
     lengths = row["chunk_lens"]
     tokens = sum(lengths)
     eps = config.get("input_norm", {}).get("epsilon", 1e-5)
-    theta = config.get("rotary", {}).get("theta", 10000.0)
+    # The eager layer composes Llama's layer only; a config asking for more would time a different function.
+    extras = [key for key in ("qkv_norm", "qkv_bias", "output_bias", "sliding_window", "softcap", "sinks")
+              if config.get(key)]
+    if config.get("input_norm", {}).get("weight_offset", 0) or extras or config.get("projection", {}).get(
+            "format", "bf16") != "bf16":
+        return {"eager": {"error": f"eager layer: not composed for {extras or 'norm offset / format'}"}}
     qkv_width = hq * d + hkv * d + hkv * dv
     block = row["block_size"]
-    inv_freq = 1.0 / (theta ** (torch.arange(0, d, 2, device="cuda", dtype=torch.float64) / d))
+    inv_freq = torch.tensor(rope_inv_freq(config), device="cuda", dtype=torch.float64)
     positions = torch.cat([torch.arange(n, device="cuda") for n in lengths]).double()
     angles = torch.outer(positions, inv_freq)
-    cos = torch.cat([angles.cos(), angles.cos()], dim=-1).to(torch.bfloat16)[:, None, :]
-    sin = torch.cat([angles.sin(), angles.sin()], dim=-1).to(torch.bfloat16)[:, None, :]
+    cos64 = torch.cat([angles.cos(), angles.cos()], dim=-1)[:, None, :]
+    sin64 = torch.cat([angles.sin(), angles.sin()], dim=-1)[:, None, :]
     blocks_per_seq = [(n + block - 1) // block for n in lengths]
     slots = torch.cat([torch.arange(n, device="cuda") + block * sum(blocks_per_seq[:s])
                        for s, n in enumerate(lengths)])
@@ -170,40 +191,83 @@ def layer_peer(row, iterations, warmup, attention_backend):
             "v_cache": torch.empty(sum(blocks_per_seq) * block, hkv, dv, device="cuda", dtype=torch.bfloat16),
         }
 
-    def rope(x):
-        half = x.shape[-1] // 2
-        rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
-        return x * cos + rotated * sin
+    def forward(s, dtype=torch.bfloat16, backend=attention_backend):
+        """The layer in `dtype` (bf16: the timed peer; float32: the agreement reference, math SDPA)."""
+        cos, sin = cos64.to(dtype), sin64.to(dtype)
 
-    def run(s):
-        x = F.rms_norm(s["x"], (hidden,), s["norm"], eps)
-        qkv = torch.matmul(x, s["w_qkv"].t())
+        def rope(x):
+            half = x.shape[-1] // 2
+            return x * cos + torch.cat([-x[..., half:], x[..., :half]], dim=-1) * sin
+
+        x = F.rms_norm(s["x"].to(dtype), (hidden,), s["norm"].to(dtype), eps)
+        qkv = torch.matmul(x, s["w_qkv"].to(dtype).t())
         q, k, v = qkv.split([hq * d, hkv * d, hkv * dv], dim=-1)
-        q = rope(q.view(tokens, hq, d))
+        q = rope(q.reshape(tokens, hq, d))
         k = rope(k.reshape(tokens, hkv, d))
         v = v.reshape(tokens, hkv, dv)
-        s["k_cache"].index_copy_(0, slots, k)
-        s["v_cache"].index_copy_(0, slots, v)
+        if dtype == torch.bfloat16:
+            s["k_cache"].index_copy_(0, slots, k)
+            s["v_cache"].index_copy_(0, slots, v)
         outputs, start = [], 0
-        with sdpa_kernel(attention_backend):
+        with sdpa_kernel(backend):
             for n in lengths:
                 outputs.append(F.scaled_dot_product_attention(
                     q[start:start + n].transpose(0, 1)[None], k[start:start + n].transpose(0, 1)[None],
                     v[start:start + n].transpose(0, 1)[None], is_causal=True, enable_gqa=True)[0].transpose(0, 1))
                 start += n
         o = torch.cat(outputs) if len(outputs) > 1 else outputs[0]
-        return torch.matmul(o.reshape(tokens, hq * dv), s["w_o"].t())
+        return torch.matmul(o.reshape(tokens, hq * dv), s["w_o"].to(dtype).t())
 
     set_bytes = (tokens * hidden * 2 + qkv_width * hidden + hidden * hq * dv + tokens * qkv_width * 2) * 2
     sets = [make_set() for _ in range(rotation_sets(set_bytes))]
     flops = 2.0 * tokens * hidden * (qkv_width + hq * dv) + 2.0 * (d + dv) * hq * sum(n * (n + 1) // 2 for n in lengths)
     try:
-        run(sets[0])
+        forward(sets[0])
         torch.cuda.synchronize()
-        return {"eager": with_rate(time_ms(run, sets, iterations, warmup), flops,
-                                   f"eager, SDPA {attention_backend.name}")}
+        result = with_rate(time_ms(forward, sets, iterations, warmup), flops, f"eager, SDPA {attention_backend.name}")
     except RuntimeError as error:
         return {"eager": {"error": first_line(error)}}
+    try:
+        result["agreement"] = agreement(sets[0], forward, config, row, attnplan, workdir)
+    except Exception as error:  # noqa: BLE001 - whatever broke, the table reports it and the suite fails
+        result["agreement_error"] = f"{type(error).__name__}: {first_line(error)}"
+    return {"eager": result}
+
+
+def agreement(s, forward, config, row, attnplan, workdir):
+    """`attnplan run` on the set's weights and input vs the eager layer in fp32 (math SDPA) on the same bf16
+    values; the eager bf16 layer's own error beside it."""
+    if not attnplan:
+        raise ValueError("no --attnplan binary given")
+    from safetensors.torch import load_file, save_file
+    os.makedirs(workdir, exist_ok=True)
+    hq, d = config["query_heads"], config.get("head_dim", config["hidden_size"] // config["query_heads"])
+    hkv = config.get("kv_heads", hq)
+    q, k, v = s["w_qkv"].split([hq * d, hkv * d, hkv * config.get("value_head_dim", d)], dim=0)
+    prefix = "model.layers.0."
+    weights = {prefix + "input_layernorm.weight": s["norm"], prefix + "self_attn.q_proj.weight": q,
+               prefix + "self_attn.k_proj.weight": k, prefix + "self_attn.v_proj.weight": v,
+               prefix + "self_attn.o_proj.weight": s["w_o"]}
+    paths = {name: os.path.join(workdir, f"layer-{name}.safetensors") for name in ("weights", "input", "output")}
+    save_file({name: t.contiguous().cpu() for name, t in weights.items()}, paths["weights"])
+    starts = [0]
+    for n in row["chunk_lens"]:
+        starts.append(starts[-1] + n)
+    save_file({"hidden_states": s["x"].contiguous().cpu(),
+               "query_starts": torch.tensor(starts, dtype=torch.int32)}, paths["input"])
+    command = [attnplan, "run", row["config"], "--weights", paths["weights"], "--prefix", prefix,
+               "--input", paths["input"], "--output", paths["output"]]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    if result.returncode != 0:
+        last = ((result.stderr or result.stdout).strip().splitlines() or [""])[-1]
+        raise RuntimeError(f"attnplan run exited {result.returncode}: {last}")
+    ours = load_file(paths["output"])["output"].cuda()
+    with torch.no_grad():
+        reference = forward(s, torch.float32, SDPBackend.MATH)
+        bf16 = forward(s)
+    torch.cuda.synchronize()
+    return {"rel_l2": rel_l2(reference, ours), "bf16_rel_l2": rel_l2(reference, bf16),
+            "command": " ".join(command)}
 
 
 def main():
@@ -213,6 +277,8 @@ def main():
     parser.add_argument("--iterations", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--attnplan", default="", help="attnplan binary, for the layer row's agreement check")
+    parser.add_argument("--workdir", default=".", help="where the layer row's safetensors files go")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         print("bench_peers.py: no CUDA device", file=sys.stderr)
@@ -222,18 +288,24 @@ def main():
         rows = json.load(f)
     results = []
     attention_best = {"cudnn": [], "flash": []}  # ms of each backend on the rows both ran, to pick the layer's
+    projections = {}  # (m, n, k) -> peers: the quantized plans share the bf16 plans' shapes, timed once
     for row in rows:
         if row["kind"] == "attention":
             peers = attention_peers(row, args.iterations, args.warmup)
             if all("median_ms" in peers.get(name, {}) for name in attention_best):
                 for name in attention_best:
                     attention_best[name].append(peers[name]["median_ms"])
+        elif row["kind"] == "window":
+            peers = {}  # ours only: the table sets the window row against the full-causal row
         elif row["kind"] == "projection":
-            peers = projection_peers(row, args.iterations, args.warmup)
+            shape = (row["m"], row["n"], row["k"])
+            if shape not in projections:
+                projections[shape] = projection_peers(row, args.iterations, args.warmup)
+            peers = projections[shape]
         elif row["kind"] == "layer":
             cudnn_faster = sum(attention_best["cudnn"]) <= sum(attention_best["flash"])
             backend = SDPBackend.CUDNN_ATTENTION if cudnn_faster else SDPBackend.FLASH_ATTENTION
-            peers = layer_peer(row, args.iterations, args.warmup, backend)
+            peers = layer_peer(row, args.iterations, args.warmup, backend, args.attnplan, args.workdir)
         else:
             raise ValueError(f"row {row['id']}: unknown kind {row['kind']}")
         results.append({"id": row["id"], "peers": peers})

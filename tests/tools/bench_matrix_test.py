@@ -1,0 +1,152 @@
+#!/usr/bin/env python3
+"""Host tests of tools/bench_matrix.py (the suite's rows and table; no torch, no GPU): the window and quantized
+rows, a refused plan's note, the layer row's agreement gate, --only bringing back a window row's baseline, and
+the llama3 RoPE frequencies the eager layer uses.
+
+  python3 tests/tools/bench_matrix_test.py
+"""
+import contextlib
+import io
+import json
+import math
+import os
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
+import bench_matrix  # noqa: E402
+
+
+def make_rows(directory, only=""):
+    with contextlib.redirect_stdout(io.StringIO()) as runs:
+        bench_matrix.make_rows(directory, False, only)
+    with open(os.path.join(directory, "rows.json")) as f:
+        return json.load(f), runs.getvalue().splitlines()
+
+
+def write_ours(directory, run_id, stages):
+    os.makedirs(os.path.join(directory, "ours"), exist_ok=True)
+    with open(os.path.join(directory, "ours", run_id + ".json"), "w") as f:
+        json.dump({"chunk_lens": stages.pop("chunk_lens"),
+                   "rows": [{"stage": name, "median_ms": ms, "flops": flops, "tflops": flops / ms / 1e9}
+                            for name, (ms, flops) in stages.items()]}, f)
+
+
+def table(directory):
+    header = os.path.join(directory, "header.txt")
+    with open(header, "w") as f:
+        f.write("GPU: test\n")
+    with contextlib.redirect_stdout(io.StringIO()):
+        status = bench_matrix.table(directory, header)
+    with open(os.path.join(directory, "bench.json")) as f:
+        return status, {row["id"] + "|" + row["peer"]: row for row in json.load(f)["rows"]}
+
+
+class Rows(unittest.TestCase):
+    def test_window_and_quantized_rows(self):
+        with tempfile.TemporaryDirectory() as directory:
+            rows, runs = make_rows(directory)
+            ids = {row["id"]: row for row in rows}
+            window, full = ids["win-d128-w4k-32k"], ids["win-d128-full-32k"]
+            self.assertEqual(window["versus"], "win-d128-full-32k")
+            with open(window["config"]) as f:
+                config = json.load(f)
+            self.assertEqual((config["sliding_window"], config["max_tokens"]), (4096, 32768))
+            with open(full["config"]) as f:
+                self.assertNotIn("sliding_window", json.load(f))
+            for model in bench_matrix.QUANTIZED_MODELS:
+                for tokens in bench_matrix.QUANTIZED_TOKENS:
+                    self.assertIn(f"proj-{model}-o-{tokens}", ids)
+                    self.assertTrue(any(line.startswith(f"proj-{model}-qkv-{tokens} ") for line in runs))
+            self.assertEqual(ids["proj-Qwen3-8B-fp8-block-qkv-512"]["format"], "fp8 block, bf16 act")
+            self.assertEqual(ids["proj-Llama-3.1-8B-awq-qkv-512"]["format"], "packed_integer awq 4 128")
+            self.assertEqual(ids["proj-Llama-3.1-8B-awq-qkv-512"]["n"], 6144)
+            self.assertEqual(len(runs), len({line.split()[0] for line in runs}))  # one run per id
+
+    def test_only_brings_back_the_window_baseline(self):
+        with tempfile.TemporaryDirectory() as directory:
+            rows, runs = make_rows(directory, "win-d128-w4k")
+            self.assertEqual(sorted(row["id"] for row in rows), ["win-d128-full-32k", "win-d128-w4k-32k"])
+            self.assertEqual(len(runs), 2)
+
+
+class Table(unittest.TestCase):
+    def setUp(self):
+        self.directory = tempfile.TemporaryDirectory()
+        d = self.directory.name
+        make_rows(d, "win|proj-Llama-3.1-8B-awq-qkv-512|proj-Llama-3.1-8B-mlx-4bit-qkv-512|layer")
+        write_ours(d, "win-d128-w4k-32k", {"chunk_lens": [32768], "attention": (6.0, 1.0e12)})
+        write_ours(d, "win-d128-full-32k", {"chunk_lens": [32768], "attention": (40.0, 8.0e12)})
+        write_ours(d, "proj-Llama-3.1-8B-awq-qkv-512", {"chunk_lens": [512], "qkv_projection": (0.05, 2.6e10),
+                                                         "output_projection": (0.04, 1.7e10)})
+        write_ours(d, "proj-Llama-3.1-8B-qkv-8192", {"chunk_lens": [8192], "layer": (3.0, 1e12),
+                                                      "layer_graph": (2.9, 1e12)})
+        with open(os.path.join(d, "ours", "proj-Llama-3.1-8B-mlx-4bit-qkv-512.log"), "w") as f:
+            f.write("attnplan: config error\n  /projection/format: affine not supported by the kernels yet (x)\n")
+        self.peers = {"proj-Llama-3.1-8B-awq-qkv-512": {"cublas_bf16": {"median_ms": 0.06, "tflops": 400}},
+                      "layer-Llama-3.1-8B-8k": {"eager": {"median_ms": 4.0, "tflops": 200,
+                                                          "agreement": {"rel_l2": 3e-3, "bf16_rel_l2": 4e-3}}}}
+
+    def tearDown(self):
+        self.directory.cleanup()
+
+    def write_peers(self):
+        with open(os.path.join(self.directory.name, "peers.json"), "w") as f:
+            json.dump({"rows": [{"id": k, "peers": v} for k, v in self.peers.items()]}, f)
+
+    def test_rows(self):
+        self.write_peers()
+        status, rows = table(self.directory.name)
+        self.assertEqual(status, 0)
+        window = rows["win-d128-w4k-32k|ours, no window"]
+        self.assertAlmostEqual(window["ours_over_peer"], 40.0 / 6.0)
+        self.assertIn("window/full time 0.150 vs allowed pairs window/full 0.125", window["note"])
+        self.assertIn("window/sequence 0.125", window["note"])
+        awq = rows["proj-Llama-3.1-8B-awq-qkv-512|cublas_bf16"]
+        self.assertAlmostEqual(awq["ours_over_peer"], 0.06 / 0.05)
+        self.assertNotIn("proj-Llama-3.1-8B-awq-qkv-512|scaled_mm_fp8", rows)
+        refused = rows["proj-Llama-3.1-8B-mlx-4bit-qkv-512|cublas_bf16"]
+        self.assertIsNone(refused["ours"])
+        self.assertIn("refused at planning: /projection/format: affine not supported", refused["note"])
+        self.assertIn("rel L2 3.0e-03", rows["layer-Llama-3.1-8B-8k (graph)|eager"]["note"])
+
+    def test_layer_disagreement_fails(self):
+        self.peers["layer-Llama-3.1-8B-8k"]["eager"]["agreement"]["rel_l2"] = 2e-2
+        self.write_peers()
+        status, rows = table(self.directory.name)
+        self.assertEqual(status, 1)
+        self.assertIn("DISAGREES", rows["layer-Llama-3.1-8B-8k|eager"]["note"])
+
+    def test_layer_check_not_run_fails(self):
+        del self.peers["layer-Llama-3.1-8B-8k"]["eager"]["agreement"]
+        self.peers["layer-Llama-3.1-8B-8k"]["eager"]["agreement_error"] = "RuntimeError: attnplan run exited 2"
+        self.write_peers()
+        status, rows = table(self.directory.name)
+        self.assertEqual(status, 1)
+        self.assertIn("NOT checked: RuntimeError", rows["layer-Llama-3.1-8B-8k|eager"]["note"])
+
+
+class Rope(unittest.TestCase):
+    def test_llama3_scaling(self):
+        with open(os.path.join(bench_matrix.ROOT, "plans", "llama-3.1-8b.json")) as f:
+            config = json.load(f)
+        scaled = bench_matrix.rope_inv_freq(config)
+        plain = [1.0 / 500000 ** (i / 128) for i in range(0, 128, 2)]
+        self.assertEqual(len(scaled), 64)
+        self.assertEqual(scaled[0], plain[0])  # wavelength 2 pi < 8192 / 4: unchanged
+        self.assertAlmostEqual(scaled[-1], plain[-1] / 8)  # wavelength > 8192: divided by the factor
+        middle = [i for i, f in enumerate(plain) if 8192 / 4 <= 2 * math.pi / f <= 8192]
+        self.assertTrue(middle)
+        for i in middle:  # interpolated between the two
+            self.assertTrue(plain[i] / 8 <= scaled[i] <= plain[i])
+
+    def test_unscaled_and_refused(self):
+        self.assertEqual(bench_matrix.rope_inv_freq({"hidden_size": 64, "query_heads": 2, "rotary": {"theta": 100}}),
+                         [1.0 / 100 ** (i / 32) for i in range(0, 32, 2)])
+        with self.assertRaises(ValueError):
+            bench_matrix.rope_inv_freq({"hidden_size": 64, "query_heads": 2, "rotary": {"dim": 16}})
+
+
+if __name__ == "__main__":
+    unittest.main()
