@@ -21,6 +21,24 @@ config::WeightEncoding encoding(config::WeightFormat format, config::Fp8ScaleGra
   return result;
 }
 
+config::WeightEncoding packed(config::PackedIntegerScheme scheme, int bits, int group_size, bool act_order) {
+  config::WeightEncoding result;
+  result.format = config::WeightFormat::packed_integer;
+  result.scheme = scheme;
+  result.bits = bits;
+  result.group_size = group_size;
+  result.act_order = act_order;
+  return result;
+}
+
+config::WeightEncoding affine(int bits, int group_size) {
+  config::WeightEncoding result;
+  result.format = config::WeightFormat::affine;
+  result.bits = bits;
+  result.group_size = group_size;
+  return result;
+}
+
 const config::WeightEncoding kSupported[] = {
     encoding(config::WeightFormat::fp8, config::Fp8ScaleGranularity::tensor),
     encoding(config::WeightFormat::fp8, config::Fp8ScaleGranularity::channel),
@@ -28,6 +46,18 @@ const config::WeightEncoding kSupported[] = {
     encoding(config::WeightFormat::mxfp8),
     encoding(config::WeightFormat::mxfp4),
     encoding(config::WeightFormat::nvfp4),
+    packed(config::PackedIntegerScheme::gptq, 4, 128, false),
+    packed(config::PackedIntegerScheme::gptq, 4, 128, true),
+    packed(config::PackedIntegerScheme::gptq_v2, 8, -1, false),
+    packed(config::PackedIntegerScheme::gptq, 8, 32, true),
+    packed(config::PackedIntegerScheme::awq, 4, 128, false),
+    packed(config::PackedIntegerScheme::awq, 4, -1, false),
+    affine(2, 64),
+    affine(3, 64),
+    affine(4, 32),
+    affine(5, 128),
+    affine(6, 64),
+    affine(8, 128),
 };
 
 const plan::GemmTiling kTilings[] = {
@@ -61,12 +91,16 @@ TEST_CASE("quantized GEMM policies compile for sm_80 and sm_90a", "[plan][gemm][
 
 TEST_CASE("formats without a GEMM policy are refused by name", "[plan][gemm][quantized]") {
   plan::GemmSpec spec;
-  spec.weights = encoding(config::WeightFormat::affine);
-  CHECK(contains(expect_error([&] { (void)spec.source(); }).message(), "no weight loader for format affine"));
+  spec.weights = packed(config::PackedIntegerScheme::gptq, 4, 36, false);  // 8 k would straddle groups
+  CHECK(contains(expect_error([&] { (void)spec.source(); }).message(),
+                 "no weight loader for format packed_integer"));
   spec.weights = encoding(config::WeightFormat::fp8);
   spec.weights.activation = config::ActivationType::fp8;
   CHECK(contains(expect_error([&] { (void)spec.source(); }).message(), "fp8 with fp8 activations"));
-  CHECK_FALSE(plan::gemm_supports(encoding(config::WeightFormat::packed_integer)));
+  CHECK(plan::gemm_supports(encoding(config::WeightFormat::packed_integer)));
+  CHECK(plan::gemm_supports(affine(3, 64)));
+  CHECK_FALSE(plan::gemm_supports(affine(7, 64)));
+  CHECK_FALSE(plan::gemm_supports(packed(config::PackedIntegerScheme::awq, 8, 128, false)));
 }
 
 TEST_CASE("bf16 keeps its instantiation; quantized shared memory counts packed stages",
