@@ -26,6 +26,7 @@
 #include "reference/dequantize.hpp"
 #include "reference/layer.hpp"
 #include "support/catch.hpp"
+#include "support/weight_encodings.hpp"
 
 using namespace attnplan;
 using namespace attnplan::gpu_testing;
@@ -388,22 +389,8 @@ TEST_CASE("quantized projection GEMM matches the reference per format", "[gpu][g
 
 TEST_CASE("packed integer and affine projection GEMMs match the reference",
           "[gpu][gemm][quantized][integer]") {
-  const auto packed = [](config::PackedIntegerScheme scheme, int bits, int group_size, bool act_order) {
-    config::WeightEncoding encoding;
-    encoding.format = config::WeightFormat::packed_integer;
-    encoding.scheme = scheme;
-    encoding.bits = bits;
-    encoding.group_size = group_size;
-    encoding.act_order = act_order;
-    return encoding;
-  };
-  const auto affine = [](int bits, int group_size) {
-    config::WeightEncoding encoding;
-    encoding.format = config::WeightFormat::affine;
-    encoding.bits = bits;
-    encoding.group_size = group_size;
-    return encoding;
-  };
+  const auto packed = testing::packed_encoding;
+  const auto affine = testing::affine_encoding;
   using config::PackedIntegerScheme;
   const config::WeightEncoding encodings[] = {
       packed(PackedIntegerScheme::gptq, 4, 128, false),
