@@ -121,9 +121,17 @@ int weight_bits(const config::WeightEncoding& encoding) {
     case WeightFormat::mxfp4:
     case WeightFormat::nvfp4:
       return 4;
+    case WeightFormat::packed_integer:
+    case WeightFormat::affine:
+      return encoding.bits;
     default:
       return 16;
   }
+}
+
+// Formats whose packed slices the kernel copies as 32-bit words (gemm.cuh): transposed GPTQ / AWQ, MLX.
+bool word_copied(const config::WeightEncoding& encoding) {
+  return encoding.format == WeightFormat::packed_integer || encoding.format == WeightFormat::affine;
 }
 
 // The loader policy type of gemm.cuh for `encoding` (gemm_supports checked).
@@ -137,6 +145,14 @@ std::string weight_policy(const config::WeightEncoding& encoding) {
       return "attnplan::kernels::Mxfp4Weights";
     case WeightFormat::nvfp4:
       return "attnplan::kernels::Nvfp4Weights";
+    case WeightFormat::packed_integer:
+      if (encoding.scheme == config::PackedIntegerScheme::awq)
+        return fmt::format("attnplan::kernels::AwqWeights<{}>", encoding.group_size);
+      return fmt::format("attnplan::kernels::GptqWeights<{}, {}, {}, {}>", encoding.bits,
+                         cxx_bool(encoding.scheme == config::PackedIntegerScheme::gptq_v2),
+                         encoding.group_size, cxx_bool(encoding.act_order));
+    case WeightFormat::affine:
+      return fmt::format("attnplan::kernels::AffineWeights<{}, {}>", encoding.bits, encoding.group_size);
     default:
       return "attnplan::kernels::Bf16Weights";
   }
@@ -225,6 +241,17 @@ bool gemm_supports(const config::WeightEncoding& encoding) {
       return true;
     case WeightFormat::fp8:
       return encoding.activation == config::ActivationType::bf16;
+    case WeightFormat::packed_integer: {
+      // 8 consecutive k of a row share a group (the kernel dequantizes 8 at a time).
+      const bool group =
+          encoding.group_size == -1 || (encoding.group_size > 0 && encoding.group_size % 8 == 0);
+      if (encoding.scheme == config::PackedIntegerScheme::awq)
+        return encoding.bits == 4 && group && !encoding.act_order;
+      return (encoding.bits == 4 || encoding.bits == 8) && group;
+    }
+    case WeightFormat::affine:
+      return encoding.bits >= 2 && encoding.bits <= 8 && encoding.bits != 7 &&
+             (encoding.group_size == 32 || encoding.group_size == 64 || encoding.group_size == 128);
     default:
       return false;
   }
@@ -282,6 +309,14 @@ compiler::KernelSource GemmSpec::source() const {
   if (weights.format != WeightFormat::bf16) {
     source.spec["weights"] = {{"format", config::to_string(weights.format)},
                               {"scale_granularity", config::to_string(weights.scale_granularity)}};
+    if (word_copied(weights)) {
+      source.spec["weights"]["bits"] = weights.bits;
+      source.spec["weights"]["group_size"] = weights.group_size;
+      if (weights.format == WeightFormat::packed_integer) {
+        source.spec["weights"]["scheme"] = config::to_string(weights.scheme);
+        source.spec["weights"]["act_order"] = weights.act_order;
+      }
+    }
   }
   return source;
 }
@@ -318,7 +353,16 @@ void GemmSpec::check(const GemmParams& params) const {
           fmt::format("negative size (M = {}, N = {}, K = {})", params.m, params.n, params.k));
   if (params.m == 0 || params.n == 0) return;
   require(params.k % 8 == 0, fmt::format("K = {} is not a multiple of 8", params.k));
-  if (const int bits = weight_bits(weights); bits < 16) {
+  if (weights.format == WeightFormat::packed_integer) {
+    const int per_word = 32 / weights.bits;
+    require(weights.group_size <= 0 || params.k % weights.group_size == 0,
+            fmt::format("K = {} is not a multiple of group_size {}", params.k, weights.group_size));
+    require(params.k % per_word == 0, fmt::format("K = {} is not a multiple of {} ({}-bit qweight words)",
+                                                  params.k, per_word, weights.bits));
+  } else if (weights.format == WeightFormat::affine) {
+    require(params.k % weights.group_size == 0,
+            fmt::format("K = {} is not a multiple of group_size {}", params.k, weights.group_size));
+  } else if (const int bits = weight_bits(weights); bits < 16) {
     const int per_chunk = 128 / bits;  // values of one 16-byte packed chunk
     require(params.k % per_chunk == 0,
             fmt::format("K = {} is not a multiple of {} ({} weights copy 16-byte chunks)", params.k,
@@ -344,12 +388,25 @@ void GemmSpec::check(const GemmParams& params) const {
             fmt::format("segments[{}].bias is set but the kernel was specialized without bias", s));
     require(aligned(segment.bias, 2), fmt::format("segments[{}].bias: not 2-byte aligned", s));
     if (weights.format != WeightFormat::bf16) {
-      const bool f32_scales = weights.format == WeightFormat::fp8;
+      const bool f32_scales = weights.format == WeightFormat::fp8 || word_copied(weights);
       require(segment.scales != nullptr && (!f32_scales || aligned(segment.scales, 4)),
               fmt::format("segments[{}].scales: null{} ({} weights)", s,
                           f32_scales ? " or not 4-byte aligned" : "", config::to_string(weights.format)));
       require(weights.format != WeightFormat::nvfp4 || segment.scale_2 != nullptr,
               fmt::format("segments[{}].scale_2: null (nvfp4 weights)", s));
+    }
+    if (word_copied(weights)) {
+      const char* zeros = weights.format == WeightFormat::affine ? "biases" : "qzeros";
+      require(segment.zeros != nullptr && aligned(segment.zeros, 4),
+              fmt::format("segments[{}].zeros ({}): null or not 4-byte aligned", s, zeros));
+      require(!weights.act_order || weights.format != WeightFormat::packed_integer ||
+                  (segment.g_idx != nullptr && aligned(segment.g_idx, 4)),
+              fmt::format("segments[{}].g_idx: null or not 4-byte aligned (act_order)", s));
+      // A copied word holds 32 / bits columns (GPTQ / AWQ zeros, AWQ weights) of one segment.
+      const int width = segment.n_end - segment.n_begin;
+      require(weights.format != WeightFormat::packed_integer || width % 8 == 0,
+              fmt::format("segments[{}] is {} wide, not a multiple of 8 ({} packs columns in words)", s,
+                          width, config::to_string(weights.scheme)));
     }
     expected_begin = segment.n_end;
   }

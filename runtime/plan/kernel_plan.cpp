@@ -40,13 +40,16 @@ namespace {
 
 void require_supported(const config::AttentionConfig& config) {
   std::vector<std::string> problems;
-  // The GEMM's weight loader policies (gemm_spec.hpp): bf16, fp8 weight-only, mxfp8, mxfp4, nvfp4.
+  // The GEMM's weight loader policies (gemm_spec.hpp): bf16, fp8 weight-only, mxfp8, mxfp4, nvfp4,
+  // packed_integer (GPTQ / AWQ), affine (MLX).
   const auto unsupported = [](const config::WeightEncoding& encoding) {
     return encoding.format == config::WeightFormat::fp8 && encoding.activation == config::ActivationType::fp8
                ? std::string("fp8 weights with fp8 activations are")
                : fmt::format("{} weights are", config::to_string(encoding.format));
   };
-  const std::string supported = "(bf16, fp8 with bf16 activations, mxfp8, mxfp4 and nvfp4 are)";
+  const std::string supported =
+      "(bf16, fp8 with bf16 activations, mxfp8, mxfp4, nvfp4, packed_integer with a group_size that is -1 or "
+      "a multiple of 8, and affine are)";
   if (!gemm_supports(config.projection.qkv)) {
     problems.push_back(fmt::format("/projection/format: {} not supported by the kernels yet {}",
                                    unsupported(config.projection.qkv), supported));
@@ -119,8 +122,8 @@ KernelPlan plan_kernels(const config::AttentionConfig& config, const config::Arc
   plan.output_projection.weights = config.projection.output;
   plan.output_projection.tiling = choose_gemm_tiling(config.max_tokens, hidden, attention_width, arch);
   const int output_widths[] = {hidden};
-  const GemmKernelChoice output_choice = choose_projection_kernel(config.projection.output, arch, config.max_tokens,
-                                                                  hidden, attention_width, output_widths);
+  const GemmKernelChoice output_choice = choose_projection_kernel(
+      config.projection.output, arch, config.max_tokens, hidden, attention_width, output_widths);
   plan.output_projection.kernel = output_choice.kernel;
   plan.output_projection.sm90 = output_choice.sm90;
 

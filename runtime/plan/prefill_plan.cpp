@@ -206,6 +206,12 @@ void PrefillPlan::execute(const ExecuteArgs& args, CUstream stream, const StageO
     projection.segments[0].scale_2 = w.q_scale_2;
     projection.segments[1].scale_2 = w.k_scale_2;
     projection.segments[2].scale_2 = w.v_scale_2;
+    projection.segments[0].zeros = w.q_zeros;
+    projection.segments[1].zeros = w.k_zeros;
+    projection.segments[2].zeros = w.v_zeros;
+    projection.segments[0].g_idx = w.q_g_idx;
+    projection.segments[1].g_idx = w.k_g_idx;
+    projection.segments[2].g_idx = w.v_g_idx;
   }
   kernels.qkv_projection.check(projection);
 
@@ -268,6 +274,8 @@ void PrefillPlan::execute(const ExecuteArgs& args, CUstream stream, const StageO
                         hidden};
   output.segments[0].scales = w.o_scales;
   output.segments[0].scale_2 = w.o_scale_2;
+  output.segments[0].zeros = w.o_zeros;
+  output.segments[0].g_idx = w.o_g_idx;
   kernels.output_projection.check(output);
 
   // Enqueue in spec order. The observer (debugging only) sees each stage's results in the workspace.

@@ -59,6 +59,16 @@ struct LayerWeightsView {
   const float* k_scale_2 = nullptr;
   const float* v_scale_2 = nullptr;
   const float* o_scale_2 = nullptr;
+  // packed_integer: qzeros as stored (i32) and, with act_order, g_idx (i32 [hidden or Hq * Dv]); affine:
+  // the biases. packed_integer and affine scales and biases are f32 here (GemmSegment).
+  const void* q_zeros = nullptr;
+  const void* k_zeros = nullptr;
+  const void* v_zeros = nullptr;
+  const void* o_zeros = nullptr;
+  const int* q_g_idx = nullptr;
+  const int* k_g_idx = nullptr;
+  const int* v_g_idx = nullptr;
+  const int* o_g_idx = nullptr;
 };
 
 // Where the intermediates live inside the caller's workspace (all bf16), for a given token count.

@@ -118,6 +118,153 @@ struct Nvfp4Weights {
   }
 };
 
+// Word-copied formats. Their packed [block_n, block_k] slice is no array of 16-byte row chunks: GPTQ and AWQ
+// store W transposed ([K, N], packed along K or N), and MLX rows of 3, 5 or 6 bits are not 16 bytes per K
+// tile. The pipeline copies such a slice as a tile of 32-bit words, [tile_rows, tile_columns], each word
+// from one segment (segment widths are multiples of 8, GemmSpec::check); `locate` gives the logical W row
+// n that selects the word's segment and whether the word lies inside K, `word_index` its index in the
+// segment's tensor. Scales (and MLX biases) are f32 on the device (the host widens f16 / bf16).
+
+// GPTQ: qweight i32 [K / P, N] (P = 32 / bits values per word, row k of W^T at bits (k % P) * bits of word
+// k / P), qzeros i32 [groups, N / P] packed along N, scales [groups, N]; value s * (q - (z + 1)), gptq_v2
+// drops the +1. kGroupSize -1: one group (per channel). kActOrder: the group of k is g_idx[k].
+template <int kBits, bool kV2, int kGroupSize, bool kActOrder>
+struct GptqWeights {
+  static constexpr int bits = kBits;
+  static constexpr bool word_copied = true;
+  static constexpr int per_word = 32 / kBits;
+  static_assert(kBits == 4 || kBits == 8, "GPTQ packs 4 or 8 bits");
+  static_assert(kGroupSize == -1 || kGroupSize % 8 == 0, "8 consecutive k share a group");
+  template <int kBlockN, int kBlockK>
+  static constexpr int tile_rows = kBlockK / per_word;  // word rows of qweight per K tile
+  template <int kBlockN, int kBlockK>
+  static constexpr int tile_columns = kBlockN;  // one word per W row n
+  template <int kBlockN, int kBlockK>
+  __device__ static void locate(int r, int c, int n0, int k_offset, int k_total, int& n, bool& in_k) {
+    n = n0 + c;
+    in_k = k_offset + r * per_word < k_total;
+  }
+  template <int kBlockN, int kBlockK>
+  __device__ static long long word_index(int r, int c, int k_offset, int row_in_segment, int width, int) {
+    return static_cast<long long>(k_offset / per_word + r) * width + row_in_segment;
+  }
+  // words: the stage's tile; n: W row in the segment, tile_row: its row in the tile; kk: k - k_offset.
+  template <int kBlockN, int kBlockK>
+  __device__ static void dequantize(const unsigned* words, int tile_row, int kk, const GemmSegment& segment,
+                                    int n, int k, int k_total, float (&values)[8]) {
+    const int width = segment.n_end - segment.n_begin;
+    const float* scales = static_cast<const float*>(segment.scales);
+    const unsigned* zeros = static_cast<const unsigned*>(segment.zeros);
+    constexpr unsigned mask = (1u << kBits) - 1u;
+    const auto zero_of = [&](int g) {
+      const unsigned word = zeros[static_cast<long long>(g) * (width / per_word) + n / per_word];
+      return float((word >> (kBits * (n % per_word))) & mask) + (kV2 ? 0.0f : 1.0f);
+    };
+    int g = kGroupSize > 0 ? k / kGroupSize : 0;
+    float s = scales[static_cast<long long>(g) * width + n];
+    float z = zero_of(g);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      const unsigned word = words[((kk + e) / per_word) * kBlockN + tile_row];
+      const unsigned q = (word >> (kBits * ((kk + e) % per_word))) & mask;
+      if constexpr (kActOrder) {
+        g = segment.g_idx[k + e];
+        s = scales[static_cast<long long>(g) * width + n];
+        z = zero_of(g);
+      }
+      values[e] = s * (float(q) - z);
+    }
+  }
+};
+
+// AWQ: qweight i32 [K, N / 8] packed along N, nibble i of a word holding column 8c + {0,2,4,6,1,3,5,7}[i];
+// qzeros i32 [groups, N / 8] in the same order, scales [groups, N]; value (q - z) * s.
+template <int kGroupSize>
+struct AwqWeights {
+  static constexpr int bits = 4;
+  static constexpr bool word_copied = true;
+  static_assert(kGroupSize == -1 || kGroupSize % 8 == 0, "8 consecutive k share a group");
+  template <int kBlockN, int kBlockK>
+  static constexpr int tile_rows = kBlockK;  // one word row per k
+  template <int kBlockN, int kBlockK>
+  static constexpr int tile_columns = kBlockN / 8;
+  template <int kBlockN, int kBlockK>
+  __device__ static void locate(int r, int c, int n0, int k_offset, int k_total, int& n, bool& in_k) {
+    n = n0 + 8 * c;
+    in_k = k_offset + r < k_total;
+  }
+  template <int kBlockN, int kBlockK>
+  __device__ static long long word_index(int r, int, int k_offset, int row_in_segment, int width, int) {
+    return static_cast<long long>(k_offset + r) * (width / 8) + row_in_segment / 8;
+  }
+  // The nibble of column offset j (the inverse of the packing order).
+  __device__ static int nibble_of_column(int j) { return (j % 2) * 4 + j / 2; }
+  template <int kBlockN, int kBlockK>
+  __device__ static void dequantize(const unsigned* words, int tile_row, int kk, const GemmSegment& segment,
+                                    int n, int k, int k_total, float (&values)[8]) {
+    const int width = segment.n_end - segment.n_begin;
+    const int g = kGroupSize > 0 ? k / kGroupSize : 0;
+    const int shift = 4 * nibble_of_column(n % 8);
+    const float s = static_cast<const float*>(segment.scales)[static_cast<long long>(g) * width + n];
+    const unsigned zero_word =
+        static_cast<const unsigned*>(segment.zeros)[static_cast<long long>(g) * (width / 8) + n / 8];
+    const float z = float((zero_word >> shift) & 15u);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      const unsigned word = words[(kk + e) * (kBlockN / 8) + tile_row / 8];
+      values[e] = (float((word >> shift) & 15u) - z) * s;
+    }
+  }
+};
+
+// MLX affine: weight u32 [N, K * bits / 32], per row an LSB-first bit stream over little-endian bytes;
+// scales and biases [N, K / group]; value s * q + b. 8 values (k a multiple of 8) are exactly `bits`
+// whole bytes of the stream, so a run never needs the bits of a neighbouring word pair.
+template <int kBits, int kGroupSize>
+struct AffineWeights {
+  static constexpr int bits = kBits;
+  static constexpr bool word_copied = true;
+  static_assert(kBits >= 2 && kBits <= 8 && kBits != 7, "MLX widths 2, 3, 4, 5, 6, 8");
+  static_assert(kGroupSize == 32 || kGroupSize == 64 || kGroupSize == 128, "MLX groups 32, 64, 128");
+  template <int kBlockN, int kBlockK>
+  static constexpr int tile_rows = kBlockN;
+  template <int kBlockN, int kBlockK>
+  static constexpr int tile_columns = kBlockK* kBits / 32;  // words of one row's K tile
+  template <int kBlockN, int kBlockK>
+  __device__ static void locate(int r, int c, int n0, int k_offset, int k_total, int& n, bool& in_k) {
+    static_assert(kBlockK % 32 == 0, "a K tile of a row must be whole words at any width");
+    n = n0 + r;
+    in_k = k_offset * kBits / 32 + c < k_total * kBits / 32;
+  }
+  template <int kBlockN, int kBlockK>
+  __device__ static long long word_index(int, int c, int k_offset, int row_in_segment, int, int k_total) {
+    return static_cast<long long>(row_in_segment) * (k_total * kBits / 32) + k_offset * kBits / 32 + c;
+  }
+  template <int kBlockN, int kBlockK>
+  __device__ static void dequantize(const unsigned* words, int tile_row, int kk, const GemmSegment& segment,
+                                    int n, int k, int k_total, float (&values)[8]) {
+    const unsigned char* bytes =
+        reinterpret_cast<const unsigned char*>(words) + tile_row * (kBlockK * kBits / 8) + kk * kBits / 8;
+    unsigned long long stream = 0;
+#pragma unroll
+    for (int b = 0; b < kBits; ++b) stream |= static_cast<unsigned long long>(bytes[b]) << (8 * b);
+    const long long group = static_cast<long long>(n) * (k_total / kGroupSize) + k / kGroupSize;
+    const float s = static_cast<const float*>(segment.scales)[group];
+    const float bias = static_cast<const float*>(segment.zeros)[group];
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      const unsigned q = static_cast<unsigned>(stream >> (kBits * e)) & ((1u << kBits) - 1u);
+      values[e] = s * float(q) + bias;
+    }
+  }
+};
+
+// Whether a policy's packed slice is copied as 32-bit words (above) or as 16-byte row chunks.
+template <class Policy>
+inline constexpr bool word_copied_v = requires {
+  Policy::word_copied;
+};
+
 template <int kBlockM, int kBlockN, int kBlockK, int kWarpsM, int kWarpsN, int kStages, int kSegments,
           bool kHasBias, class WeightPolicy = Bf16Weights>
 struct GemmTraits {
@@ -133,6 +280,7 @@ struct GemmTraits {
   using Weights = WeightPolicy;
   static constexpr int weight_bits = WeightPolicy::bits;
   static constexpr bool quantized = weight_bits < 16;
+  static constexpr bool word_copied = word_copied_v<WeightPolicy>;
 
   static constexpr int warps = kWarpsM * kWarpsN;
   static constexpr int threads = 32 * warps;
@@ -182,8 +330,11 @@ struct GemmTraits {
   static_assert(dynamic_shared_bytes >= pipeline_bytes && dynamic_shared_bytes >= staging_bytes,
                 "the pipeline and the staging tile share the dynamic shared memory");
   static_assert(dynamic_shared_bytes <= 227 * 1024, "more shared memory than any supported SM has");
-  static_assert(weight_bits == 16 || weight_bits == 8 || weight_bits == 4, "bf16, 8-bit or 4-bit weights");
-  static_assert(!quantized || packed_chunks_per_row >= 1, "a packed stage row must be whole 16-byte chunks");
+  static_assert(weight_bits == 16 || weight_bits == 8 || weight_bits == 4 || word_copied,
+                "bf16, 8-bit or 4-bit weights, or a word-copied format");
+  static_assert(!quantized || word_copied || packed_chunks_per_row >= 1,
+                "a packed stage row must be whole 16-byte chunks");
+  static_assert((kBlockN * kBlockK * weight_bits / 8) % 16 == 0, "stages stay 16-byte aligned");
 };
 
 // Shared-memory byte offset of 16-byte chunk `chunk` of row `row` in a stage tile of kChunksPerRow chunks
@@ -203,6 +354,14 @@ __device__ __forceinline__ unsigned shared_address(const void* pointer) {
 // 16 bytes global -> shared, bypassing L1; copies `source_bytes` (16 or 0) and zero-fills the rest.
 __device__ __forceinline__ void cp_async_16(unsigned destination, const void* source, int source_bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(destination), "l"(source),
+               "r"(source_bytes)
+               : "memory");
+}
+
+// 4 bytes global -> shared (through L1: neighbouring words of one tile row share lines); copies
+// `source_bytes` (4 or 0) and zero-fills the rest.
+__device__ __forceinline__ void cp_async_4(unsigned destination, const void* source, int source_bytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(destination), "l"(source),
                "r"(source_bytes)
                : "memory");
 }
@@ -332,6 +491,28 @@ __global__ void __launch_bounds__(Traits::threads) gemm_kernel(const GemmParams 
         cp_async_16(b_stage + swizzled_offset<kChunks>(copy_row + i * Traits::rows_per_pass, copy_chunk),
                     copy ? b_source[i] + k_offset : params.a, copy ? 16 : 0);
       }
+    } else if constexpr (Traits::word_copied) {
+      // The packed slice as a [tile_rows, tile_columns] word tile (see the word-copied policies); words
+      // past N or K read nothing and land as zeros.
+      using Weights = typename Traits::Weights;
+      constexpr int kColumns = Weights::template tile_columns<Traits::block_n, Traits::block_k>;
+      constexpr int kWords = Weights::template tile_rows<Traits::block_n, Traits::block_k> * kColumns;
+      for (int v = threadIdx.x; v < kWords; v += Traits::threads) {
+        const int r = v / kColumns;
+        const int c = v % kColumns;
+        int n;
+        bool in_k;
+        Weights::template locate<Traits::block_n, Traits::block_k>(r, c, n0, k_offset, params.k, n, in_k);
+        const bool copy = n < params.n && in_k;
+        const GemmSegment segment = segment_of<Traits::segments>(params, copy ? n : 0);
+        const unsigned* source =
+            reinterpret_cast<const unsigned*>(segment.weight) +
+            (copy ? Weights::template word_index<Traits::block_n, Traits::block_k>(
+                        r, c, k_offset, n - segment.n_begin, segment.n_end - segment.n_begin, params.k)
+                  : 0);
+        cp_async_4(b_stage + static_cast<unsigned>(v) * 4u,
+                   copy ? static_cast<const void*>(source) : params.a, copy ? 4 : 0);
+      }
     } else {
       // Packed rows: chunk c of stage row r is bytes [16 c, 16 c + 16) of W row n0 + r's slice, i.e. K
       // values [k_offset + c * values_per_packed_chunk, ...); K is a multiple of values_per_packed_chunk
@@ -369,10 +550,15 @@ __global__ void __launch_bounds__(Traits::threads) gemm_kernel(const GemmParams 
       float values[8] = {};
       if (n < params.n && k < params.k) {
         const GemmSegment segment = segment_of<Traits::segments>(params, n);
-        const unsigned char* raw =
-            packed + row * (Traits::block_k * Traits::weight_bits / 8) + chunk * 8 * Traits::weight_bits / 8;
-        if constexpr (Traits::quantized)  // bf16 has no dequantize (and never calls this lambda)
+        if constexpr (Traits::word_copied) {
+          Traits::Weights::template dequantize<Traits::block_n, Traits::block_k>(
+              reinterpret_cast<const unsigned*>(packed), row, chunk * 8, segment, n - segment.n_begin, k,
+              params.k, values);
+        } else if constexpr (Traits::quantized) {  // bf16 has no dequantize (and never calls this lambda)
+          const unsigned char* raw = packed + row * (Traits::block_k * Traits::weight_bits / 8) +
+                                     chunk * 8 * Traits::weight_bits / 8;
           Traits::Weights::dequantize(raw, segment, n - segment.n_begin, k, params.k, values);
+        }
       }
       // Pairs packed through their bits: no local array reinterpreted as a 16-byte vector.
       unsigned pairs[4];

@@ -24,6 +24,12 @@ struct GemmSegment {
   // [rows, K / 32]; nvfp4: e4m3 bytes [rows, K / 16]) and nvfp4's per-tensor f32 weight_scale_2.
   const void* scales = nullptr;
   const float* scale_2 = nullptr;
+  // packed_integer: qzeros i32 [groups, rows / (32 / bits)] as stored, scales f32 [groups, rows], and with
+  // act order g_idx i32 [K]. affine: scales and biases (here) f32 [rows, K / group_size]. Word-copied
+  // formats (gemm.cuh) read their weight through `weight` too: GPTQ [K / (32 / bits), rows] and AWQ
+  // [K, rows / 8] i32 words, MLX [rows, K * bits / 32] u32.
+  const void* zeros = nullptr;
+  const int* g_idx = nullptr;
 };
 
 // C[M, N] = A[M, K] · W[N, K]^T (+ bias[N]): fp32 accumulation, bias added in fp32, one rounding to bf16.

@@ -2,7 +2,11 @@
 // shape or presence is Error(input) naming the tensor, with no GPU involved (these tests run without one).
 #include "check/device_weights.hpp"
 
+#include <cstdint>
+#include <cstring>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "check/layer_check.hpp"
 #include "config/parse.hpp"
@@ -88,5 +92,44 @@ TEST_CASE("weights of the wrong dtype, shape or presence are refused before any 
     w.sinks->dtype = io::Dtype::f64;
     w.sinks->bytes.resize(w.sinks->bytes.size() * 2);
     rejected(config, w, "weights.sinks: dtype F64, expected BF16, F16 or F32");
+  }
+}
+
+TEST_CASE("quantized projections are checked against their format's tensors", "[check][weights][quantized]") {
+  config::AttentionConfig config = small_config();
+  config.projection.qkv.format = config::WeightFormat::packed_integer;
+  config.projection.qkv.group_size = 64;
+  config.projection.output.format = config::WeightFormat::affine;
+  config.projection.output.bits = 3;
+  config.projection.output.group_size = 32;
+  const io::HostLayerWeights good = random_weights(config);
+  CHECK_NOTHROW(check::validate_host_weights(config, good));
+  {
+    io::HostLayerWeights w = good;
+    w.k_quant.zeros.reset();
+    rejected(config, w, "weights.k_proj (k_proj.qzeros): missing (packed_integer weights)");
+  }
+  {
+    io::HostLayerWeights w = good;
+    w.o_quant.zeros->shape = {256, 4};
+    rejected(config, w,
+             "weights.o_proj (o_proj.biases): shape [256, 4], expected [N, K / group_size] = [256, 8]");
+  }
+  {
+    // A plain g_idx (k / group_size) without act_order is accepted; a permuted one needs act_order.
+    io::HostLayerWeights w = good;
+    io::HostTensor g_idx{io::Dtype::i32, {256}, std::vector<std::uint8_t>(256 * 4)};
+    for (std::int32_t k = 0; k < 256; ++k) {
+      const std::int32_t group = k / 64;
+      std::memcpy(g_idx.bytes.data() + 4 * k, &group, 4);
+    }
+    w.q_quant.g_idx = g_idx;
+    CHECK_NOTHROW(check::validate_host_weights(config, w));
+    std::swap(g_idx.bytes[0], g_idx.bytes[4 * 100]);  // g_idx[0] = 1, g_idx[100] = 0
+    w.q_quant.g_idx = g_idx;
+    rejected(
+        config, w,
+        "weights.q_proj: g_idx[0] = 1 is not k / group_size = 0; set /projection/act_order to true for a "
+        "permuted g_idx");
   }
 }

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <numeric>
@@ -25,6 +26,7 @@
 #include "reference/dequantize.hpp"
 #include "reference/layer.hpp"
 #include "support/catch.hpp"
+#include "support/weight_encodings.hpp"
 
 using namespace attnplan;
 using namespace attnplan::gpu_testing;
@@ -245,6 +247,32 @@ TEST_CASE("projection GEMM matches the reference", "[gpu][gemm]") {
 
 namespace {
 
+// The values of a scale tensor (any float dtype) as f32 bytes.
+std::vector<std::uint8_t> f32_bytes(const io::HostTensor& tensor) {
+  const std::vector<double> values = io::to_doubles(tensor);
+  std::vector<std::uint8_t> bytes(values.size() * 4);
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    const float value = static_cast<float>(values[i]);
+    std::memcpy(bytes.data() + 4 * i, &value, 4);
+  }
+  return bytes;
+}
+
+// "gptq_v2 4-bit g128 act_order", "affine 3-bit g32", "mxfp4", "fp8 block"
+std::string encoding_name(const config::WeightEncoding& weights) {
+  switch (weights.format) {
+    case config::WeightFormat::packed_integer:
+      return std::string(config::to_string(weights.scheme)) + " " + std::to_string(weights.bits) + "-bit g" +
+             std::to_string(weights.group_size) + (weights.act_order ? " act_order" : "");
+    case config::WeightFormat::affine:
+      return "affine " + std::to_string(weights.bits) + "-bit g" + std::to_string(weights.group_size);
+    case config::WeightFormat::fp8:
+      return "fp8 " + std::string(config::to_string(weights.scale_granularity));
+    default:
+      return std::string(config::to_string(weights.format));
+  }
+}
+
 // A quantized W in segments, each with its own packed bytes and scales (io::random_projection), against
 // reference::linear over reference::dequantize of the same bytes. Every tiling, poisoned C with guard
 // columns, NaN past the end of every operand's allocation.
@@ -281,7 +309,13 @@ void check_quantized_gemm(const config::WeightEncoding& weights, int m, int k, c
     std::copy(dequantized.data.begin(), dequantized.data.end(), w.data.begin() + std::ptrdiff_t(n_begin) * k);
     GemmSegment& segment = params.segments[s];
     segment.weight = static_cast<const bf16_bits*>(hold_bytes(part.weight.bytes));
-    segment.scales = hold_bytes(part.quant.scales->bytes);
+    // packed_integer / affine: scales (and MLX biases) widened to f32 as check::upload_weights does.
+    const bool integer = weights.format == config::WeightFormat::packed_integer;
+    const bool f32_scales = integer || weights.format == config::WeightFormat::affine;
+    segment.scales = hold_bytes(f32_scales ? f32_bytes(*part.quant.scales) : part.quant.scales->bytes);
+    if (part.quant.zeros)
+      segment.zeros = hold_bytes(integer ? part.quant.zeros->bytes : f32_bytes(*part.quant.zeros));
+    if (part.quant.g_idx) segment.g_idx = static_cast<const int*>(hold_bytes(part.quant.g_idx->bytes));
     if (part.quant.scale_2)
       segment.scale_2 = static_cast<const float*>(hold_bytes(part.quant.scale_2->bytes));
     segment.n_begin = n_begin;
@@ -309,9 +343,8 @@ void check_quantized_gemm(const config::WeightEncoding& weights, int m, int k, c
   gpu().context.synchronize();
   for (const plan::GemmTiling& tiling : kTilings) {
     spec.tiling = tiling;
-    INFO(config::to_string(weights.format)
-         << " granularity " << config::to_string(weights.scale_granularity) << ": M " << m << " N " << n
-         << " K " << k << " tiling " << tiling_name(tiling));
+    INFO(encoding_name(weights) << ": M " << m << " N " << n << " K " << k << " tiling "
+                                << tiling_name(tiling));
     spec.check(params);
     const driver::Function& function = gemm_function(spec);
     d_c.fill_bytes_async(kPoisonByte, stream.handle());
@@ -320,10 +353,8 @@ void check_quantized_gemm(const config::WeightEncoding& weights, int m, int k, c
     const std::vector<std::uint16_t> output = d_c.download_all<std::uint16_t>();
     const std::vector<double> got = checked_output(output, m, n, ldc);
     const double error = reference::relative_l2_error(expected.data, got);
-    std::printf("quantized gemm %-6s %-8s M %5d N %5d K %5d tiling %-12s relative L2 error %.3e\n",
-                std::string(config::to_string(weights.format)).c_str(),
-                std::string(config::to_string(weights.scale_granularity)).c_str(), m, n, k,
-                tiling_name(tiling).c_str(), error);
+    std::printf("quantized gemm %-28s M %5d N %5d K %5d tiling %-12s relative L2 error %.3e\n",
+                encoding_name(weights).c_str(), m, n, k, tiling_name(tiling).c_str(), error);
     INFO("relative L2 error " << error);
     // W rounds once to bf16 in shared memory (reference: exact); fp32 accumulation; one output rounding.
     CHECK(error < 1e-2);
@@ -353,6 +384,40 @@ TEST_CASE("quantized projection GEMM matches the reference per format", "[gpu][g
     check_quantized_gemm(weights, 37, 2880, {120, 40, 40}, true, seed++);
     check_quantized_gemm(weights, 300, 4096, {4096, 1024, 1024}, false, seed++);
     check_quantized_gemm(weights, 1, 2880, {200}, true, seed++);
+  }
+}
+
+TEST_CASE("packed integer and affine projection GEMMs match the reference",
+          "[gpu][gemm][quantized][integer]") {
+  const auto packed = testing::packed_encoding;
+  const auto affine = testing::affine_encoding;
+  using config::PackedIntegerScheme;
+  const config::WeightEncoding encodings[] = {
+      packed(PackedIntegerScheme::gptq, 4, 128, false),
+      packed(PackedIntegerScheme::gptq, 4, 128, true),
+      packed(PackedIntegerScheme::gptq_v2, 4, 32, false),
+      packed(PackedIntegerScheme::gptq, 8, -1, false),
+      packed(PackedIntegerScheme::gptq_v2, 8, 32, true),
+      packed(PackedIntegerScheme::awq, 4, 128, false),
+      packed(PackedIntegerScheme::awq, 4, 32, false),
+      packed(PackedIntegerScheme::awq, 4, -1, false),
+      affine(2, 64),
+      affine(3, 32),
+      affine(4, 64),
+      affine(4, 128),
+      affine(5, 32),
+      affine(6, 64),
+      affine(8, 128),
+  };
+  std::uint64_t seed = 9001;
+  for (const auto& weights : encodings) {
+    // No tile multiples: M 37 / 300 / 1, N segments of 120/40/40 and 200 (multiples of 8: words of
+    // columns), K with a half K tile at block_k 64 (2912 = 45.5 x 64) where the group allows it.
+    const int group = weights.group_size > 0 ? weights.group_size : 8;
+    const int k_tail = group <= 32 ? 2912 : (group == 64 ? 2880 : 1152);
+    check_quantized_gemm(weights, 37, k_tail, {120, 40, 40}, true, seed++);
+    check_quantized_gemm(weights, 300, 4096, {4096, 1024, 1024}, false, seed++);
+    check_quantized_gemm(weights, 1, k_tail, {200}, true, seed++);
   }
 }
 

@@ -48,7 +48,8 @@ TEST_CASE("a config with nothing to postprocess skips that kernel", "[plan]") {
 TEST_CASE("formats the kernels cannot run yet are refused with their JSON path", "[plan]") {
   config::AttentionConfig config = llama();
   config.kv_cache.dtype = config::KvCacheDtype::fp8_e4m3;  // runs: not among the problems
-  config.projection.qkv.format = config::WeightFormat::packed_integer;  // no GEMM policy yet
+  config.projection.qkv.format = config::WeightFormat::packed_integer;
+  config.projection.qkv.group_size = 36;  // 8 consecutive k would straddle two groups: no GEMM policy
   try {
     plan::plan_kernels(config, config::kDefaultArch);
     FAIL("expected an error");

@@ -8,6 +8,7 @@
 #include "plan/gemm_spec.hpp"
 #include "support/catch.hpp"
 #include "support/expect_error.hpp"
+#include "support/weight_encodings.hpp"
 
 using namespace attnplan;
 
@@ -21,6 +22,9 @@ config::WeightEncoding encoding(config::WeightFormat format, config::Fp8ScaleGra
   return result;
 }
 
+using testing::affine_encoding;
+using testing::packed_encoding;
+
 const config::WeightEncoding kSupported[] = {
     encoding(config::WeightFormat::fp8, config::Fp8ScaleGranularity::tensor),
     encoding(config::WeightFormat::fp8, config::Fp8ScaleGranularity::channel),
@@ -28,6 +32,18 @@ const config::WeightEncoding kSupported[] = {
     encoding(config::WeightFormat::mxfp8),
     encoding(config::WeightFormat::mxfp4),
     encoding(config::WeightFormat::nvfp4),
+    packed_encoding(config::PackedIntegerScheme::gptq, 4, 128, false),
+    packed_encoding(config::PackedIntegerScheme::gptq, 4, 128, true),
+    packed_encoding(config::PackedIntegerScheme::gptq_v2, 8, -1, false),
+    packed_encoding(config::PackedIntegerScheme::gptq, 8, 32, true),
+    packed_encoding(config::PackedIntegerScheme::awq, 4, 128, false),
+    packed_encoding(config::PackedIntegerScheme::awq, 4, -1, false),
+    affine_encoding(2, 64),
+    affine_encoding(3, 64),
+    affine_encoding(4, 32),
+    affine_encoding(5, 128),
+    affine_encoding(6, 64),
+    affine_encoding(8, 128),
 };
 
 const plan::GemmTiling kTilings[] = {
@@ -61,12 +77,17 @@ TEST_CASE("quantized GEMM policies compile for sm_80 and sm_90a", "[plan][gemm][
 
 TEST_CASE("formats without a GEMM policy are refused by name", "[plan][gemm][quantized]") {
   plan::GemmSpec spec;
-  spec.weights = encoding(config::WeightFormat::affine);
-  CHECK(contains(expect_error([&] { (void)spec.source(); }).message(), "no weight loader for format affine"));
+  spec.weights =
+      packed_encoding(config::PackedIntegerScheme::gptq, 4, 36, false);  // 8 k would straddle groups
+  CHECK(contains(expect_error([&] { (void)spec.source(); }).message(),
+                 "no weight loader for format packed_integer"));
   spec.weights = encoding(config::WeightFormat::fp8);
   spec.weights.activation = config::ActivationType::fp8;
   CHECK(contains(expect_error([&] { (void)spec.source(); }).message(), "fp8 with fp8 activations"));
-  CHECK_FALSE(plan::gemm_supports(encoding(config::WeightFormat::packed_integer)));
+  CHECK(plan::gemm_supports(encoding(config::WeightFormat::packed_integer)));
+  CHECK(plan::gemm_supports(affine_encoding(3, 64)));
+  CHECK_FALSE(plan::gemm_supports(affine_encoding(7, 64)));
+  CHECK_FALSE(plan::gemm_supports(packed_encoding(config::PackedIntegerScheme::awq, 8, 128, false)));
 }
 
 TEST_CASE("bf16 keeps its instantiation; quantized shared memory counts packed stages",

@@ -80,8 +80,8 @@ TEST_CASE("every plan in plans/ compiles for sm_80 and sm_90a with no spills", "
       if (file.path().extension() != ".json") continue;
       INFO(file.path().filename().string() << " for " << arch);
       const config::AttentionConfig config = config::load_file(file.path());
-      // Plans of formats the GEMM has no loader policy for yet (packed_integer, affine) are refused by
-      // plan_kernels (kernel_plan_test); they are in plans/ for the loader and the reference.
+      // Plans of formats the GEMM has no loader policy for (fp8 activations) are refused by plan_kernels
+      // (kernel_plan_test); they are in plans/ for the loader and the reference.
       if (!plan::gemm_supports(config.projection.qkv) || !plan::gemm_supports(config.projection.output))
         continue;
       const plan::CompiledPlan compiled = runtime.compile(config);
