@@ -33,12 +33,13 @@ void encode_codes_map(TensorMap& map, const void* base, int columns, int rows, l
   const cuuint64_t strides[1] = {cuuint64_t(row_stride)};
   const cuuint32_t box[2] = {cuuint32_t(kGemmSm90Fp8BlockK), cuuint32_t(kGemmSm90Fp8BlockN)};
   const cuuint32_t element_strides[2] = {1, 1};
-  driver::check(driver::api().cuTensorMapEncodeTiled(
-                    reinterpret_cast<CUtensorMap*>(&map), CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<void*>(base),
-                    dims, strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                    CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
-                fmt::format("cuTensorMapEncodeTiled (fp8 gemm {}: [{}, {}] codes, row stride {} bytes)", field, rows,
-                            columns, row_stride));
+  driver::check(
+      driver::api().cuTensorMapEncodeTiled(
+          reinterpret_cast<CUtensorMap*>(&map), CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<void*>(base),
+          dims, strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+          CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
+      fmt::format("cuTensorMapEncodeTiled (fp8 gemm {}: [{}, {}] codes, row stride {} bytes)", field, rows,
+                  columns, row_stride));
 }
 
 long long scale_ld_for(int m) {
@@ -57,7 +58,8 @@ compiler::KernelSource Fp8QuantizeSpec::source() const {
   source.header = "attnplan/gemm_sm90_fp8.cuh";
   source.traits = "attnplan::kernels::Fp8QuantizeTraits";
   source.kernel = "attnplan::kernels::fp8_quantize_kernel";
-  source.arguments = {{"group", std::to_string(kFp8ActivationGroup)}, {"warps", std::to_string(kFp8QuantizeWarps)}};
+  source.arguments = {{"group", std::to_string(kFp8ActivationGroup)},
+                      {"warps", std::to_string(kFp8QuantizeWarps)}};
   source.spec = {{"family", source.family}, {"group", kFp8ActivationGroup}, {"warps", kFp8QuantizeWarps}};
   return source;
 }
@@ -98,7 +100,8 @@ compiler::KernelSource GemmFp8Spec::source() const {
 driver::LaunchShape GemmFp8Spec::launch_shape(int m, int n, int multiprocessors) const {
   std::int64_t tiles = ceil_div(m, kGemmSm90Fp8BlockM) * ceil_div(n, kGemmSm90Fp8BlockN);
   if (m <= 0 || n <= 0 || tiles > 0x7fffffff) {
-    throw Error(Stage::input, fmt::format("gemm (fp8 activations): no launch shape for M = {}, N = {}", m, n));
+    throw Error(Stage::input,
+                fmt::format("gemm (fp8 activations): no launch shape for M = {}, N = {}", m, n));
   }
   tiles = std::min<std::int64_t>(tiles, multiprocessors > 0 ? multiprocessors : 132);
   return driver::LaunchShape{{static_cast<unsigned>(tiles), 1, 1},
@@ -127,8 +130,8 @@ void GemmFp8Spec::check(const GemmParams& params) const {
             fmt::format("segments[{}] = [{}, {}) must be non-empty and start at {}", s, segment.n_begin,
                         segment.n_end, expected_begin));
     require(s + 1 == segments || (segment.n_end - segment.n_begin) % kGemmSm90Fp8BlockN == 0,
-            fmt::format("segments[{}] is {} wide, not a multiple of {} (a tile would straddle two segments)", s,
-                        segment.n_end - segment.n_begin, kGemmSm90Fp8BlockN));
+            fmt::format("segments[{}] is {} wide, not a multiple of {} (a tile would straddle two segments)",
+                        s, segment.n_end - segment.n_begin, kGemmSm90Fp8BlockN));
     require(segment.weight != nullptr && aligned(segment.weight, 16),
             fmt::format("segments[{}].weight: null or not 16-byte aligned", s));
     require(segment.scales != nullptr && aligned(segment.scales, 4),
@@ -180,8 +183,9 @@ void launch_gemm_fp8(const driver::Function& quantize, const driver::Function& g
   if (params.m == 0 || params.n == 0) return;
   require(activations.codes != nullptr && aligned(activations.codes, 16),
           "activation codes: null or not 16-byte aligned");
-  require(activations.scales != nullptr && aligned(activations.scales, 16) && activations.scale_ld >= params.m,
-          "activation scales: null, not 16-byte aligned, or scale_ld < M");
+  require(
+      activations.scales != nullptr && aligned(activations.scales, 16) && activations.scale_ld >= params.m,
+      "activation scales: null, not 16-byte aligned, or scale_ld < M");
   Fp8QuantizeParams quantize_params{};
   quantize_params.input = params.a;
   quantize_params.codes = activations.codes;

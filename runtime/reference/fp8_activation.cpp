@@ -17,8 +17,8 @@ constexpr int kGroup = 128;  // channels per scale (kFp8ActivationGroup)
 
 Fp8Activations quantize_activations_fp8(std::span<const std::uint16_t> bits, int m, int k) {
   if (m < 0 || k < 0 || bits.size() != std::size_t(m) * std::size_t(k)) {
-    throw Error(Stage::input, fmt::format("quantize_activations_fp8: {} values for [m = {}, k = {}]", bits.size(),
-                                          m, k));
+    throw Error(Stage::input,
+                fmt::format("quantize_activations_fp8: {} values for [m = {}, k = {}]", bits.size(), m, k));
   }
   const int groups = (k + kGroup - 1) / kGroup;
   Fp8Activations result;

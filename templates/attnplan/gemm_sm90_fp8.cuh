@@ -65,7 +65,8 @@ __global__ void __launch_bounds__(Traits::threads) fp8_quantize_kernel(const Fp8
 #pragma unroll
   for (int i = 0; i < Traits::per_lane; ++i) amax = fmaxf(amax, fabsf(values[i]));
 #pragma unroll
-  for (int offset = 16; offset > 0; offset /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, offset));
+  for (int offset = 16; offset > 0; offset /= 2)
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, offset));
   // IEEE divisions (__fdiv_rn), whatever the compile options say about fast math: the reference repeats them.
   const float scale = amax > 0.0f ? __fdiv_rn(amax, 448.0f) : 1.0f;
   if (inside) {
@@ -120,7 +121,8 @@ struct GemmSm90Fp8Traits {
   static_assert(stages >= 2, "the ring needs at least two slots");
   static_assert(kSegments >= 1 && kSegments <= kMaxGemmSegments, "1 to 3 weight segments");
   static_assert(kGranularity >= 0 && kGranularity <= 2, "tensor, channel or block weight scales");
-  static_assert(a_slot_bytes % sm90::kSwizzle128AtomBytes == 0 && b_slot_bytes % sm90::kSwizzle128AtomBytes == 0,
+  static_assert(a_slot_bytes % sm90::kSwizzle128AtomBytes == 0 &&
+                    b_slot_bytes % sm90::kSwizzle128AtomBytes == 0,
                 "every slot must start 1024-byte aligned");
   static_assert(dynamic_shared_bytes <= 227 * 1024, "more shared memory than an H100/H200 SM gives a CTA");
   static_assert(producer_registers * 128 + consumer_registers * 128 * consumers <= 65536,

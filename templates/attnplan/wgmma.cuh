@@ -180,12 +180,12 @@ __device__ __forceinline__ void fence_proxy_async_shared() {
                : "l"(a_descriptor), "l"(b_descriptor), "r"(static_cast<int>(accumulate)), "n"(kTransposeB))
 
 // e4m3 x e4m3 -> fp32, k32, both operands K-major from shared memory (fp8 wgmma has no transpose).
-#define ATTNPLAN_WGMMA_SS_FP8_ASM(N, D_OPERANDS, REGS, RA, RB, RS)                                      \
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #RS                                                 \
-               ", 0;\n"                                                                                 \
-               "wgmma.mma_async.sync.aligned.m64n" #N "k32.f32.e4m3.e4m3 {" REGS "}, %" #RA ", %" #RB   \
-               ", p, 1, 1;\n}\n"                                                                        \
-               : D_OPERANDS                                                                             \
+#define ATTNPLAN_WGMMA_SS_FP8_ASM(N, D_OPERANDS, REGS, RA, RB, RS)                                    \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #RS                                               \
+               ", 0;\n"                                                                               \
+               "wgmma.mma_async.sync.aligned.m64n" #N "k32.f32.e4m3.e4m3 {" REGS "}, %" #RA ", %" #RB \
+               ", p, 1, 1;\n}\n"                                                                      \
+               : D_OPERANDS                                                                           \
                : "l"(a_descriptor), "l"(b_descriptor), "r"(static_cast<int>(accumulate)))
 
 // A from registers, B from shared memory: %RA .. %RA3 = the four A registers, %RB = b descriptor, %RS =

@@ -14,8 +14,8 @@ using namespace attnplan;
 
 TEST_CASE("fp8-activation kernels compile for sm_80 and sm_90a", "[plan][gemm][gemm_fp8][nvrtc]") {
   const auto arch = GENERATE(testing::kSm80, testing::kSm90a);
-  const auto quantize = testing::test_compiler().compile(plan::Fp8QuantizeSpec{}.source(),
-                                                         compiler::CompileOptions{arch});
+  const auto quantize =
+      testing::test_compiler().compile(plan::Fp8QuantizeSpec{}.source(), compiler::CompileOptions{arch});
   INFO(quantize.log);
   CHECK(quantize.resources.spill_bytes() == 0);
   UNSCOPED_INFO(arch.name() << " fp8_quantize: " << quantize.resources.registers << " registers");
@@ -45,7 +45,8 @@ TEST_CASE("fp8-activation GEMM: shapes, buffers and checks", "[plan][gemm][gemm_
   CHECK(spec.launch_shape(37, 200, 132).grid.x == 2);
   CHECK(plan::Fp8QuantizeSpec{}.launch_shape(37, 2880).grid.x == (37 * 23 + 7) / 8);
 
-  CHECK(plan::fp8_activation_bytes(37, 2880) == (37 * 2880 + 255) / 256 * 256 + 23 * 40 * 4 / 256 * 256 + 256);
+  CHECK(plan::fp8_activation_bytes(37, 2880) ==
+        (37 * 2880 + 255) / 256 * 256 + 23 * 40 * 4 / 256 * 256 + 256);
   alignas(256) static unsigned char storage[1];
   const plan::Fp8ActivationBuffers buffers = plan::fp8_activation_buffers(storage, 37, 2880);
   CHECK(buffers.scale_ld == 40);
@@ -64,7 +65,8 @@ TEST_CASE("fp8-activation GEMM: shapes, buffers and checks", "[plan][gemm][gemm_
   params.lda = 2888;
   params.ldc = 200;
   params.segments[0] = {reinterpret_cast<const bf16_bits*>(memory), nullptr, 0, 200, memory, nullptr};
-  CHECK(contains(expect_error([&] { spec.check(params); }).message(), "K = 2888 must be a positive multiple of 16"));
+  CHECK(contains(expect_error([&] { spec.check(params); }).message(),
+                 "K = 2888 must be a positive multiple of 16"));
   params.k = params.lda = 2880;
   spec.check(params);
   params.segments[0].scales = nullptr;

@@ -17,9 +17,9 @@ TEST_CASE("fp8 activations: scale amax / 448 per token and 128 channels, codes R
   for (int c = 0; c < 128; ++c) bits[c] = core::float_to_bf16(c == 5 ? -896.0f : 1.0f);
   for (int c = 128; c < k; ++c) bits[c] = core::float_to_bf16(c == 130 ? 3.0f : 0.5f);
   const reference::Fp8Activations quantized = reference::quantize_activations_fp8(bits, m, k);
-  REQUIRE(quantized.scales.size() == 4);  // [2 groups, 2 tokens]
-  CHECK(quantized.scales[0] == 2.0f);          // token 0, group 0: 896 / 448
-  CHECK(quantized.scales[1] == 1.0f);          // token 1, group 0: all zero
+  REQUIRE(quantized.scales.size() == 4);        // [2 groups, 2 tokens]
+  CHECK(quantized.scales[0] == 2.0f);           // token 0, group 0: 896 / 448
+  CHECK(quantized.scales[1] == 1.0f);           // token 1, group 0: all zero
   CHECK(quantized.scales[2] == 3.0f / 448.0f);  // token 0, group 1
   CHECK(quantized.codes[5] == 0xFE);            // -448: the group's amax maps to the largest code
   CHECK(quantized.codes[0] == core::float_to_fp8_e4m3(0.5f));
