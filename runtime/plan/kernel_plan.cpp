@@ -46,8 +46,9 @@ void require_supported(const config::AttentionConfig& config, const config::Arch
   const auto unsupported = [&arch](const config::WeightEncoding& encoding) {
     return encoding.format == config::WeightFormat::fp8 && encoding.activation == config::ActivationType::fp8
                ? fmt::format("fp8 weights with fp8 activations on {} ({}) are", arch.name(),
-                             fp8_activation_gemm_available(arch) ? "kernels exist, plan wiring pending"
-                                                                 : "no fp8-activation GEMM for this arch, sm_90a only")
+                             fp8_activation_gemm_available(arch)
+                                 ? "kernels exist, plan wiring pending"
+                                 : "no fp8-activation GEMM for this arch, sm_90a only")
                : fmt::format("{} weights are", config::to_string(encoding.format));
   };
   const std::string supported = "(bf16, fp8 with bf16 activations, mxfp8, mxfp4 and nvfp4 are)";
@@ -123,8 +124,8 @@ KernelPlan plan_kernels(const config::AttentionConfig& config, const config::Arc
   plan.output_projection.weights = config.projection.output;
   plan.output_projection.tiling = choose_gemm_tiling(config.max_tokens, hidden, attention_width, arch);
   const int output_widths[] = {hidden};
-  const GemmKernelChoice output_choice = choose_projection_kernel(config.projection.output, arch, config.max_tokens,
-                                                                  hidden, attention_width, output_widths);
+  const GemmKernelChoice output_choice = choose_projection_kernel(
+      config.projection.output, arch, config.max_tokens, hidden, attention_width, output_widths);
   plan.output_projection.kernel = output_choice.kernel;
   plan.output_projection.sm90 = output_choice.sm90;
 
