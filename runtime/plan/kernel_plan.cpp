@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "core/error.hpp"
+#include "plan/gemm_fp8.hpp"
 
 namespace attnplan::plan {
 
@@ -38,13 +39,17 @@ long long qkv_row_width(const config::AttentionConfig& config) {
 
 namespace {
 
-void require_supported(const config::AttentionConfig& config) {
+void require_supported(const config::AttentionConfig& config, const config::Arch& arch) {
   std::vector<std::string> problems;
   // The GEMM's weight loader policies (gemm_spec.hpp): bf16, fp8 weight-only, mxfp8, mxfp4, nvfp4,
-  // packed_integer (GPTQ / AWQ), affine (MLX).
-  const auto unsupported = [](const config::WeightEncoding& encoding) {
+  // packed_integer (GPTQ / AWQ), affine (MLX). fp8 activations: the sm_90a kernels exist (gemm_fp8.hpp)
+  // but the plan does not launch them yet.
+  const auto unsupported = [&arch](const config::WeightEncoding& encoding) {
     return encoding.format == config::WeightFormat::fp8 && encoding.activation == config::ActivationType::fp8
-               ? std::string("fp8 weights with fp8 activations are")
+               ? fmt::format("fp8 weights with fp8 activations on {} ({}) are", arch.name(),
+                             fp8_activation_gemm_available(arch)
+                                 ? "kernels exist, plan wiring pending"
+                                 : "no fp8-activation GEMM for this arch, sm_90a only")
                : fmt::format("{} weights are", config::to_string(encoding.format));
   };
   const std::string supported =
@@ -79,7 +84,7 @@ GemmKernelChoice choose_projection_kernel(const config::WeightEncoding& weights,
 }  // namespace
 
 KernelPlan plan_kernels(const config::AttentionConfig& config, const config::Arch& arch) {
-  require_supported(config);
+  require_supported(config, arch);
   KernelPlan plan;
   const int hidden = config.hidden_size;
   const int attention_width = config.query_heads * config.value_head_dim;

@@ -179,6 +179,15 @@ __device__ __forceinline__ void fence_proxy_async_shared() {
                : D_OPERANDS                                                                           \
                : "l"(a_descriptor), "l"(b_descriptor), "r"(static_cast<int>(accumulate)), "n"(kTransposeB))
 
+// e4m3 x e4m3 -> fp32, k32, both operands K-major from shared memory (fp8 wgmma has no transpose).
+#define ATTNPLAN_WGMMA_SS_FP8_ASM(N, D_OPERANDS, REGS, RA, RB, RS)                                    \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #RS                                               \
+               ", 0;\n"                                                                               \
+               "wgmma.mma_async.sync.aligned.m64n" #N "k32.f32.e4m3.e4m3 {" REGS "}, %" #RA ", %" #RB \
+               ", p, 1, 1;\n}\n"                                                                      \
+               : D_OPERANDS                                                                           \
+               : "l"(a_descriptor), "l"(b_descriptor), "r"(static_cast<int>(accumulate)))
+
 // A from registers, B from shared memory: %RA .. %RA3 = the four A registers, %RB = b descriptor, %RS =
 // accumulate flag, %RT = transpose-b immediate.
 #define ATTNPLAN_WGMMA_RS_ASM(N, D_OPERANDS, REGS, RA, RA1, RA2, RA3, RB, RS, RT)                       \
@@ -213,6 +222,17 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], unsigned long long a
   } else {
     ATTNPLAN_WGMMA_SS_ASM(256, ATTNPLAN_WG_D_128(d), ATTNPLAN_WG_REGS_128, 128, 129, 130, 131);
   }
+#else
+  (void)d, (void)a_descriptor, (void)b_descriptor, (void)accumulate;
+#endif
+}
+
+// d[64, 128] (+)= A[64, 32] · B[32, 128] in e4m3 (fp8 e4m3fn codes), both K-major with 128-byte rows of
+// 128 codes: one k32 step is 32 bytes along the row, as one bf16 k16 step (the same descriptor advance).
+__device__ __forceinline__ void wgmma_ss_fp8_n128(float (&d)[64], unsigned long long a_descriptor,
+                                                  unsigned long long b_descriptor, bool accumulate) {
+#if ATTNPLAN_SM90A_ENABLED
+  ATTNPLAN_WGMMA_SS_FP8_ASM(128, ATTNPLAN_WG_D_64(d), ATTNPLAN_WG_REGS_64, 64, 65, 66);
 #else
   (void)d, (void)a_descriptor, (void)b_descriptor, (void)accumulate;
 #endif

@@ -1,0 +1,72 @@
+// The fp8-activation projection (projection.*.activation "fp8" with fp8 weights) on sm_90a: the typed
+// specs of its two kernels (templates/attnplan/gemm_sm90_fp8.cuh), the e4m3 activation buffers it needs
+// in the workspace, and the host checks and launch of both. Not wired into plan_kernels yet: planning
+// still refuses fp8 activations (kernel_plan.cpp); the GPU tests drive these specs directly.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstddef>
+
+#include "attnplan/gemm_sm90_fp8_params.h"
+#include "compiler/kernel_source.hpp"
+#include "config/attention_config.hpp"
+#include "driver/launch.hpp"
+
+namespace attnplan::plan {
+
+// Whether `arch` has the fp8-activation GEMM: sm_90a only (wgmma e4m3). sm_89's mma.sync e4m3 path is
+// not written; on every other arch fp8 activations are refused at planning.
+bool fp8_activation_gemm_available(const config::Arch& arch);
+
+// The quantizer: bf16 [M, K] -> e4m3 codes + one f32 scale per (token, 128 channels).
+struct Fp8QuantizeSpec {
+  compiler::KernelSource source() const;
+  driver::LaunchShape launch_shape(int m, int k) const;  // m, k > 0
+};
+
+// The e4m3 GEMM. Tile [128, 128] of C with K blocks of 128; W segments of e4m3 codes [rows, K] with f32
+// scales of `granularity` (tensor: [], channel: [rows], block: [ceil(rows / 128), ceil(K / 128)]).
+struct GemmFp8Spec {
+  int segments = 1;
+  bool has_bias = false;
+  int stages = 6;  // ring slots of 32 KiB (A and W [128, 128] e4m3)
+  config::Fp8ScaleGranularity granularity = config::Fp8ScaleGranularity::block;
+
+  compiler::KernelSource source() const;
+  int threads() const { return 3 * 128; }  // producer + 2 consumer warpgroups
+  int dynamic_shared_bytes() const { return gemm_sm90_fp8_dynamic_shared_bytes(stages); }
+  // Persistent: grid [min(tiles, multiprocessors)] (132 when multiprocessors is 0). m, n > 0.
+  driver::LaunchShape launch_shape(int m, int n, int multiprocessors = 0) const;
+
+  // Throws Error(input) naming the field: what GemmSpec::check demands of sizes, strides, C, the bf16 A
+  // (`a`, quantized first) and the segments, plus K a multiple of 16, every segment but the last a
+  // multiple of 128 wide (no tile straddles two segments), scales non-null and 4-byte aligned.
+  void check(const GemmParams& params) const;
+};
+
+// Where the quantized activations go: codes [M, K] (row stride K bytes), then scales
+// [ceil(K / 128), scale_ld] with scale_ld = M rounded up to 4 (16-byte aligned rows of scales).
+struct Fp8ActivationBuffers {
+  unsigned char* codes = nullptr;
+  float* scales = nullptr;
+  long long scale_ld = 0;
+};
+
+// Bytes of the buffers for M tokens of K channels (a multiple of 256, so what follows stays aligned).
+std::size_t fp8_activation_bytes(int m, int k);
+// The buffers inside `base` (256-byte aligned, at least fp8_activation_bytes(m, k) bytes).
+Fp8ActivationBuffers fp8_activation_buffers(void* base, int m, int k);
+
+// The GEMM kernel's Params: `params` (checked), the A codes' and each segment's tensor map (e4m3 bytes,
+// 128-byte swizzle, zero fill), and the activation scales.
+GemmSm90Fp8Params make_gemm_sm90_fp8_params(const GemmFp8Spec& spec, const GemmParams& params,
+                                            const Fp8ActivationBuffers& activations);
+
+// Checks, then queues the quantizer (params.a -> activations) and the GEMM on `stream`. Nothing is
+// launched when M or N is 0.
+void launch_gemm_fp8(const driver::Function& quantize, const driver::Function& gemm, const GemmFp8Spec& spec,
+                     const GemmParams& params, const Fp8ActivationBuffers& activations, CUstream stream,
+                     int multiprocessors);
+
+}  // namespace attnplan::plan

@@ -1,0 +1,301 @@
+// The fp8-activation projection for sm_90a: activations quantized per (token, 128 channels) to e4m3 by
+// fp8_quantize_kernel (every arch), then C[M, N] = A·W^T on the fp8 tensor cores by gemm_sm90_fp8_kernel
+// (wgmma m64n128k32 e4m3 x e4m3 -> fp32). The rounding rule is in gemm_sm90_fp8_params.h.
+//
+// The GEMM has gemm_sm90.cuh's structure (persistent CTAs of one TMA producer warpgroup and two consumer
+// warpgroups, a ring of 128-byte-swizzled slots with full/empty mbarriers, grouped rasterization), with
+// one change in the consumers (DeepSeek-V3's promotion): a ring slot holds one 128-wide K block, which is
+// one activation scale group and one 128x128 weight scale block. The 4 wgmma k32 of the slot go into a
+// fresh fp32 `partial`; once they complete, partial * a_scale(row, block) * w_scale(block) is added to
+// the fp32 `accumulator`. So every scale is applied exactly, in fp32, and the tensor cores' limited fp8
+// accumulation precision covers only 128 products. Tensor and channel weight scales are constant along K
+// and are applied once, in the epilogue. The other consumer warpgroup keeps the tensor cores busy while
+// one promotes.
+//
+// Tails: TMA zero-fills rows past M or a segment's end and K past K (codes 0), so any M, any N, any K that
+// is a multiple of 16 (16-byte rows of codes) work.
+#pragma once
+
+#include <cuda_fp8.h>
+
+#include "attnplan/common.cuh"
+#include "attnplan/gemm.cuh"
+#include "attnplan/gemm_sm90_fp8_params.h"
+#include "attnplan/wgmma.cuh"
+
+namespace attnplan::kernels {
+
+// ---------------------------------------------------------------------------------------------------
+// Quantizer: one warp per (token, group of 128 channels), 4 channels per lane.
+
+template <int kGroup, int kWarps>
+struct Fp8QuantizeTraits {
+  using Params = Fp8QuantizeParams;
+  static constexpr int warps = kWarps;
+  static constexpr int threads = 32 * warps;
+  static constexpr int group = kGroup;
+  static constexpr int per_lane = group / 32;  // 4 consecutive channels: one 8-byte load, one 4-byte store
+  static_assert(per_lane == 4, "the loads and stores below move 4 channels per lane");
+  static_assert(group == kFp8ActivationGroup, "the GEMM reads one scale per 128 channels");
+};
+
+// grid: [ceil(M * ceil(K / 128) / warps)], block: [Traits::threads]. K a multiple of 16.
+template <class Traits>
+__global__ void __launch_bounds__(Traits::threads) fp8_quantize_kernel(const Fp8QuantizeParams params) {
+  const int groups = (params.k + Traits::group - 1) / Traits::group;
+  const long long item = static_cast<long long>(blockIdx.x) * Traits::warps + threadIdx.x / 32;
+  if (item >= static_cast<long long>(params.m) * groups) return;
+  const int lane = threadIdx.x % 32;
+  const int m = static_cast<int>(item / groups);
+  const int group = static_cast<int>(item % groups);
+  const int k0 = group * Traits::group + Traits::per_lane * lane;
+  // K % 16 == 0: a lane's 4 channels are all inside K or all past it.
+  const bool inside = k0 < params.k;
+  float values[Traits::per_lane] = {0.0f, 0.0f, 0.0f, 0.0f};
+  if (inside) {
+    const uint2 raw = *reinterpret_cast<const uint2*>(params.input + m * params.ld_input + k0);
+    const __nv_bfloat162 low = *reinterpret_cast<const __nv_bfloat162*>(&raw.x);
+    const __nv_bfloat162 high = *reinterpret_cast<const __nv_bfloat162*>(&raw.y);
+    values[0] = __low2float(low);
+    values[1] = __high2float(low);
+    values[2] = __low2float(high);
+    values[3] = __high2float(high);
+  }
+  float amax = 0.0f;
+#pragma unroll
+  for (int i = 0; i < Traits::per_lane; ++i) amax = fmaxf(amax, fabsf(values[i]));
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2)
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, offset));
+  // IEEE divisions (__fdiv_rn), whatever the compile options say about fast math: the reference repeats them.
+  const float scale = amax > 0.0f ? __fdiv_rn(amax, 448.0f) : 1.0f;
+  if (inside) {
+    unsigned packed = 0;
+#pragma unroll
+    for (int i = 0; i < Traits::per_lane; ++i) {
+      const unsigned code = static_cast<unsigned char>(
+          __nv_cvt_float_to_fp8(__fdiv_rn(values[i], scale), __NV_SATFINITE, __NV_E4M3));
+      packed |= code << (8 * i);
+    }
+    *reinterpret_cast<unsigned*>(params.codes + m * params.ld_codes + k0) = packed;
+  }
+  if (lane == 0) params.scales[group * params.scale_ld + m] = scale;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// The GEMM.
+
+// kGranularity: the weight scales, as gemm.cuh's Fp8Weights: 0 one f32 per tensor, 1 one f32 per row of W,
+// 2 one f32 per 128x128 block ([ceil(rows / 128), ceil(K / 128)] per segment).
+template <int kStages, int kSegments, bool kHasBias, int kGranularity>
+struct GemmSm90Fp8Traits {
+  using Params = GemmSm90Fp8Params;
+  static constexpr int block_m = kGemmSm90Fp8BlockM;
+  static constexpr int block_n = kGemmSm90Fp8BlockN;
+  static constexpr int block_k = kGemmSm90Fp8BlockK;  // codes per slot row = one scale block
+  static constexpr int stages = kStages;
+  static constexpr int segments = kSegments;
+  static constexpr bool has_bias = kHasBias;
+  static constexpr int granularity = kGranularity;
+
+  static constexpr int consumers = 2;
+  static constexpr int threads = 128 * (1 + consumers);
+  static constexpr int consumer_rows = block_m / consumers;  // 64: one wgmma M
+  static constexpr int accumulators = block_n / 2;           // fp32 per consumer thread, twice (partial)
+  static constexpr int k_steps = block_k / 32;               // wgmma k32 steps per slot
+
+  static constexpr int a_slot_bytes = block_m * block_k;  // [128, 128] e4m3
+  static constexpr int b_slot_bytes = block_n * block_k;  // [128, 128] e4m3
+  static constexpr int slot_bytes = a_slot_bytes + b_slot_bytes;
+  static constexpr int ring_bytes = stages * slot_bytes;
+  static constexpr int dynamic_shared_bytes = gemm_sm90_fp8_dynamic_shared_bytes(stages);
+
+  static constexpr int producer_registers = 40;
+  static constexpr int consumer_registers = 232;
+  static constexpr unsigned empty_arrivals = 4 * consumers;  // one per consumer warp
+  static constexpr int group_m = 8;
+
+  static_assert(block_k == kFp8ActivationGroup, "a slot must be exactly one activation scale group");
+  static_assert(block_k == 128 && block_n == 128, "a slot must be exactly one 128x128 weight scale block");
+  static_assert(block_k == sm90::kSwizzle128Bytes, "a slot row is one 128-byte swizzle row");
+  static_assert(stages >= 2, "the ring needs at least two slots");
+  static_assert(kSegments >= 1 && kSegments <= kMaxGemmSegments, "1 to 3 weight segments");
+  static_assert(kGranularity >= 0 && kGranularity <= 2, "tensor, channel or block weight scales");
+  static_assert(a_slot_bytes % sm90::kSwizzle128AtomBytes == 0 &&
+                    b_slot_bytes % sm90::kSwizzle128AtomBytes == 0,
+                "every slot must start 1024-byte aligned");
+  static_assert(dynamic_shared_bytes <= 227 * 1024, "more shared memory than an H100/H200 SM gives a CTA");
+  static_assert(producer_registers * 128 + consumer_registers * 128 * consumers <= 65536,
+                "setmaxnreg targets exceed the register file");
+};
+
+// grid: [min(tiles, SMs)] persistent CTAs, block: [Traits::threads], dynamic shared memory:
+// Traits::dynamic_shared_bytes.
+template <class Traits>
+__global__ void __launch_bounds__(Traits::threads, 1)
+    gemm_sm90_fp8_kernel(const __grid_constant__ GemmSm90Fp8Params params) {
+#if ATTNPLAN_SM90A_ENABLED
+  extern __shared__ __align__(1024) unsigned char shared[];
+  const unsigned ring = (sm90::smem_address(shared) + 1023u) & ~1023u;
+  const unsigned full_barriers = ring + Traits::ring_bytes;            // [stages] x 8 bytes
+  const unsigned empty_barriers = full_barriers + Traits::stages * 8;  // [stages] x 8 bytes
+  const GemmParams& gemm = params.gemm;
+
+  const int warpgroup = threadIdx.x / 128;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < Traits::stages; ++s) {
+      sm90::mbarrier_init(full_barriers + 8 * s, 1);
+      sm90::mbarrier_init(empty_barriers + 8 * s, Traits::empty_arrivals);
+    }
+    sm90::fence_barrier_init();
+  }
+  __syncthreads();
+
+  const int tiles_m = (gemm.m + Traits::block_m - 1) / Traits::block_m;
+  const int tiles_n = (gemm.n + Traits::block_n - 1) / Traits::block_n;
+  const int tiles = tiles_m * tiles_n;
+  const int k_tiles = (gemm.k + Traits::block_k - 1) / Traits::block_k;
+
+  if (warpgroup == 0) {
+    // Producer, as gemm_sm90.cuh's: slot slot_use % stages, phase (slot_use / stages) % 2.
+    sm90::setmaxnreg_decrease<Traits::producer_registers>();
+    if (threadIdx.x == 0) {
+      sm90::prefetch_tensor_map(&params.a_map);
+#pragma unroll
+      for (int s = 0; s < Traits::segments; ++s) sm90::prefetch_tensor_map(&params.w_maps[s]);
+      int slot_use = 0;
+      for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+        const TileCoordinates coordinates = grouped_tile<Traits::group_m>(tile, tiles_m, tiles_n);
+        const int m0 = coordinates.m * Traits::block_m;
+        const int n0 = coordinates.n * Traits::block_n;
+        const void* w_map = &params.w_maps[0];
+        int w_row = n0;
+#pragma unroll
+        for (int s = 1; s < Traits::segments; ++s) {
+          if (n0 >= gemm.segments[s].n_begin) {
+            w_map = &params.w_maps[s];
+            w_row = n0 - gemm.segments[s].n_begin;
+          }
+        }
+        for (int k_tile = 0; k_tile < k_tiles; ++k_tile, ++slot_use) {
+          const int slot = slot_use % Traits::stages;
+          const unsigned phase = (slot_use / Traits::stages) & 1u;
+          sm90::mbarrier_wait_parity(empty_barriers + 8 * slot, phase ^ 1u);
+          const unsigned full = full_barriers + 8 * slot;
+          const unsigned a_slot = ring + slot * Traits::slot_bytes;
+          sm90::mbarrier_arrive_expect_tx(full, Traits::slot_bytes);
+          sm90::tma_load_2d(a_slot, &params.a_map, full, k_tile * Traits::block_k, m0);
+          sm90::tma_load_2d(a_slot + Traits::a_slot_bytes, w_map, full, k_tile * Traits::block_k, w_row);
+        }
+      }
+    }
+    return;
+  }
+
+  // Consumers: warpgroup c = 1, 2 owns tile rows [64 (c - 1), 64 c). Thread (warp w, lane l) holds rows
+  // 16 w + l / 4 (accumulators j with (j / 2) % 2 == 0) and + 8 (the others) of its 64 (wgmma.cuh).
+  sm90::setmaxnreg_increase<Traits::consumer_registers>();
+  const int thread = threadIdx.x % 128;
+  const int warp = thread / 32;
+  const int lane = thread % 32;
+  const unsigned a_offset = (warpgroup - 1) * Traits::consumer_rows * sm90::kSwizzle128Bytes;
+  float accumulator[Traits::accumulators];
+  float partial[Traits::accumulators];
+#pragma unroll
+  for (int j = 0; j < Traits::accumulators; ++j) partial[j] = 0.0f;
+
+  int slot_use = 0;
+  for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    const TileCoordinates coordinates = grouped_tile<Traits::group_m>(tile, tiles_m, tiles_n);
+    const int m0 = coordinates.m * Traits::block_m;
+    const int n0 = coordinates.n * Traits::block_n;
+    const GemmSegment segment = segment_of<Traits::segments>(gemm, n0);
+    const float* w_scales = static_cast<const float*>(segment.scales);
+    const int row0 = m0 + (warpgroup - 1) * Traits::consumer_rows + 16 * warp + lane / 4;
+    const int row1 = row0 + 8;
+    // Rows past M hold zero codes; their scale is never read (and their results never stored).
+    const int scale_row0 = row0 < gemm.m ? row0 : 0;
+    const int scale_row1 = row1 < gemm.m ? row1 : 0;
+    // Block weight scales of the tile's 128 rows: row (n0 - n_begin) / 128 of [ceil(rows / 128), k_tiles].
+    const float* w_block_scales = w_scales + static_cast<long long>((n0 - segment.n_begin) / 128) * k_tiles;
+#pragma unroll
+    for (int j = 0; j < Traits::accumulators; ++j) accumulator[j] = 0.0f;
+
+    for (int k_tile = 0; k_tile < k_tiles; ++k_tile, ++slot_use) {
+      const int slot = slot_use % Traits::stages;
+      const unsigned phase = (slot_use / Traits::stages) & 1u;
+      // The promotion factors, loaded before the wait so their latency hides behind it.
+      const float* a_scales = params.a_scales + k_tile * params.a_scale_ld;
+      float factor0 = __ldg(a_scales + scale_row0);
+      float factor1 = __ldg(a_scales + scale_row1);
+      if constexpr (Traits::granularity == 2) {
+        const float w_scale = __ldg(w_block_scales + k_tile);
+        factor0 *= w_scale;
+        factor1 *= w_scale;
+      }
+      sm90::mbarrier_wait_parity(full_barriers + 8 * slot, phase);
+      const unsigned a_slot = ring + slot * Traits::slot_bytes;
+      const unsigned long long a_descriptor = sm90::kmajor_descriptor(a_slot + a_offset);
+      const unsigned long long b_descriptor = sm90::kmajor_descriptor(a_slot + Traits::a_slot_bytes);
+      sm90::fence_registers(partial);
+      sm90::wgmma_fence();
+#pragma unroll
+      for (int step = 0; step < Traits::k_steps; ++step) {
+        // k32 of e4m3 = 32 bytes along the row: +2 in the descriptor's >> 4 address field.
+        sm90::wgmma_ss_fp8_n128(partial, a_descriptor + 2 * step, b_descriptor + 2 * step, step > 0);
+      }
+      sm90::wgmma_commit_group();
+      sm90::wgmma_wait_group<0>();
+      sm90::fence_registers(partial);
+      if (lane == 0) sm90::mbarrier_arrive(empty_barriers + 8 * slot);
+#pragma unroll
+      for (int j = 0; j < Traits::accumulators; ++j) {
+        accumulator[j] = fmaf(partial[j], (j / 2) % 2 == 0 ? factor0 : factor1, accumulator[j]);
+      }
+    }
+
+    // Epilogue: tensor / channel weight scale, bias, one rounding, 4-byte stores of column pairs.
+#pragma unroll
+    for (int block = 0; block < Traits::block_n / 8; ++block) {
+      const int n = n0 + 8 * block + 2 * (lane % 4);
+      if (n >= gemm.n) continue;
+      const bool pair = n + 1 < gemm.n;
+      float scale0 = 1.0f;
+      float scale1 = 1.0f;
+      if constexpr (Traits::granularity == 0) {
+        scale0 = scale1 = __ldg(w_scales);
+      } else if constexpr (Traits::granularity == 1) {
+        scale0 = __ldg(w_scales + (n - segment.n_begin));
+        if (pair) scale1 = __ldg(w_scales + (n + 1 - segment.n_begin));
+      }
+      float bias0 = 0.0f;
+      float bias1 = 0.0f;
+      if constexpr (Traits::has_bias) {
+        if (segment.bias != nullptr) {
+          const __nv_bfloat16* bias = reinterpret_cast<const __nv_bfloat16*>(segment.bias) - segment.n_begin;
+          bias0 = __bfloat162float(bias[n]);
+          if (pair) bias1 = __bfloat162float(bias[n + 1]);
+        }
+      }
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int m = row0 + 8 * half;
+        if (m >= gemm.m) continue;
+        const float value0 = accumulator[4 * block + 2 * half] * scale0 + bias0;
+        const float value1 = accumulator[4 * block + 2 * half + 1] * scale1 + bias1;
+        bf16_bits* out = gemm.c + static_cast<long long>(m) * gemm.ldc + n;
+        if (pair) {
+          *reinterpret_cast<__nv_bfloat162*>(out) = __floats2bfloat162_rn(value0, value1);
+        } else {
+          *reinterpret_cast<__nv_bfloat16*>(out) = __float2bfloat16_rn(value0);
+        }
+      }
+    }
+  }
+#else
+  (void)params;
+  __trap();  // an sm_90a kernel instantiated for another target
+#endif
+}
+
+}  // namespace attnplan::kernels

@@ -1,0 +1,78 @@
+// The fp8-activation projection's specs (plan/gemm_fp8.hpp): NVRTC compiles of the quantizer and of the
+// e4m3 GEMM for every weight scale granularity (sm_90a: no spills, the registers setmaxnreg needs; sm_80:
+// the trap body compiles), launch shapes, workspace buffers and the checks' messages.
+#include <string>
+
+#include "../compiler/test_kernels.hpp"
+#include "compiler/compiler.hpp"
+#include "core/error.hpp"
+#include "plan/gemm_fp8.hpp"
+#include "support/catch.hpp"
+#include "support/expect_error.hpp"
+
+using namespace attnplan;
+
+TEST_CASE("fp8-activation kernels compile for sm_80 and sm_90a", "[plan][gemm][gemm_fp8][nvrtc]") {
+  const auto arch = GENERATE(testing::kSm80, testing::kSm90a);
+  const auto quantize =
+      testing::test_compiler().compile(plan::Fp8QuantizeSpec{}.source(), compiler::CompileOptions{arch});
+  INFO(quantize.log);
+  CHECK(quantize.resources.spill_bytes() == 0);
+  UNSCOPED_INFO(arch.name() << " fp8_quantize: " << quantize.resources.registers << " registers");
+  for (auto granularity : {config::Fp8ScaleGranularity::tensor, config::Fp8ScaleGranularity::channel,
+                           config::Fp8ScaleGranularity::block}) {
+    plan::GemmFp8Spec spec;
+    spec.segments = 3;
+    spec.has_bias = true;
+    spec.granularity = granularity;
+    const auto source = spec.source();
+    INFO(source.render_stub());
+    const auto kernel = testing::test_compiler().compile(source, compiler::CompileOptions{arch});
+    INFO(kernel.log);
+    CHECK(kernel.resources.spill_bytes() == 0);
+    // 384 threads x 168 = 64512: the kernel-wide budget setmaxnreg redistributes (40 / 232).
+    CHECK(kernel.resources.registers <= 168);
+    UNSCOPED_INFO(arch.name() << " " << source.render_stub() << ": " << kernel.resources.registers
+                              << " registers, " << spec.dynamic_shared_bytes() << " B shared");
+  }
+}
+
+TEST_CASE("fp8-activation GEMM: shapes, buffers and checks", "[plan][gemm][gemm_fp8]") {
+  plan::GemmFp8Spec spec;
+  CHECK(spec.dynamic_shared_bytes() == 6 * 2 * 128 * 128 + 6 * 16 + 1024);
+  const driver::LaunchShape shape = spec.launch_shape(300, 6144, 132);
+  CHECK(shape.grid.x == 132);
+  CHECK(spec.launch_shape(37, 200, 132).grid.x == 2);
+  CHECK(plan::Fp8QuantizeSpec{}.launch_shape(37, 2880).grid.x == (37 * 23 + 7) / 8);
+
+  CHECK(plan::fp8_activation_bytes(37, 2880) ==
+        (37 * 2880 + 255) / 256 * 256 + 23 * 40 * 4 / 256 * 256 + 256);
+  alignas(256) static unsigned char storage[1];
+  const plan::Fp8ActivationBuffers buffers = plan::fp8_activation_buffers(storage, 37, 2880);
+  CHECK(buffers.scale_ld == 40);
+  CHECK(reinterpret_cast<unsigned char*>(buffers.scales) - storage == (37 * 2880 + 255) / 256 * 256);
+
+  CHECK(plan::fp8_activation_gemm_available(testing::kSm90a));
+  CHECK_FALSE(plan::fp8_activation_gemm_available(testing::kSm80));
+
+  alignas(16) static unsigned char memory[64];
+  GemmParams params{};
+  params.a = reinterpret_cast<const bf16_bits*>(memory);
+  params.c = reinterpret_cast<bf16_bits*>(memory);
+  params.m = 5;
+  params.n = 200;
+  params.k = 2888;
+  params.lda = 2888;
+  params.ldc = 200;
+  params.segments[0] = {reinterpret_cast<const bf16_bits*>(memory), nullptr, 0, 200, memory, nullptr};
+  CHECK(contains(expect_error([&] { spec.check(params); }).message(),
+                 "K = 2888 must be a positive multiple of 16"));
+  params.k = params.lda = 2880;
+  spec.check(params);
+  params.segments[0].scales = nullptr;
+  CHECK(contains(expect_error([&] { spec.check(params); }).message(), "segments[0].scales"));
+  spec.segments = 2;
+  params.segments[0] = {reinterpret_cast<const bf16_bits*>(memory), nullptr, 0, 100, memory, nullptr};
+  params.segments[1] = {reinterpret_cast<const bf16_bits*>(memory), nullptr, 100, 200, memory, nullptr};
+  CHECK(contains(expect_error([&] { spec.check(params); }).message(), "segments[0] is 100 wide"));
+}
