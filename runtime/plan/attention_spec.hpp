@@ -72,7 +72,7 @@ AttentionKernel choose_attention_kernel(int head_dim, int value_head_dim, bool b
 // Dynamic shared memory of the sm_90a kernel, bytes: 1024 of alignment slack, Q [128, D], `stages` stages
 // of K and V [block_n, D], bf16, and a full and an empty mbarrier per stage. Mirrors
 // AttentionSm90Traits::shared_bytes.
-int sm90_attention_shared_bytes(int head_dim, int block_n, int stages = 2);
+int sm90_attention_shared_bytes(int head_dim, int block_n, int stages);
 
 // Pure. The sm_90a kernel's tile per head dim: 128 query rows (two consumer warpgroups of 64), key tiles of
 // 128 for D <= 128 and 64 for D = 256 (O [64, 256] fp32 is 128 registers per consumer thread; a 64-key S

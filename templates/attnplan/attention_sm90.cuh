@@ -247,9 +247,9 @@ __global__ void __launch_bounds__(Traits::threads, 1) attention_sm90_kernel(cons
   const unsigned q_address = base_address + Traits::q_offset + swizzle128_offset(consumer * 64, 0, kBlockM);
 
   // The steps of one key tile i, shared by both schedules below. Each touches only the registers it names.
-  float score[kScoreRegisters];     // S [64, block_n] of the tile being softmaxed
-  unsigned p[kBlockN / 16][4];      // P as bf16 A fragments, read by the P V wgmma until it completes
-  float correction[2];              // exp2(old max - new max) per row half: O's rescale for the tile
+  float score[kScoreRegisters];  // S [64, block_n] of the tile being softmaxed
+  unsigned p[kBlockN / 16][4];   // P as bf16 A fragments, read by the P V wgmma until it completes
+  float correction[2];           // exp2(old max - new max) per row half: O's rescale for the tile
   auto stage_of = [](int i) { return i % kStages; };
   auto wait_full = [&](int i) {
     mbarrier_wait_parity(full_barriers + stage_of(i) * 8, (i / kStages) & 1);

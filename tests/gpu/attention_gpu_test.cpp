@@ -933,7 +933,8 @@ TEST_CASE("attention speed of both kernels", "[.attention_speed][gpu]") {
     if (specs.back().kernel == plan::AttentionKernel::wgmma_sm90 && specs.back().tiling.stages == 3) {
       plan::AttentionSpec two_stage = specs.back();  // the sm_90a schedule without overlap, for comparison
       two_stage.tiling.stages = 2;
-      two_stage.tiling.shared_bytes = plan::sm90_attention_shared_bytes(shape.head_dim, two_stage.tiling.block_n, 2);
+      two_stage.tiling.shared_bytes =
+          plan::sm90_attention_shared_bytes(shape.head_dim, two_stage.tiling.block_n, 2);
       specs.push_back(two_stage);
     }
     for (const plan::AttentionSpec& spec : specs) {
@@ -948,9 +949,8 @@ TEST_CASE("attention speed of both kernels", "[.attention_speed][gpu]") {
           "attention speed %-10s D %3d S %5d Hq 32 Hkv 8 causal bm %3d bn %3d stages %d (%d regs, %d spill "
           "bytes, %d smem): %.3f ms, %.1f TFLOP/s, tail rel L2 %.2e\n",
           plan::to_string(kind), shape.head_dim, shape.tokens, spec.tiling.block_m, spec.tiling.block_n,
-          spec.tiling.stages,
-          resources.registers, resources.spill_bytes(), spec.dynamic_shared_bytes(), got.milliseconds,
-          flops / (got.milliseconds * 1e-3) / 1e12, error);
+          spec.tiling.stages, resources.registers, resources.spill_bytes(), spec.dynamic_shared_bytes(),
+          got.milliseconds, flops / (got.milliseconds * 1e-3) / 1e12, error);
     }
   }
 }

@@ -333,7 +333,7 @@ TEST_CASE("sm_90a attention tiling: 128 query rows, 128-key tiles up to D 128, 6
     CHECK(tiling.shared_bytes <= max_shared_bytes_per_block(kSm90a));
   }
   // Q [128, 128] + 2 x (K + V) [128, 128] bf16 = 160 KiB, plus alignment slack and four mbarriers.
-  CHECK(sm90_attention_shared_bytes(128, 128) == 1024 + 160 * 1024 + 32);
+  CHECK(sm90_attention_shared_bytes(128, 128, 2) == 1024 + 160 * 1024 + 32);
   // Three stages: Q 32 KiB + 3 x 64 KiB = 224 KiB, just under the 227 KiB limit; six mbarriers.
   CHECK(sm90_attention_shared_bytes(128, 128, 3) == 1024 + 224 * 1024 + 48);
   CHECK(sm90_attention_shared_bytes(256, 64, 3) > max_shared_bytes_per_block(kSm90a));
@@ -441,8 +441,7 @@ TEST_CASE("sm_90a attention compiles to wgmma without spills", "[plan][attention
         "attention sm_90a wgmma D %3d group %d block %2d bn %3d stages %d window %d: %3d registers, %d spill "
         "bytes, %d stack bytes, %6d dynamic smem\n",
         spec.head_dim, spec.group_size, spec.block_size, spec.tiling.block_n, spec.tiling.stages,
-        int(spec.has_window),
-        r.registers, r.spill_bytes(), r.stack_bytes, spec.dynamic_shared_bytes());
+        int(spec.has_window), r.registers, r.spill_bytes(), r.stack_bytes, spec.dynamic_shared_bytes());
     CHECK(kernels[i].lowered_name.find("attention_sm90_kernel") != std::string::npos);
     CHECK(kernels[i].ptx.find("wgmma.mma_async") != std::string::npos);
     CHECK(kernels[i].ptx.find("setmaxnreg") != std::string::npos);
