@@ -112,10 +112,9 @@ AttentionKernel choose_attention_kernel(int head_dim, int value_head_dim, bool b
   return hopper && dims && features ? AttentionKernel::wgmma_sm90 : AttentionKernel::mma_sync;
 }
 
-int sm90_attention_shared_bytes(int head_dim, int block_n, int stages) {
-  constexpr int kBlockM = 128, kAlignmentSlack = 1024;
-  const int barrier_bytes = 2 * stages * 8;
-  return kAlignmentSlack + 2 * head_dim * (kBlockM + stages * 2 * block_n) + barrier_bytes;
+int sm90_attention_shared_bytes(int head_dim, int block_n) {
+  constexpr int kBlockM = 128, kStages = 2, kAlignmentSlack = 1024, kBarrierBytes = 2 * kStages * 8;
+  return kAlignmentSlack + 2 * head_dim * (kBlockM + kStages * 2 * block_n) + kBarrierBytes;
 }
 
 AttentionTiling choose_sm90_attention_tiling(int head_dim, int group_size) {
@@ -130,12 +129,9 @@ AttentionTiling choose_sm90_attention_tiling(int head_dim, int group_size) {
   AttentionTiling tiling;
   tiling.block_m = 128;
   tiling.block_n = head_dim <= 128 ? 128 : 64;
-  // Three stages (the pipelined consumer, see AttentionSm90Traits::pipelined) wherever they fit in sm_90's
-  // 227 KiB: D 64 and D 128; D 256 keeps two and the schedule that waits on each wgmma group.
-  constexpr int kMaxSharedBytes = 227 * 1024;
-  tiling.stages = sm90_attention_shared_bytes(head_dim, tiling.block_n, 3) <= kMaxSharedBytes ? 3 : 2;
+  tiling.stages = 2;
   tiling.min_blocks_per_sm = 1;
-  tiling.shared_bytes = sm90_attention_shared_bytes(head_dim, tiling.block_n, tiling.stages);
+  tiling.shared_bytes = sm90_attention_shared_bytes(head_dim, tiling.block_n);
   tiling.heads_per_cta = 1;
   for (int heads = 2; heads <= std::min(group_size, 16); ++heads)
     if (group_size % heads == 0) tiling.heads_per_cta = heads;
@@ -181,7 +177,6 @@ compiler::KernelSource AttentionSpec::source() const {
         {"block_size", std::to_string(block_size)},
         {"block_n", std::to_string(tiling.block_n)},
         {"has_window", cxx_bool(has_window)},
-        {"stages", std::to_string(tiling.stages)},
     };
   } else {
     source.header = "attnplan/attention.cuh";
@@ -220,9 +215,7 @@ compiler::KernelSource AttentionSpec::source() const {
 }
 
 int AttentionSpec::dynamic_shared_bytes() const {
-  if (kernel == AttentionKernel::wgmma_sm90) {
-    return sm90_attention_shared_bytes(head_dim, tiling.block_n, tiling.stages);
-  }
+  if (kernel == AttentionKernel::wgmma_sm90) return sm90_attention_shared_bytes(head_dim, tiling.block_n);
   return attention_shared_bytes(head_dim, value_head_dim, tiling.block_m, tiling.block_n, tiling.stages,
                                 kv_fp8);
 }

@@ -69,16 +69,13 @@ inline constexpr int kSm90AttentionThreads = 384;
 AttentionKernel choose_attention_kernel(int head_dim, int value_head_dim, bool bf16_kv_cache,
                                         bool has_softcap, bool has_spans, bool has_sinks, config::Arch arch);
 
-// Dynamic shared memory of the sm_90a kernel, bytes: 1024 of alignment slack, Q [128, D], `stages` stages
-// of K and V [block_n, D], bf16, and a full and an empty mbarrier per stage. Mirrors
-// AttentionSm90Traits::shared_bytes.
-int sm90_attention_shared_bytes(int head_dim, int block_n, int stages);
+// Dynamic shared memory of the sm_90a kernel, bytes: 1024 of alignment slack, Q [128, D], two stages of
+// K and V [block_n, D], bf16, and four mbarriers. Mirrors AttentionSm90Traits::shared_bytes.
+int sm90_attention_shared_bytes(int head_dim, int block_n);
 
 // Pure. The sm_90a kernel's tile per head dim: 128 query rows (two consumer warpgroups of 64), key tiles of
 // 128 for D <= 128 and 64 for D = 256 (O [64, 256] fp32 is 128 registers per consumer thread; a 64-key S
-// keeps the rest under the 224 the consumers get); three stages where they fit in 227 KiB (D 64, D 128:
-// the pipelined consumer that overlaps the softmax with the P V wgmma), else two (D 256: the consumer that
-// waits on each wgmma group); heads_per_cta the largest divisor of
+// keeps the rest under the 224 the consumers get), two stages; heads_per_cta the largest divisor of
 // group_size up to 16 (each K/V tile then serves that many query heads; at least 8 tokens per CTA keep
 // the causal band's waste small). Throws Error(config) for other head dims or group_size < 1.
 AttentionTiling choose_sm90_attention_tiling(int head_dim, int group_size);

@@ -43,8 +43,7 @@ __host__ __device__ constexpr unsigned swizzle128_offset(int row, int column, in
 
 }  // namespace attention_sm90_detail
 
-template <int kHeadDim, int kGroupSize, int kHeadsPerCta, int kBlockSize, int kBlockN, bool kHasWindow,
-          int kStages = 2>
+template <int kHeadDim, int kGroupSize, int kHeadsPerCta, int kBlockSize, int kBlockN, bool kHasWindow>
 struct AttentionSm90Traits {
   using Params = AttentionParams;
   static constexpr int head_dim = kHeadDim;  // q/k and v head dims (equal on this path)
@@ -61,12 +60,7 @@ struct AttentionSm90Traits {
   static constexpr int threads = 128 * (1 + consumer_warpgroups);
   static constexpr int producer_threads = 128;
   static constexpr int consumer_threads = 128 * consumer_warpgroups;
-  static constexpr int stages = kStages;
-  // Three stages turn on the pipelined consumer (FA3's intra-warpgroup overlap): S(j) = Q K(j)^T is issued
-  // together with O += P(j-1) V(j-1), and the softmax of S(j) runs while P(j-1) V(j-1) is still in flight.
-  // A consumer then holds two stages at once (tile j-1's V, tile j's K), so the producer needs a third to
-  // load ahead; with two stages the consumer waits on each wgmma group (the phase-1 schedule).
-  static constexpr bool pipelined = kStages >= 3;
+  static constexpr int stages = 2;
   // 384 threads start at 168 registers each (65536 / 384, rounded down to 8); the producer drops to 56 so
   // the consumers can hold S [64, block_n] and O [64, head_dim] fp32 tiles: 128 * 56 + 256 * 224 = 64512.
   static constexpr int producer_registers = 56;
@@ -93,7 +87,6 @@ struct AttentionSm90Traits {
   static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256,
                 "head_dim: 64, 128 or 256 (whole 64-element swizzle column blocks, a wgmma N)");
   static_assert(kBlockN == 64 || kBlockN == 128, "block_n: 64 or 128 keys (a wgmma N, whole k16 steps)");
-  static_assert(kStages == 2 || kStages == 3, "stages: 2 (waits on each wgmma group) or 3 (pipelined)");
   static_assert(kGroupSize >= 1, "group_size must be positive");
   static_assert(kHeadsPerCta >= 1 && kHeadsPerCta <= 16 && kGroupSize % kHeadsPerCta == 0,
                 "heads_per_cta: a divisor of group_size, at most 16 (at least 8 tokens per CTA)");
@@ -196,21 +189,13 @@ __global__ void __launch_bounds__(Traits::threads, 1) attention_sm90_kernel(cons
         cp_async_16(v_address + offset, slot >= 0 ? value_column + slot * slot_elements : params.value_cache,
                     slot >= 0 ? 16 : 0);
       }
-      // One cp.async group per tile (tile 0's holds Q too). Tile i's copies are in flight while tile i - 1's
-      // are waited for: all but the newest group have landed, so this thread's part of tile i - 1 is in
-      // shared memory; the proxy fence makes it visible to the consumers' wgmma (async proxy) before the
-      // release. No deadlock: releasing tile i - 1 waits only for the empty barrier of tile i, which the
-      // consumers arrive on after consuming tile i - stages, which needed only tiles up to i - 2.
+      // This thread's copies have landed; make them visible to the consumers' wgmma (async proxy) before
+      // the release.
       cp_async_commit();
-      if (i > 0) {
-        cp_async_wait<1>();
-        fence_proxy_async_shared();
-        mbarrier_arrive(full_barriers + ((i - 1) % kStages) * 8);
-      }
+      cp_async_wait<0>();
+      fence_proxy_async_shared();
+      mbarrier_arrive(full_barriers + stage * 8);
     }
-    cp_async_wait<0>();
-    fence_proxy_async_shared();
-    mbarrier_arrive(full_barriers + ((tile_count - 1) % kStages) * 8);
     return;
   }
 
@@ -246,19 +231,17 @@ __global__ void __launch_bounds__(Traits::threads, 1) attention_sm90_kernel(cons
   // This warpgroup's 64 Q rows start 64 * 128 bytes into each column block (row % 8 == 0: no swizzle shift).
   const unsigned q_address = base_address + Traits::q_offset + swizzle128_offset(consumer * 64, 0, kBlockM);
 
-  // The steps of one key tile i, shared by both schedules below. Each touches only the registers it names.
-  float score[kScoreRegisters];  // S [64, block_n] of the tile being softmaxed
-  unsigned p[kBlockN / 16][4];   // P as bf16 A fragments, read by the P V wgmma until it completes
-  float correction[2];           // exp2(old max - new max) per row half: O's rescale for the tile
-  auto stage_of = [](int i) { return i % kStages; };
-  auto wait_full = [&](int i) {
-    mbarrier_wait_parity(full_barriers + stage_of(i) * 8, (i / kStages) & 1);
+  for (int i = 0; i < tile_count; ++i) {
+    const int stage = i % kStages;
+    mbarrier_wait_parity(full_barriers + stage * 8, (i / kStages) & 1);
     fence_proxy_async_shared();
-  };
-  // S = Q K^T: [64, block_n], head_dim / 16 k-steps; a 16-wide step is 32 bytes into a 64-wide column
-  // block, and every 4 steps the next column block begins. Issued, committed as one group, not waited on.
-  auto issue_scores = [&](int i) {
-    const unsigned k_address = base_address + Traits::k_offset + stage_of(i) * Traits::k_bytes;
+    const unsigned k_address = base_address + Traits::k_offset + stage * Traits::k_bytes;
+    const unsigned v_address = base_address + Traits::v_offset + stage * Traits::v_bytes;
+
+    // S = Q K^T: [64, block_n], head_dim / 16 k-steps; a 16-wide step is 32 bytes into a 64-wide column
+    // block, and every 4 steps the next column block begins.
+    float score[kScoreRegisters];
+    wgmma_fence();
 #pragma unroll
     for (int k = 0; k < kHeadDim / 16; ++k) {
       const unsigned long long a = kmajor_descriptor(q_address + (k / 4) * kBlockM * 128 + (k % 4) * 32);
@@ -266,24 +249,11 @@ __global__ void __launch_bounds__(Traits::threads, 1) attention_sm90_kernel(cons
       wgmma_ss<kBlockN>(score, a, b, /*accumulate=*/k > 0);
     }
     wgmma_commit_group();
-  };
-  // O += P V: V [block_n keys, head_dim] is the N-major B operand; k-step k starts 16 rows (2048 bytes)
-  // further, and the descriptor's leading offset steps from one 64-column block to the next. Issued and
-  // committed as one group; p and output stay untouched until it is waited on.
-  auto issue_values = [&](int i) {
-    const unsigned v_address = base_address + Traits::v_offset + stage_of(i) * Traits::v_bytes;
-#pragma unroll
-    for (int k = 0; k < kBlockN / 16; ++k)
-      wgmma_rs<kHeadDim, /*kTransposeB=*/1>(output, p[k],
-                                            mnmajor_descriptor(v_address + k * 16 * 128, kBlockN * 128),
-                                            /*accumulate=*/true);
-    wgmma_commit_group();
-  };
-  // Scale, mask (boundary tiles only), the online softmax of score in place (row_max, row_sum updated,
-  // correction set); O is not touched, so this may run while a P V group is in flight.
-  auto softmax = [&](int i) {
-    // A tile wholly below every row's diagonal, above every row's window edge and inside the keys needs
-    // no mask.
+    wgmma_wait_group<0>();
+    fence_registers(score);
+
+    // Scale, then mask boundary tiles only: a tile wholly below every row's diagonal, above every row's
+    // window edge and inside the keys needs none.
     const int key_first = (tile_begin + i) * kBlockN;
     bool needs_mask = key_first + kBlockN - 1 > q_first || key_first + kBlockN > kv_len;
     if constexpr (Traits::has_window) needs_mask = needs_mask || key_first <= q_last - params.window;
@@ -307,6 +277,8 @@ __global__ void __launch_bounds__(Traits::threads, 1) attention_sm90_kernel(cons
         score[4 * n + e] = x;
       }
     }
+
+    // Online softmax: the new running max per row, rescale O and the sum, exponentiate.
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       float tile_max = minus_infinity();
@@ -316,7 +288,7 @@ __global__ void __launch_bounds__(Traits::threads, 1) attention_sm90_kernel(cons
       const float new_max = fmaxf(row_max[half], quad_max(tile_max));
       // Nothing allowed yet in this row: subtract 0 so that exp2(-inf - base) stays 0 rather than NaN.
       const float base_value = new_max == minus_infinity() ? 0.0f : new_max;
-      correction[half] = fast_exp2(row_max[half] - base_value);
+      const float correction = fast_exp2(row_max[half] - base_value);
       row_max[half] = new_max;
       float partial = 0.0f;
 #pragma unroll
@@ -325,21 +297,16 @@ __global__ void __launch_bounds__(Traits::threads, 1) attention_sm90_kernel(cons
         score[4 * n + 2 * half + 1] = fast_exp2(score[4 * n + 2 * half + 1] - base_value);
         partial += score[4 * n + 2 * half] + score[4 * n + 2 * half + 1];
       }
-      row_sum[half] = row_sum[half] * correction[half] + partial;
-    }
-  };
-  auto rescale_output = [&]() {
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
+      row_sum[half] = row_sum[half] * correction + partial;
 #pragma unroll
       for (int j = 0; j < kHeadDim / 8; ++j) {
-        output[4 * j + 2 * half] *= correction[half];
-        output[4 * j + 2 * half + 1] *= correction[half];
+        output[4 * j + 2 * half] *= correction;
+        output[4 * j + 2 * half + 1] *= correction;
       }
     }
-  };
-  // P as bf16 A fragments: the S accumulators of n8 tiles 2k and 2k + 1 are k-step k's fragment.
-  auto pack_probabilities = [&]() {
+
+    // P as bf16 A fragments: the S accumulators of n8 tiles 2k and 2k + 1 are k-step k's fragment.
+    unsigned p[kBlockN / 16][4];
 #pragma unroll
     for (int k = 0; k < kBlockN / 16; ++k) {
       p[k][0] = pack_bf16(score[8 * k + 0], score[8 * k + 1]);
@@ -347,59 +314,21 @@ __global__ void __launch_bounds__(Traits::threads, 1) attention_sm90_kernel(cons
       p[k][2] = pack_bf16(score[8 * k + 4], score[8 * k + 5]);
       p[k][3] = pack_bf16(score[8 * k + 6], score[8 * k + 7]);
     }
-  };
-  auto release = [&](int i) { mbarrier_arrive(empty_barriers + stage_of(i) * 8); };
 
-  if constexpr (!Traits::pipelined) {
-    // Phase-1 schedule: each wgmma group is waited on before its result is used.
-    for (int i = 0; i < tile_count; ++i) {
-      wait_full(i);
-      wgmma_fence();
-      issue_scores(i);
-      wgmma_wait_group<0>();
-      fence_registers(score);
-      softmax(i);
-      rescale_output();
-      pack_probabilities();
-      wgmma_fence();
-      issue_values(i);
-      wgmma_wait_group<0>();
-      fence_registers(output);
-      release(i);  // this thread is done reading the stage
-    }
-  } else {
-    // Pipelined schedule (FA3 intra-warpgroup overlap). Per iteration i >= 1: issue S(i), then
-    // O += P(i-1) V(i-1); wait for S(i) alone (groups complete in order: wait_group 1 leaves only the newest,
-    // the P V group, pending) and softmax it under the P V group; then wait for P V, release tile i-1's
-    // stage, and rescale O by tile i's correction: O then holds sum over tiles < i relative to the new max,
-    // exactly what the phase-1 schedule has before adding P(i) V(i). Stages held at once: i-1 and i.
-    wait_full(0);
+    // O += P V: V [block_n keys, head_dim] is the N-major B operand; k-step k starts 16 rows (2048 bytes)
+    // further, and the descriptor's leading offset steps from one 64-column block to the next.
     wgmma_fence();
-    issue_scores(0);
-    wgmma_wait_group<0>();
-    fence_registers(score);
-    softmax(0);  // O is still zero: no rescale needed
-    pack_probabilities();
-    for (int i = 1; i < tile_count; ++i) {
-      wait_full(i);
-      wgmma_fence();  // score, p and output were written by ordinary instructions since the last wgmma
-      issue_scores(i);
-      issue_values(i - 1);
-      wgmma_wait_group<1>();
-      fence_registers(score);
-      softmax(i);
-      wgmma_wait_group<0>();
-      fence_registers(output);
-      release(i - 1);
-      rescale_output();
-      pack_probabilities();
-    }
-    wgmma_fence();
-    issue_values(tile_count - 1);
+#pragma unroll
+    for (int k = 0; k < kBlockN / 16; ++k)
+      wgmma_rs<kHeadDim, /*kTransposeB=*/1>(output, p[k],
+                                            mnmajor_descriptor(v_address + k * 16 * 128, kBlockN * 128),
+                                            /*accumulate=*/true);
+    wgmma_commit_group();
     wgmma_wait_group<0>();
     fence_registers(output);
-    release(tile_count - 1);
+    mbarrier_arrive(empty_barriers + stage * 8);  // this thread is done reading the stage
   }
+
   // ---- epilogue: normalize and store bf16 pairs ------------------------------------------------------
   // output: [num_tokens, query_heads * head_dim], rows output_row_stride apart
 #pragma unroll

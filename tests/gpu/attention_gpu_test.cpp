@@ -846,30 +846,6 @@ TEST_CASE("sm_90a wgmma attention matches the reference", "[gpu][attention][sm90
   for (std::size_t i = 0; i < cases.size(); ++i) check_case(cases[i], seed++, specs[i]);
 }
 
-TEST_CASE("sm_90a wgmma attention with two stages (waits on each wgmma) matches the reference",
-          "[gpu][attention][sm90][sm90_two_stage]") {
-  // The schedule the heuristic keeps for D 256 and the fallback for D 64 / 128 should the pipelined one
-  // (three stages) fail: the D 64 and D 128 cases forced onto two stages.
-  if (!device_is_sm90a()) {
-    SUCCEED("not an sm_90a device: the plan never picks the wgmma kernel here");
-    return;
-  }
-  std::vector<Case> cases;
-  std::vector<plan::AttentionSpec> specs;
-  for (const Case& c : sm90_cases()) {
-    plan::AttentionSpec spec = spec_for(c);
-    if (spec.tiling.stages != 3) continue;
-    spec.tiling.stages = 2;
-    spec.tiling.shared_bytes = plan::sm90_attention_shared_bytes(c.head_dim, spec.tiling.block_n, 2);
-    cases.push_back(c);
-    specs.push_back(spec);
-  }
-  REQUIRE(!specs.empty());
-  kernels().prepare(specs);
-  std::uint64_t seed = 700;
-  for (std::size_t i = 0; i < cases.size(); ++i) check_case(cases[i], seed++, specs[i]);
-}
-
 TEST_CASE("attention over 32k tokens matches the reference on sampled rows", "[.attention_long][gpu]") {
   // One 32768-token chunk, GQA 4, D 128, pages of 64, full causal and a 4096-key window; rows sampled at
   // the start, the middle and the end, each against the double-precision reference. Both kernels where
@@ -922,17 +898,8 @@ TEST_CASE("attention speed of both kernels", "[.attention_speed][gpu]") {
     const Problem p = make_problem(c, rng);
     const double allowed = double(shape.tokens) * (shape.tokens + 1) / 2.0;
     const double flops = 4.0 * c.query_heads * c.head_dim * allowed;
-    std::vector<plan::AttentionSpec> specs;
-    for (const plan::AttentionKernel kind : kinds) specs.push_back(spec_with_kernel(c, kind));
-    if (specs.back().kernel == plan::AttentionKernel::wgmma_sm90 && specs.back().tiling.stages == 3) {
-      plan::AttentionSpec two_stage = specs.back();  // the sm_90a schedule without overlap, for comparison
-      two_stage.tiling.stages = 2;
-      two_stage.tiling.shared_bytes =
-          plan::sm90_attention_shared_bytes(shape.head_dim, two_stage.tiling.block_n, 2);
-      specs.push_back(two_stage);
-    }
-    for (const plan::AttentionSpec& spec : specs) {
-      const plan::AttentionKernel kind = spec.kernel;
+    for (const plan::AttentionKernel kind : kinds) {
+      const plan::AttentionSpec spec = spec_with_kernel(c, kind);
       const KernelOutput got = run_kernel(spec, p, 20);
       CHECK(got.unwritten == 0);
       CHECK(got.guards_touched == 0);
@@ -940,11 +907,11 @@ TEST_CASE("attention speed of both kernels", "[.attention_speed][gpu]") {
       CHECK(error < 1e-2);
       const compiler::ResourceUsage& resources = kernels().resources(spec);
       std::printf(
-          "attention speed %-10s D %3d S %5d Hq 32 Hkv 8 causal bm %3d bn %3d stages %d (%d regs, %d spill "
-          "bytes, %d smem): %.3f ms, %.1f TFLOP/s, tail rel L2 %.2e\n",
+          "attention speed %-10s D %3d S %5d Hq 32 Hkv 8 causal bm %3d bn %3d (%d regs, %d spill bytes, %d "
+          "smem): %.3f ms, %.1f TFLOP/s, tail rel L2 %.2e\n",
           plan::to_string(kind), shape.head_dim, shape.tokens, spec.tiling.block_m, spec.tiling.block_n,
-          spec.tiling.stages, resources.registers, resources.spill_bytes(), spec.dynamic_shared_bytes(),
-          got.milliseconds, flops / (got.milliseconds * 1e-3) / 1e12, error);
+          resources.registers, resources.spill_bytes(), spec.dynamic_shared_bytes(), got.milliseconds,
+          flops / (got.milliseconds * 1e-3) / 1e12, error);
     }
   }
 }

@@ -144,8 +144,11 @@ void check_fp8_gemm(config::Fp8ScaleGranularity granularity, int m, int k, const
   gpu().context.synchronize();
   INFO("fp8 activations, weight scales " << config::to_string(granularity) << ": M " << m << " N " << n
                                          << " K " << k);
-  const driver::Function& quantize = fp8_function(plan::Fp8QuantizeSpec{}.source(), 0);
-  const driver::Function& gemm = fp8_function(spec.source(), spec.dynamic_shared_bytes());
+  // Named sources: GCC 13 flags a reference returned for a temporary argument (the kernels live in a map).
+  const compiler::KernelSource quantize_source = plan::Fp8QuantizeSpec{}.source();
+  const compiler::KernelSource gemm_source = spec.source();
+  const driver::Function& quantize = fp8_function(quantize_source, 0);
+  const driver::Function& gemm = fp8_function(gemm_source, spec.dynamic_shared_bytes());
   d_c.fill_bytes_async(kPoisonByte, stream.handle());
   d_activations.fill_bytes_async(kPoisonByte, stream.handle());
   plan::launch_gemm_fp8(quantize, gemm, spec, params, activations, stream.handle(),
@@ -261,8 +264,11 @@ TEST_CASE("fp8-activation GEMM speed at 8192x6144x4096", "[.gemm_fp8_speed][gpu]
   driver::Stream stream = driver::Stream::create();
   gpu().context.synchronize();
   d_c.fill_bytes_async(kPoisonByte, stream.handle());
-  const driver::Function& quantize = fp8_function(plan::Fp8QuantizeSpec{}.source(), 0);
-  const driver::Function& gemm = fp8_function(spec.source(), spec.dynamic_shared_bytes());
+  // Named sources: GCC 13 flags a reference returned for a temporary argument (the kernels live in a map).
+  const compiler::KernelSource quantize_source = plan::Fp8QuantizeSpec{}.source();
+  const compiler::KernelSource gemm_source = spec.source();
+  const driver::Function& quantize = fp8_function(quantize_source, 0);
+  const driver::Function& gemm = fp8_function(gemm_source, spec.dynamic_shared_bytes());
   const int sms = fp8_device_multiprocessors();
   const auto time_ms = [&](const auto& enqueue) {
     for (int i = 0; i < 5; ++i) enqueue();

@@ -327,16 +327,13 @@ TEST_CASE("sm_90a attention tiling: 128 query rows, 128-key tiles up to D 128, 6
     INFO("head_dim " << d);
     CHECK(tiling.block_m == 128);
     CHECK(tiling.block_n == (d <= 128 ? 128 : 64));
-    CHECK(tiling.stages == (d <= 128 ? 3 : 2));  // three (the pipelined consumer) where they fit
+    CHECK(tiling.stages == 2);
     CHECK(tiling.heads_per_cta == 4);
-    CHECK(tiling.shared_bytes == sm90_attention_shared_bytes(d, tiling.block_n, tiling.stages));
+    CHECK(tiling.shared_bytes == sm90_attention_shared_bytes(d, tiling.block_n));
     CHECK(tiling.shared_bytes <= max_shared_bytes_per_block(kSm90a));
   }
   // Q [128, 128] + 2 x (K + V) [128, 128] bf16 = 160 KiB, plus alignment slack and four mbarriers.
-  CHECK(sm90_attention_shared_bytes(128, 128, 2) == 1024 + 160 * 1024 + 32);
-  // Three stages: Q 32 KiB + 3 x 64 KiB = 224 KiB, just under the 227 KiB limit; six mbarriers.
-  CHECK(sm90_attention_shared_bytes(128, 128, 3) == 1024 + 224 * 1024 + 48);
-  CHECK(sm90_attention_shared_bytes(256, 64, 3) > max_shared_bytes_per_block(kSm90a));
+  CHECK(sm90_attention_shared_bytes(128, 128) == 1024 + 160 * 1024 + 32);
   CHECK_THROWS_AS(choose_sm90_attention_tiling(96, 4), Error);
   CHECK_THROWS_AS(choose_sm90_attention_tiling(192, 4), Error);
   CHECK_THROWS_AS(choose_sm90_attention_tiling(128, 0), Error);
@@ -367,10 +364,10 @@ TEST_CASE("attention spec on sm_90a: the wgmma kernel's stub, launch shape and c
   CHECK(stub.find("#include \"attnplan/attention_sm90.cuh\"") != std::string::npos);
   CHECK(stub.find("attention_sm90_kernel") != std::string::npos);
   CHECK(stub.find("/*head_dim=*/128, /*group_size=*/4, /*heads_per_cta=*/4, /*block_size=*/16, "
-                  "/*block_n=*/128, /*has_window=*/true, /*stages=*/3") != std::string::npos);
+                  "/*block_n=*/128, /*has_window=*/true") != std::string::npos);
   CHECK(source.spec.at("kernel") == "wgmma_sm90");
   CHECK(source.spec.at("dynamic_shared_bytes") == spec.dynamic_shared_bytes());
-  CHECK(spec.dynamic_shared_bytes() == sm90_attention_shared_bytes(128, 128, 3));
+  CHECK(spec.dynamic_shared_bytes() == sm90_attention_shared_bytes(128, 128));
 
   const driver::LaunchShape shape = spec.launch_shape(3, 300, 32);
   CHECK(shape.grid.x == 10);  // ceil(300 / 32): 4 heads x 32 tokens per CTA
@@ -416,11 +413,6 @@ TEST_CASE("sm_90a attention compiles to wgmma without spills", "[plan][attention
     spec.has_window = c.window;
     spec.tiling = choose_sm90_attention_tiling(c.head_dim, c.group_size);
     specs.push_back(spec);
-    if (spec.tiling.stages == 3) {  // the two-stage schedule stays reachable: compile it too
-      spec.tiling.stages = 2;
-      spec.tiling.shared_bytes = sm90_attention_shared_bytes(c.head_dim, spec.tiling.block_n, 2);
-      specs.push_back(spec);
-    }
   }
   std::vector<compiler::CompiledKernel> kernels(specs.size());
   try {
@@ -438,18 +430,15 @@ TEST_CASE("sm_90a attention compiles to wgmma without spills", "[plan][attention
     INFO(spec.source().spec.dump());
     INFO(kernels[i].log);
     std::printf(
-        "attention sm_90a wgmma D %3d group %d block %2d bn %3d stages %d window %d: %3d registers, %d spill "
-        "bytes, %d stack bytes, %6d dynamic smem\n",
-        spec.head_dim, spec.group_size, spec.block_size, spec.tiling.block_n, spec.tiling.stages,
-        int(spec.has_window), r.registers, r.spill_bytes(), r.stack_bytes, spec.dynamic_shared_bytes());
+        "attention sm_90a wgmma D %3d group %d block %2d bn %3d window %d: %3d registers, %d spill bytes, "
+        "%d stack bytes, %6d dynamic smem\n",
+        spec.head_dim, spec.group_size, spec.block_size, spec.tiling.block_n, int(spec.has_window),
+        r.registers, r.spill_bytes(), r.stack_bytes, spec.dynamic_shared_bytes());
     CHECK(kernels[i].lowered_name.find("attention_sm90_kernel") != std::string::npos);
     CHECK(kernels[i].ptx.find("wgmma.mma_async") != std::string::npos);
     CHECK(kernels[i].ptx.find("setmaxnreg") != std::string::npos);
     CHECK(r.registers > 0);
     CHECK(r.spill_bytes() == 0);
     CHECK(r.stack_bytes == 0);
-    // ptxas serializes wgmma (waits after each) where it cannot prove the registers of one in flight are
-    // left alone, and says so: that would undo the pipelined schedule's overlap.
-    CHECK(kernels[i].log.find("serialized") == std::string::npos);
   }
 }
