@@ -33,14 +33,8 @@ void print_error(const attnplan::Error& error) {
 
 int main(int argc, char** argv) {
   const std::vector<Command> commands = {
-      compile_command(),
-      validate_command(),
-      cache_command(),
-      run_command(),
-      verify_command(),
-      bench_command(),
-      import_hf_command(),
-      doctor_command(),
+      compile_command(), validate_command(), cache_command(),     run_command(),
+      verify_command(),  bench_command(),    import_hf_command(), doctor_command(),
   };
   if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h" ||
       std::string(argv[1]) == "help") {

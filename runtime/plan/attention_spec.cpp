@@ -197,13 +197,20 @@ compiler::KernelSource AttentionSpec::source() const {
         {"kv_fp8", cxx_bool(kv_fp8)},
     };
   }
-  source.spec = {{"family", source.family},          {"head_dim", head_dim},
-                 {"value_head_dim", value_head_dim}, {"group_size", group_size},
-                 {"block_size", block_size},         {"block_m", tiling.block_m},
-                 {"block_n", tiling.block_n},        {"stages", tiling.stages},
-                 {"warps", threads() / 32},          {"has_softcap", has_softcap},
-                 {"has_window", has_window},         {"has_spans", has_spans},
-                 {"has_sinks", has_sinks},           {"kv_fp8", kv_fp8},
+  source.spec = {{"family", source.family},
+                 {"head_dim", head_dim},
+                 {"value_head_dim", value_head_dim},
+                 {"group_size", group_size},
+                 {"block_size", block_size},
+                 {"block_m", tiling.block_m},
+                 {"block_n", tiling.block_n},
+                 {"stages", tiling.stages},
+                 {"warps", threads() / 32},
+                 {"has_softcap", has_softcap},
+                 {"has_window", has_window},
+                 {"has_spans", has_spans},
+                 {"has_sinks", has_sinks},
+                 {"kv_fp8", kv_fp8},
                  {"dynamic_shared_bytes", dynamic_shared_bytes()}};
   if (sm90) {
     source.spec["kernel"] = to_string(kernel);

@@ -84,7 +84,7 @@ struct GemmSpec {
   bool has_bias = false;  // any segment has a bias (a segment's null bias then reads as zeros)
   GemmTiling tiling;      // the mma_sync kernel's tiling
   GemmKernel kernel = GemmKernel::mma_sync;
-  GemmSm90Tiling sm90;  // the wgmma kernel's tiling
+  GemmSm90Tiling sm90;             // the wgmma kernel's tiling
   config::WeightEncoding weights;  // the format of W; the loader policy is picked from it at JIT time
 
   compiler::KernelSource source() const;

@@ -8,8 +8,8 @@
 
 #include "driver/cuda_api.hpp"
 #include "driver/device.hpp"
-#include "support/expect_error.hpp"
 #include "support/catch.hpp"
+#include "support/expect_error.hpp"
 
 using attnplan::Stage;
 namespace driver = attnplan::driver;
