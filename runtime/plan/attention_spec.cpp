@@ -112,9 +112,9 @@ AttentionKernel choose_attention_kernel(int head_dim, int value_head_dim, bool b
   return hopper && dims && features ? AttentionKernel::wgmma_sm90 : AttentionKernel::mma_sync;
 }
 
-int sm90_attention_shared_bytes(int head_dim, int block_n) {
-  constexpr int kBlockM = 128, kStages = 2, kAlignmentSlack = 1024, kBarrierBytes = 2 * kStages * 8;
-  return kAlignmentSlack + 2 * head_dim * (kBlockM + kStages * 2 * block_n) + kBarrierBytes;
+int sm90_attention_shared_bytes(int head_dim, int block_n, int stages) {
+  constexpr int kBlockM = 128, kAlignmentSlack = 1024;
+  return kAlignmentSlack + 2 * head_dim * (kBlockM + stages * 2 * block_n) + 2 * stages * 8;
 }
 
 AttentionTiling choose_sm90_attention_tiling(int head_dim, int group_size) {
@@ -129,9 +129,12 @@ AttentionTiling choose_sm90_attention_tiling(int head_dim, int group_size) {
   AttentionTiling tiling;
   tiling.block_m = 128;
   tiling.block_n = head_dim <= 128 ? 128 : 64;
-  tiling.stages = 2;
+  constexpr int kSm90SharedLimit = 227 * 1024;
+  tiling.stages = sm90_attention_shared_bytes(head_dim, tiling.block_n, 3) <= kSm90SharedLimit ? 3 : 2;
+  tiling.overlap_softmax = tiling.stages >= 3;
+  tiling.ping_pong = true;
   tiling.min_blocks_per_sm = 1;
-  tiling.shared_bytes = sm90_attention_shared_bytes(head_dim, tiling.block_n);
+  tiling.shared_bytes = sm90_attention_shared_bytes(head_dim, tiling.block_n, tiling.stages);
   tiling.heads_per_cta = 1;
   for (int heads = 2; heads <= std::min(group_size, 16); ++heads)
     if (group_size % heads == 0) tiling.heads_per_cta = heads;
@@ -177,6 +180,9 @@ compiler::KernelSource AttentionSpec::source() const {
         {"block_size", std::to_string(block_size)},
         {"block_n", std::to_string(tiling.block_n)},
         {"has_window", cxx_bool(has_window)},
+        {"stages", std::to_string(tiling.stages)},
+        {"overlap_softmax", cxx_bool(tiling.overlap_softmax)},
+        {"ping_pong", cxx_bool(tiling.ping_pong)},
     };
   } else {
     source.header = "attnplan/attention.cuh";
@@ -215,6 +221,8 @@ compiler::KernelSource AttentionSpec::source() const {
   if (sm90) {
     source.spec["kernel"] = to_string(kernel);
     source.spec["heads_per_cta"] = tiling.heads_per_cta;
+    source.spec["overlap_softmax"] = tiling.overlap_softmax;
+    source.spec["ping_pong"] = tiling.ping_pong;
   } else {
     source.spec["min_blocks_per_sm"] = tiling.min_blocks_per_sm;
   }
@@ -222,7 +230,8 @@ compiler::KernelSource AttentionSpec::source() const {
 }
 
 int AttentionSpec::dynamic_shared_bytes() const {
-  if (kernel == AttentionKernel::wgmma_sm90) return sm90_attention_shared_bytes(head_dim, tiling.block_n);
+  if (kernel == AttentionKernel::wgmma_sm90)
+    return sm90_attention_shared_bytes(head_dim, tiling.block_n, tiling.stages);
   return attention_shared_bytes(head_dim, value_head_dim, tiling.block_m, tiling.block_n, tiling.stages,
                                 kv_fp8);
 }

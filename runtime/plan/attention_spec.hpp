@@ -28,6 +28,12 @@ struct AttentionTiling {
   // sm_90a kernel only: query heads of one kv head packed into a CTA's block_m rows (GQA packing), so a
   // CTA covers block_m / heads_per_cta tokens. 1 for the mma.sync kernel.
   int heads_per_cta = 1;
+  // sm_90a kernel only: the consumers' schedule (AttentionSm90Traits::overlap_softmax): false runs S,
+  // softmax and P V of a tile in series; true overlaps softmax(i) with P(i-1) V(i-1) (needs stages >= 3).
+  bool overlap_softmax = false;
+  // sm_90a kernel only: the two consumer warpgroups take turns issuing wgmmas
+  // (AttentionSm90Traits::ping_pong).
+  bool ping_pong = false;
 
   int warps() const { return block_m / 16; }
   int threads() const { return 32 * warps(); }
@@ -69,15 +75,16 @@ inline constexpr int kSm90AttentionThreads = 384;
 AttentionKernel choose_attention_kernel(int head_dim, int value_head_dim, bool bf16_kv_cache,
                                         bool has_softcap, bool has_spans, bool has_sinks, config::Arch arch);
 
-// Dynamic shared memory of the sm_90a kernel, bytes: 1024 of alignment slack, Q [128, D], two stages of
-// K and V [block_n, D], bf16, and four mbarriers. Mirrors AttentionSm90Traits::shared_bytes.
-int sm90_attention_shared_bytes(int head_dim, int block_n);
+// Dynamic shared memory of the sm_90a kernel, bytes: 1024 of alignment slack, Q [128, D], `stages` stages
+// of K and V [block_n, D], bf16, and two mbarriers per stage. Mirrors AttentionSm90Traits::shared_bytes.
+int sm90_attention_shared_bytes(int head_dim, int block_n, int stages);
 
 // Pure. The sm_90a kernel's tile per head dim: 128 query rows (two consumer warpgroups of 64), key tiles of
 // 128 for D <= 128 and 64 for D = 256 (O [64, 256] fp32 is 128 registers per consumer thread; a 64-key S
-// keeps the rest under the 224 the consumers get), two stages; heads_per_cta the largest divisor of
-// group_size up to 16 (each K/V tile then serves that many query heads; at least 8 tokens per CTA keep
-// the causal band's waste small). Throws Error(config) for other head dims or group_size < 1.
+// keeps the rest under the 224 the consumers get); three stages with the overlapped softmax schedule
+// where they fit sm_90's 227 KiB (D 64 and 128), else two in series (D 256); heads_per_cta the largest
+// divisor of group_size up to 16 (each K/V tile then serves that many query heads; at least 8 tokens per CTA
+// keep the causal band's waste small). Throws Error(config) for other head dims or group_size < 1.
 AttentionTiling choose_sm90_attention_tiling(int head_dim, int group_size);
 
 struct AttentionSpec {

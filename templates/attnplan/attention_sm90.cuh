@@ -8,8 +8,9 @@
 // has three warpgroups:
 //   - warpgroup 0, the producer, gives most of its registers away (setmaxnreg) and gathers Q once and then
 //     each key tile's K and V rows through the block table with cp.async (16-byte chunks, pages of any
-//     size), into 128-byte-swizzled shared memory, two stages deep; a full mbarrier per stage says a tile
-//     has landed, an empty mbarrier per stage says both consumers are done with it;
+//     size), into 128-byte-swizzled shared memory, `stages` deep; each thread hands its copies to the
+//     stage's full mbarrier (cp.async.mbarrier.arrive) instead of waiting for them, and an empty mbarrier
+//     per stage says both consumers are done with it;
 //   - warpgroups 1 and 2, the consumers, own 64 query rows each: S = Q K^T with wgmma (Q and K both
 //     K-major from shared memory), the online softmax in fp32 registers (exp2, scale folded in), then
 //     O += P V with P from registers (bf16, the wgmma A-fragment layout) and V from shared memory as an
@@ -41,9 +42,20 @@ __host__ __device__ constexpr unsigned swizzle128_offset(int row, int column, in
                                ((((column % 64) / 8) ^ (row % 8)) * 16) + (column % 8) * 2);
 }
 
+// Named barriers 1 and 2 (0 is __syncthreads) for the consumers' ping-pong: warpgroup w waits on
+// barrier 1 + w (bar.sync: its 128 threads) until the other warpgroup's 128 threads arrived (bar.arrive),
+// 256 in all.
+__device__ __forceinline__ void named_barrier_sync(int id) {
+  asm volatile("bar.sync %0, 256;\n" ::"r"(id) : "memory");
+}
+__device__ __forceinline__ void named_barrier_arrive(int id) {
+  asm volatile("bar.arrive %0, 256;\n" ::"r"(id) : "memory");
+}
+
 }  // namespace attention_sm90_detail
 
-template <int kHeadDim, int kGroupSize, int kHeadsPerCta, int kBlockSize, int kBlockN, bool kHasWindow>
+template <int kHeadDim, int kGroupSize, int kHeadsPerCta, int kBlockSize, int kBlockN, bool kHasWindow,
+          int kStages = 2, bool kOverlapSoftmax = false, bool kPingPong = false>
 struct AttentionSm90Traits {
   using Params = AttentionParams;
   static constexpr int head_dim = kHeadDim;  // q/k and v head dims (equal on this path)
@@ -52,6 +64,14 @@ struct AttentionSm90Traits {
   static constexpr int block_size = kBlockSize;
   static constexpr int block_n = kBlockN;  // keys per tile: the N of S = Q K^T, the K of O += P V
   static constexpr bool has_window = kHasWindow;
+  // Consumer schedule. false: per tile S, wait, softmax, P V, wait (each warpgroup in series; the two
+  // warpgroups overlap only through the warp schedulers). true: S(i) and P(i-1) V(i-1) are issued back to
+  // back and softmax(i) runs while P V is in flight, so a consumer holds two stages (V of i - 1, K of i).
+  static constexpr bool overlap_softmax = kOverlapSoftmax;
+  // Ping-pong (FA3): the two consumer warpgroups take turns issuing their wgmmas (two named barriers),
+  // so one's softmax runs while the other's matrix products occupy the tensor cores; without it they
+  // drift into lockstep, both in softmax at once and both queueing wgmmas at once.
+  static constexpr bool ping_pong = kPingPong;
 
   static constexpr int consumer_warpgroups = 2;
   static constexpr int block_m = 64 * consumer_warpgroups;  // a wgmma's M per consumer warpgroup
@@ -60,7 +80,7 @@ struct AttentionSm90Traits {
   static constexpr int threads = 128 * (1 + consumer_warpgroups);
   static constexpr int producer_threads = 128;
   static constexpr int consumer_threads = 128 * consumer_warpgroups;
-  static constexpr int stages = 2;
+  static constexpr int stages = kStages;  // K/V tiles in flight
   // 384 threads start at 168 registers each (65536 / 384, rounded down to 8); the producer drops to 56 so
   // the consumers can hold S [64, block_n] and O [64, head_dim] fp32 tiles: 128 * 56 + 256 * 224 = 64512.
   static constexpr int producer_registers = 56;
@@ -93,6 +113,9 @@ struct AttentionSm90Traits {
   static_assert(kBlockSize >= 1 && (kBlockSize & (kBlockSize - 1)) == 0, "block_size must be a power of two");
   static_assert(kBlockN % rows_per_pass == 0 && block_m % rows_per_pass == 0,
                 "the producer's passes must cover a tile exactly");
+  static_assert(kStages >= 2 && kStages <= 4, "stages: 2 to 4");
+  static_assert(!kOverlapSoftmax || kStages >= 3,
+                "the overlapped schedule holds two stages per consumer: it needs a third for the producer");
   static_assert(shared_bytes <= 227 * 1024, "the tiles exceed sm_90's 227 KiB of shared memory per block");
 };
 
@@ -143,6 +166,7 @@ __global__ void __launch_bounds__(Traits::threads, 1) attention_sm90_kernel(cons
   const unsigned empty_barriers = full_barriers + kStages * 8;
   if (threadIdx.x == 0) {
     for (int stage = 0; stage < kStages; ++stage) {
+      // full: one hardware arrival per producer thread once its copies of the tile have landed
       mbarrier_init(full_barriers + stage * 8, Traits::producer_threads);
       mbarrier_init(empty_barriers + stage * 8, Traits::consumer_threads);
     }
@@ -151,7 +175,7 @@ __global__ void __launch_bounds__(Traits::threads, 1) attention_sm90_kernel(cons
   __syncthreads();
 
   if (threadIdx.x < Traits::producer_threads) {
-    // ---- producer: gathers, then arrives on the stage's full barrier --------------------------------
+    // ---- producer: gathers, then hands them to the stage's full barrier ------------------------------
     setmaxnreg_decrease<Traits::producer_registers>();
     // Thread layout of a copy: `chunks` consecutive threads per row, rows_per_pass rows per pass.
     const int chunk = threadIdx.x % Traits::chunks;
@@ -161,12 +185,39 @@ __global__ void __launch_bounds__(Traits::threads, 1) attention_sm90_kernel(cons
     const bf16_bits* key_column = params.key_cache + kv_head * kHeadDim + chunk * 8;
     const bf16_bits* value_column = params.value_cache + kv_head * kHeadDim + chunk * 8;
 
+    // The block table is read a tile ahead, one entry per lane: lane l of each producer warp holds the
+    // pool page of the tile's page l + 32 r, and each row takes its page from that lane with a shuffle.
+    // (v1 read the table per row right before each copy: every read waited behind the tile's queued
+    // copies, four round trips per tile, and the consumers starved.) A row's slot is -1 (zero-filled) for
+    // keys past kv_len, pages past max_blocks_per_seq and pages outside [0, num_blocks), as cache_slot.
+    constexpr int kPagesPerTile = kBlockN >= Traits::block_size ? kBlockN / Traits::block_size : 1;
+    constexpr int kPageRegisters = (kPagesPerTile + 31) / 32;
+    // A row's page register (row / block_size) / 32 must not depend on the thread: it does not, because
+    // first_row < rows_per_pass and 32 * block_size is a multiple of rows_per_pass (both powers of two).
+    static_assert((32 * Traits::block_size) % Traits::rows_per_pass == 0, "page register index per pass");
+    const int lane = threadIdx.x % 32;
+    auto load_pages = [&](int tile, int(&pages)[kPageRegisters]) {
+      const int first_page = tile * kBlockN / Traits::block_size;
+#pragma unroll
+      for (int r = 0; r < kPageRegisters; ++r) {
+        const int logical = first_page + lane + 32 * r;
+        const bool used = lane + 32 * r < kPagesPerTile && logical < params.max_blocks_per_seq &&
+                          static_cast<long long>(logical) * Traits::block_size < kv_len;
+        pages[r] = used ? __ldg(block_table + logical) : -1;  // checked at use: the load stays in flight
+      }
+    };
+    int pages[kPageRegisters];
+    load_pages(tile_begin, pages);
+
     for (int i = 0; i < tile_count; ++i) {
       const int stage = i % kStages;
+      int next_pages[kPageRegisters];
+      if (i + 1 < tile_count) load_pages(tile_begin + i + 1, next_pages);
       // Reusing a stage: wait until both consumers released its previous tile (i - stages).
       if (i >= kStages) mbarrier_wait_parity(empty_barriers + stage * 8, ((i / kStages) - 1) & 1);
       if (i == 0) {
         // Q [num_tokens, query_heads, head_dim], rows query_row_stride apart; rows past the chunk zero.
+        // It rides with the first tile: the full barrier of stage 0 covers it.
         const bf16_bits* column = params.query + first_head * kHeadDim + chunk * 8;
 #pragma unroll 4
         for (int row = first_row; row < kBlockM; row += Traits::rows_per_pass) {
@@ -180,22 +231,35 @@ __global__ void __launch_bounds__(Traits::threads, 1) attention_sm90_kernel(cons
       const int key_first = (tile_begin + i) * kBlockN;
       const unsigned k_address = base_address + Traits::k_offset + stage * Traits::k_bytes;
       const unsigned v_address = base_address + Traits::v_offset + stage * Traits::v_bytes;
-#pragma unroll 4
-      for (int row = first_row; row < kBlockN; row += Traits::rows_per_pass) {
-        const int slot = cache_slot<Traits::block_size>(block_table, key_first + row, kv_len, params);
+      // Fully unrolled only where rows take their pages from more than one register (pages of 1 or 2
+      // tokens); four passes at a time otherwise keep the producer within its 56 registers at D 256.
+      constexpr int kPasses = kBlockN / Traits::rows_per_pass;
+#pragma unroll(kPageRegisters > 1 ? kPasses : 4)
+      for (int pass = 0; pass < kPasses; ++pass) {
+        const int row = first_row + pass * Traits::rows_per_pass;
+        const int position = key_first + row;
+        const int tile_page = kPagesPerTile == 1 ? 0 : row / Traits::block_size;
+        const int page = __shfl_sync(
+            0xffffffffu,
+            pages[kPageRegisters == 1 ? 0 : (pass * Traits::rows_per_pass) / (32 * Traits::block_size)],
+            tile_page % 32);
+        const bool valid = page >= 0 && page < params.num_blocks && position < kv_len;
+        const long long slot =
+            static_cast<long long>(page) * Traits::block_size + position % Traits::block_size;
         const unsigned offset = swizzle128_offset(row, chunk * 8, kBlockN);
-        cp_async_16(k_address + offset, slot >= 0 ? key_column + slot * slot_elements : params.key_cache,
-                    slot >= 0 ? 16 : 0);
-        cp_async_16(v_address + offset, slot >= 0 ? value_column + slot * slot_elements : params.value_cache,
-                    slot >= 0 ? 16 : 0);
+        cp_async_16(k_address + offset, valid ? key_column + slot * slot_elements : params.key_cache,
+                    valid ? 16 : 0);
+        cp_async_16(v_address + offset, valid ? value_column + slot * slot_elements : params.value_cache,
+                    valid ? 16 : 0);
       }
-      // This thread's copies have landed; make them visible to the consumers' wgmma (async proxy) before
-      // the release.
-      cp_async_commit();
-      cp_async_wait<0>();
-      fence_proxy_async_shared();
-      mbarrier_arrive(full_barriers + stage * 8);
+      // No wait here: the barrier gets this thread's arrival when its copies have landed, and the producer
+      // goes on to the next free stage (v1 waited for each tile's copies, which left the consumers idle
+      // for a tile's load latency whenever the two stages were both in use).
+      cp_async_mbarrier_arrive(full_barriers + stage * 8);
+#pragma unroll
+      for (int r = 0; r < kPageRegisters; ++r) pages[r] = next_pages[r];
     }
+    cp_async_wait<0>();  // no copy outlives its thread
     return;
   }
 
@@ -203,6 +267,7 @@ __global__ void __launch_bounds__(Traits::threads, 1) attention_sm90_kernel(cons
   setmaxnreg_increase<Traits::consumer_registers>();
   constexpr int kScoreRegisters = kBlockN / 2;    // S [64, block_n] fp32 over 128 threads
   constexpr int kOutputRegisters = kHeadDim / 2;  // O [64, head_dim] fp32 over 128 threads
+  constexpr int kPSteps = kBlockN / 16;           // k16 steps of O += P V
   const int consumer = threadIdx.x / 128 - 1;     // rows consumer * 64 .. + 63 of the CTA's tile
   const int warp = (threadIdx.x / 32) % 4;        // rows 16 * warp .. of the consumer's 64
   const int lane = threadIdx.x % 32;
@@ -219,8 +284,9 @@ __global__ void __launch_bounds__(Traits::threads, 1) attention_sm90_kernel(cons
     row_band_first[half] = Traits::has_window ? position - params.window + 1 : 0;
   }
 
-  // Online softmax state in the log2 domain (scores times scale * log2(e)); row_sum is this thread's
-  // partial over its columns, added across the quad at the end.
+  // Online softmax state. row_max holds raw scores (q . k): scale > 0 (validated), so the max commutes
+  // with it and each probability is one FFMA + exp2: exp2(s * scale * log2(e) - max * scale * log2(e)).
+  // row_sum is this thread's partial over its columns, added across the quad at the end.
   float row_max[2] = {minus_infinity(), minus_infinity()};
   float row_sum[2] = {0.0f, 0.0f};
   float output[kOutputRegisters];
@@ -231,102 +297,203 @@ __global__ void __launch_bounds__(Traits::threads, 1) attention_sm90_kernel(cons
   // This warpgroup's 64 Q rows start 64 * 128 bytes into each column block (row % 8 == 0: no swizzle shift).
   const unsigned q_address = base_address + Traits::q_offset + swizzle128_offset(consumer * 64, 0, kBlockM);
 
-  for (int i = 0; i < tile_count; ++i) {
-    const int stage = i % kStages;
-    mbarrier_wait_parity(full_barriers + stage * 8, (i / kStages) & 1);
+  auto wait_full = [&](int i) {
+    mbarrier_wait_parity(full_barriers + (i % kStages) * 8, (i / kStages) & 1);
+    // The gathers were generic-proxy writes; the wgmma reads through the async proxy.
     fence_proxy_async_shared();
-    const unsigned k_address = base_address + Traits::k_offset + stage * Traits::k_bytes;
-    const unsigned v_address = base_address + Traits::v_offset + stage * Traits::v_bytes;
+  };
+  auto release = [&](int i) { mbarrier_arrive(empty_barriers + (i % kStages) * 8); };
 
-    // S = Q K^T: [64, block_n], head_dim / 16 k-steps; a 16-wide step is 32 bytes into a 64-wide column
-    // block, and every 4 steps the next column block begins.
-    float score[kScoreRegisters];
-    wgmma_fence();
+  // S = Q K^T of tile i: [64, block_n], head_dim / 16 k-steps; a 16-wide step is 32 bytes into a 64-wide
+  // column block, and every 4 steps the next column block begins. Issued and committed, not waited for.
+  // Descriptors are built once per tile and stepped by adding (byte offset / 16) to the start-address
+  // field (bits 0-13): shared addresses stay below 2^18, so the field never carries into the next.
+  const unsigned long long q_descriptor = kmajor_descriptor(q_address);
+  auto issue_scores = [&](float(&score)[kScoreRegisters], int i) {
+    const unsigned long long k_descriptor =
+        kmajor_descriptor(base_address + Traits::k_offset + (i % kStages) * Traits::k_bytes);
 #pragma unroll
     for (int k = 0; k < kHeadDim / 16; ++k) {
-      const unsigned long long a = kmajor_descriptor(q_address + (k / 4) * kBlockM * 128 + (k % 4) * 32);
-      const unsigned long long b = kmajor_descriptor(k_address + (k / 4) * kBlockN * 128 + (k % 4) * 32);
+      const unsigned long long a = q_descriptor + ((k / 4) * kBlockM * 128 + (k % 4) * 32) / 16;
+      const unsigned long long b = k_descriptor + ((k / 4) * kBlockN * 128 + (k % 4) * 32) / 16;
       wgmma_ss<kBlockN>(score, a, b, /*accumulate=*/k > 0);
     }
     wgmma_commit_group();
-    wgmma_wait_group<0>();
-    fence_registers(score);
+  };
 
-    // Scale, then mask boundary tiles only: a tile wholly below every row's diagonal, above every row's
-    // window edge and inside the keys needs none.
+  // O += P V of tile i: V [block_n keys, head_dim] is the N-major B operand; k-step k starts 16 rows (2048
+  // bytes) further, and the descriptor's leading offset steps from one 64-column block to the next.
+  auto issue_pv = [&](const unsigned(&p)[kPSteps][4], int i) {
+    const unsigned long long v_descriptor =
+        mnmajor_descriptor(base_address + Traits::v_offset + (i % kStages) * Traits::v_bytes, kBlockN * 128);
+#pragma unroll
+    for (int k = 0; k < kPSteps; ++k)
+      wgmma_rs<kHeadDim, /*kTransposeB=*/1>(output, p[k], v_descriptor + (k * 16 * 128) / 16,
+                                            /*accumulate=*/true);
+    wgmma_commit_group();
+  };
+
+  // Masks (boundary tiles only: a tile wholly below every row's diagonal, above every row's window edge
+  // and inside the keys needs none), the new running max, probabilities in place of the scores, the row
+  // sums; returns the factor O must be rescaled by.
+  auto softmax = [&](float(&score)[kScoreRegisters], int i, float(&correction)[2]) {
     const int key_first = (tile_begin + i) * kBlockN;
     bool needs_mask = key_first + kBlockN - 1 > q_first || key_first + kBlockN > kv_len;
     if constexpr (Traits::has_window) needs_mask = needs_mask || key_first <= q_last - params.window;
-    int visible_first[2], visible_last[2];
+    if (needs_mask) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int column = key_first + 2 * in_group;
+        const int visible_first = row_band_first[half] - column;
+        const int visible_last = row_band_last[half] - column;
+#pragma unroll
+        for (int n = 0; n < kBlockN / 8; ++n) {
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int key = n * 8 + e;  // relative to key_first + 2 * in_group
+            if (key < visible_first || key > visible_last) score[4 * n + 2 * half + e] = minus_infinity();
+          }
+        }
+      }
+    }
+    // Max and sum in 4 independent chains per row (a single chain of block_n / 4 dependent FMNMX or
+    // FADD stalls on each one's latency; ncu showed those waits as a tenth of the consumers' time).
+    constexpr int kChains = 4;
+    float chain_max[2][kChains];
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      const int column = key_first + 2 * in_group;
-      visible_first[half] = row_band_first[half] - column;
-      visible_last[half] = row_band_last[half] - column;
+#pragma unroll
+      for (int c = 0; c < kChains; ++c) chain_max[half][c] = minus_infinity();
+#pragma unroll
+      for (int n = 0; n < kBlockN / 8; ++n)
+        chain_max[half][n % kChains] =
+            fmaxf(chain_max[half][n % kChains], fmaxf(score[4 * n + 2 * half], score[4 * n + 2 * half + 1]));
     }
+    float base[2];
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const float tile_max =
+          fmaxf(fmaxf(chain_max[half][0], chain_max[half][1]), fmaxf(chain_max[half][2], chain_max[half][3]));
+      const float new_max = fmaxf(row_max[half], quad_max(tile_max));
+      // Nothing allowed yet in this row: subtract 0 so that exp2(-inf - base) stays 0 rather than NaN.
+      base[half] = new_max == minus_infinity() ? 0.0f : new_max * score_multiplier;
+      correction[half] = fast_exp2(row_max[half] * score_multiplier - base[half]);
+      row_max[half] = new_max;
+    }
+    float chain_sum[2][kChains] = {};
 #pragma unroll
     for (int n = 0; n < kBlockN / 8; ++n) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        float x = score[4 * n + e] * score_multiplier;
-        if (needs_mask) {
-          const int half = e / 2;
-          const int key = n * 8 + (e % 2);  // relative to key_first + 2 * in_group
-          if (key < visible_first[half] || key > visible_last[half]) x = minus_infinity();
+      for (int half = 0; half < 2; ++half) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          float& x = score[4 * n + 2 * half + e];
+          x = fast_exp2(fmaf(x, score_multiplier, -base[half]));
+          chain_sum[half][n % kChains] += x;
         }
-        score[4 * n + e] = x;
       }
     }
-
-    // Online softmax: the new running max per row, rescale O and the sum, exponentiate.
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      float tile_max = minus_infinity();
+      const float partial =
+          (chain_sum[half][0] + chain_sum[half][1]) + (chain_sum[half][2] + chain_sum[half][3]);
+      row_sum[half] = row_sum[half] * correction[half] + partial;
+    }
+  };
+
+  auto rescale = [&](const float(&correction)[2]) {
 #pragma unroll
-      for (int n = 0; n < kBlockN / 8; ++n)
-        tile_max = fmaxf(tile_max, fmaxf(score[4 * n + 2 * half], score[4 * n + 2 * half + 1]));
-      const float new_max = fmaxf(row_max[half], quad_max(tile_max));
-      // Nothing allowed yet in this row: subtract 0 so that exp2(-inf - base) stays 0 rather than NaN.
-      const float base_value = new_max == minus_infinity() ? 0.0f : new_max;
-      const float correction = fast_exp2(row_max[half] - base_value);
-      row_max[half] = new_max;
-      float partial = 0.0f;
+    for (int j = 0; j < kHeadDim / 8; ++j) {
 #pragma unroll
-      for (int n = 0; n < kBlockN / 8; ++n) {
-        score[4 * n + 2 * half] = fast_exp2(score[4 * n + 2 * half] - base_value);
-        score[4 * n + 2 * half + 1] = fast_exp2(score[4 * n + 2 * half + 1] - base_value);
-        partial += score[4 * n + 2 * half] + score[4 * n + 2 * half + 1];
-      }
-      row_sum[half] = row_sum[half] * correction + partial;
-#pragma unroll
-      for (int j = 0; j < kHeadDim / 8; ++j) {
-        output[4 * j + 2 * half] *= correction;
-        output[4 * j + 2 * half + 1] *= correction;
+      for (int half = 0; half < 2; ++half) {
+        output[4 * j + 2 * half] *= correction[half];
+        output[4 * j + 2 * half + 1] *= correction[half];
       }
     }
+  };
 
-    // P as bf16 A fragments: the S accumulators of n8 tiles 2k and 2k + 1 are k-step k's fragment.
-    unsigned p[kBlockN / 16][4];
+  // P as bf16 A fragments: the S accumulators of n8 tiles 2k and 2k + 1 are k-step k's fragment.
+  auto pack = [&](const float(&score)[kScoreRegisters], unsigned(&p)[kPSteps][4]) {
 #pragma unroll
-    for (int k = 0; k < kBlockN / 16; ++k) {
-      p[k][0] = pack_bf16(score[8 * k + 0], score[8 * k + 1]);
-      p[k][1] = pack_bf16(score[8 * k + 2], score[8 * k + 3]);
-      p[k][2] = pack_bf16(score[8 * k + 4], score[8 * k + 5]);
-      p[k][3] = pack_bf16(score[8 * k + 6], score[8 * k + 7]);
+    for (int k = 0; k < kPSteps; ++k) {
+#pragma unroll
+      for (int r = 0; r < 4; ++r) p[k][r] = pack_bf16(score[8 * k + 2 * r], score[8 * k + 2 * r + 1]);
     }
+  };
 
-    // O += P V: V [block_n keys, head_dim] is the N-major B operand; k-step k starts 16 rows (2048 bytes)
-    // further, and the descriptor's leading offset steps from one 64-column block to the next.
+  // Ping-pong turns around each point where a warpgroup issues wgmmas: both warpgroups have the same
+  // number of such points (the same tiles), warpgroup 0 goes first (warpgroup 1 arrives for it once at
+  // the start) and warpgroup 1 does not hand a turn back after its last, so every bar.arrive is matched.
+  if constexpr (Traits::ping_pong) {
+    if (consumer == 1) named_barrier_arrive(1);
+  }
+  auto begin_turn = [&]() {
+    if constexpr (Traits::ping_pong) named_barrier_sync(1 + consumer);
+  };
+  auto end_turn = [&](bool last) {
+    if constexpr (Traits::ping_pong) {
+      if (consumer == 0 || !last) named_barrier_arrive(2 - consumer);
+    }
+  };
+
+  float score[kScoreRegisters];
+  unsigned p[kPSteps][4];
+  float correction[2];
+  if constexpr (!Traits::overlap_softmax) {
+    for (int i = 0; i < tile_count; ++i) {
+      wait_full(i);
+      begin_turn();
+      wgmma_fence();
+      issue_scores(score, i);
+      end_turn(false);
+      wgmma_wait_group<0>();
+      fence_registers(score);
+      softmax(score, i, correction);
+      rescale(correction);
+      pack(score, p);
+      begin_turn();
+      wgmma_fence();
+      issue_pv(p, i);
+      end_turn(i == tile_count - 1);
+      wgmma_wait_group<0>();
+      fence_registers(output);
+      release(i);  // this thread is done reading the stage
+    }
+  } else {
+    // Tile 0's scores alone; then per tile i: S(i) and P(i-1) V(i-1) queued together, softmax(i) while
+    // P V runs, and only then O's rescale by tile i's correction; P(i) waits for the next iteration.
+    wait_full(0);
+    begin_turn();
     wgmma_fence();
-#pragma unroll
-    for (int k = 0; k < kBlockN / 16; ++k)
-      wgmma_rs<kHeadDim, /*kTransposeB=*/1>(output, p[k],
-                                            mnmajor_descriptor(v_address + k * 16 * 128, kBlockN * 128),
-                                            /*accumulate=*/true);
-    wgmma_commit_group();
+    issue_scores(score, 0);
+    end_turn(false);
+    wgmma_wait_group<0>();
+    fence_registers(score);
+    softmax(score, 0, correction);  // O is still zero: no rescale
+    pack(score, p);
+    for (int i = 1; i < tile_count; ++i) {
+      wait_full(i);
+      begin_turn();
+      wgmma_fence();
+      issue_scores(score, i);
+      issue_pv(p, i - 1);
+      end_turn(false);
+      wgmma_wait_group<1>();  // S(i) has landed; P V (i - 1) may still run
+      fence_registers(score);
+      softmax(score, i, correction);
+      wgmma_wait_group<0>();
+      fence_registers(output);
+      release(i - 1);
+      rescale(correction);
+      pack(score, p);
+    }
+    begin_turn();
+    wgmma_fence();
+    issue_pv(p, tile_count - 1);
+    end_turn(true);
     wgmma_wait_group<0>();
     fence_registers(output);
-    mbarrier_arrive(empty_barriers + stage * 8);  // this thread is done reading the stage
+    release(tile_count - 1);
   }
 
   // ---- epilogue: normalize and store bf16 pairs ------------------------------------------------------

@@ -306,6 +306,17 @@ __device__ __forceinline__ void mbarrier_arrive_expect_tx(unsigned barrier, unsi
 #endif
 }
 
+// An arrival on `barrier` made by the hardware once every cp.async this thread issued before it has
+// landed (PTX cp.async.mbarrier.arrive.noinc): a producer thread hands its copies to the barrier and goes
+// on without waiting for them. noinc: the arrival counts against the count given at mbarrier_init.
+__device__ __forceinline__ void cp_async_mbarrier_arrive(unsigned barrier) {
+#if ATTNPLAN_SM90A_ENABLED
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(barrier) : "memory");
+#else
+  (void)barrier;
+#endif
+}
+
 // True once the phase of parity `parity` has completed (acquire semantics). A fresh barrier is in phase
 // 0, so waiting for parity 1 succeeds at once: producers start waiting on "empty" barriers with parity 1.
 __device__ __forceinline__ bool mbarrier_try_wait_parity(unsigned barrier, unsigned parity) {

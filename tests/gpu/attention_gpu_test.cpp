@@ -878,28 +878,52 @@ TEST_CASE("attention over 32k tokens matches the reference on sampled rows", "[.
 }
 
 TEST_CASE("attention speed of both kernels", "[.attention_speed][gpu]") {
-  // Hq 32, Hkv 8, one causal sequence: D 128 over 4096 tokens and D 64 over 16384. FLOPs = 4 * Hq * D *
-  // allowed (query, key) pairs; median of 20 launches after a warm-up (run_kernel); the last 64 rows are
-  // checked against the reference so a fast wrong kernel cannot pass.
+  // Hq 32, Hkv 8, one causal sequence: D 128 over 4096 tokens (pages of 16 and 64), D 64 over 16384 and
+  // D 256 over 4096. FLOPs = 4 * Hq * D * allowed (query, key) pairs; median of 20 launches after a
+  // warm-up (run_kernel); the last 64 rows are checked against the reference so a fast wrong kernel
+  // cannot pass. The sm_90a kernel runs each consumer schedule (serial or overlapped softmax, with and
+  // without ping-pong) so one log compares them on the same inputs.
   struct Shape {
-    int head_dim, tokens;
+    int head_dim, tokens, block_size;
   };
-  std::vector<plan::AttentionKernel> kinds = {plan::AttentionKernel::mma_sync};
-  if (device_is_sm90a()) kinds.push_back(plan::AttentionKernel::wgmma_sm90);
-  for (const Shape shape : {Shape{128, 4096}, Shape{64, 16384}}) {
+  struct Variant {
+    plan::AttentionKernel kernel;
+    int stages;
+    bool overlap, ping_pong;
+  };
+  using plan::AttentionKernel::wgmma_sm90;
+  for (const Shape shape :
+       {Shape{128, 4096, 16}, Shape{128, 4096, 64}, Shape{64, 16384, 16}, Shape{256, 4096, 16}}) {
+    std::vector<Variant> variants = {{plan::AttentionKernel::mma_sync, 0, false, false}};
+    if (device_is_sm90a()) {
+      const std::vector<Variant> sm90 =
+          shape.head_dim <= 128
+              ? std::vector<Variant>{{wgmma_sm90, 3, false, false},
+                                     {wgmma_sm90, 3, false, true},
+                                     {wgmma_sm90, 3, true, false},
+                                     {wgmma_sm90, 3, true, true}}
+              : std::vector<Variant>{{wgmma_sm90, 2, false, false}, {wgmma_sm90, 2, false, true}};
+      variants.insert(variants.end(), sm90.begin(), sm90.end());
+    }
     const Case c{.name = "speed",
                  .query_heads = 32,
                  .kv_heads = 8,
                  .head_dim = shape.head_dim,
                  .value_head_dim = shape.head_dim,
-                 .block_size = 16,
+                 .block_size = shape.block_size,
                  .sequences = {{0, shape.tokens}}};
     std::mt19937_64 rng(3);
     const Problem p = make_problem(c, rng);
     const double allowed = double(shape.tokens) * (shape.tokens + 1) / 2.0;
     const double flops = 4.0 * c.query_heads * c.head_dim * allowed;
-    for (const plan::AttentionKernel kind : kinds) {
-      const plan::AttentionSpec spec = spec_with_kernel(c, kind);
+    for (const Variant variant : variants) {
+      plan::AttentionSpec spec = spec_with_kernel(c, variant.kernel);
+      if (variant.kernel == plan::AttentionKernel::wgmma_sm90) {
+        spec.tiling.stages = variant.stages;
+        spec.tiling.overlap_softmax = variant.overlap;
+        spec.tiling.ping_pong = variant.ping_pong;
+        spec.tiling.shared_bytes = spec.dynamic_shared_bytes();
+      }
       const KernelOutput got = run_kernel(spec, p, 20);
       CHECK(got.unwritten == 0);
       CHECK(got.guards_touched == 0);
@@ -907,11 +931,13 @@ TEST_CASE("attention speed of both kernels", "[.attention_speed][gpu]") {
       CHECK(error < 1e-2);
       const compiler::ResourceUsage& resources = kernels().resources(spec);
       std::printf(
-          "attention speed %-10s D %3d S %5d Hq 32 Hkv 8 causal bm %3d bn %3d (%d regs, %d spill bytes, %d "
-          "smem): %.3f ms, %.1f TFLOP/s, tail rel L2 %.2e\n",
-          plan::to_string(kind), shape.head_dim, shape.tokens, spec.tiling.block_m, spec.tiling.block_n,
-          resources.registers, resources.spill_bytes(), spec.dynamic_shared_bytes(), got.milliseconds,
-          flops / (got.milliseconds * 1e-3) / 1e12, error);
+          "attention speed %-10s stages %d overlap %d ping-pong %d D %3d S %5d page %2d Hq 32 Hkv 8 causal "
+          "bm %3d bn %3d "
+          "(%d regs, %d spill bytes, %d smem): %.3f ms, %.1f TFLOP/s, tail rel L2 %.2e\n",
+          plan::to_string(variant.kernel), spec.tiling.stages, int(spec.tiling.overlap_softmax),
+          int(spec.tiling.ping_pong), shape.head_dim, shape.tokens, shape.block_size, spec.tiling.block_m,
+          spec.tiling.block_n, resources.registers, resources.spill_bytes(), spec.dynamic_shared_bytes(),
+          got.milliseconds, flops / (got.milliseconds * 1e-3) / 1e12, error);
     }
   }
 }

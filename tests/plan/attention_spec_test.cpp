@@ -294,6 +294,9 @@ TEST_CASE("attention compiles for sm_80 and sm_90a without spills", "[plan][atte
     CHECK(r.registers <= 255);
     CHECK(r.spill_bytes() == 0);
     CHECK(r.stack_bytes == 0);
+    // ptxas serializes the wgmma pipeline (and says so) when it sees in-flight accumulators or A
+    // fragments touched before the wait: the overlapped schedule would silently lose its point.
+    CHECK(kernels[i].log.find("serialized") == std::string::npos);
   }
 }
 
@@ -327,13 +330,19 @@ TEST_CASE("sm_90a attention tiling: 128 query rows, 128-key tiles up to D 128, 6
     INFO("head_dim " << d);
     CHECK(tiling.block_m == 128);
     CHECK(tiling.block_n == (d <= 128 ? 128 : 64));
-    CHECK(tiling.stages == 2);
+    // Three stages and the overlapped schedule where they fit (D 64, 128), two in series at D 256.
+    CHECK(tiling.stages == (d <= 128 ? 3 : 2));
+    CHECK(tiling.overlap_softmax == (d <= 128));
+    CHECK(tiling.ping_pong);
     CHECK(tiling.heads_per_cta == 4);
-    CHECK(tiling.shared_bytes == sm90_attention_shared_bytes(d, tiling.block_n));
+    CHECK(tiling.shared_bytes == sm90_attention_shared_bytes(d, tiling.block_n, tiling.stages));
     CHECK(tiling.shared_bytes <= max_shared_bytes_per_block(kSm90a));
   }
   // Q [128, 128] + 2 x (K + V) [128, 128] bf16 = 160 KiB, plus alignment slack and four mbarriers.
-  CHECK(sm90_attention_shared_bytes(128, 128) == 1024 + 160 * 1024 + 32);
+  CHECK(sm90_attention_shared_bytes(128, 128, 2) == 1024 + 160 * 1024 + 32);
+  // Three stages: 224 KiB + slack + six mbarriers, just under the 227 KiB opt-in limit; D 256 would not fit.
+  CHECK(sm90_attention_shared_bytes(128, 128, 3) == 1024 + 224 * 1024 + 48);
+  CHECK(sm90_attention_shared_bytes(256, 64, 3) > max_shared_bytes_per_block(kSm90a));
   CHECK_THROWS_AS(choose_sm90_attention_tiling(96, 4), Error);
   CHECK_THROWS_AS(choose_sm90_attention_tiling(192, 4), Error);
   CHECK_THROWS_AS(choose_sm90_attention_tiling(128, 0), Error);
@@ -364,10 +373,11 @@ TEST_CASE("attention spec on sm_90a: the wgmma kernel's stub, launch shape and c
   CHECK(stub.find("#include \"attnplan/attention_sm90.cuh\"") != std::string::npos);
   CHECK(stub.find("attention_sm90_kernel") != std::string::npos);
   CHECK(stub.find("/*head_dim=*/128, /*group_size=*/4, /*heads_per_cta=*/4, /*block_size=*/16, "
-                  "/*block_n=*/128, /*has_window=*/true") != std::string::npos);
+                  "/*block_n=*/128, /*has_window=*/true, /*stages=*/3, /*overlap_softmax=*/true, "
+                  "/*ping_pong=*/true") != std::string::npos);
   CHECK(source.spec.at("kernel") == "wgmma_sm90");
   CHECK(source.spec.at("dynamic_shared_bytes") == spec.dynamic_shared_bytes());
-  CHECK(spec.dynamic_shared_bytes() == sm90_attention_shared_bytes(128, 128));
+  CHECK(spec.dynamic_shared_bytes() == sm90_attention_shared_bytes(128, 128, 3));
 
   const driver::LaunchShape shape = spec.launch_shape(3, 300, 32);
   CHECK(shape.grid.x == 10);  // ceil(300 / 32): 4 heads x 32 tokens per CTA
@@ -400,8 +410,9 @@ TEST_CASE("sm_90a attention compiles to wgmma without spills", "[plan][attention
     bool window;
   };
   const std::vector<Case> cases = {
-      {64, 8, 16, false},  {64, 4, 64, true},  {128, 4, 16, false}, {128, 1, 1, true},  {128, 8, 64, true},
-      {256, 2, 64, false}, {256, 1, 16, true}, {128, 6, 32, false}, {64, 64, 16, true},
+      {64, 8, 16, false}, {64, 4, 64, true},   {128, 4, 16, false}, {128, 1, 1, true},
+      {128, 8, 64, true}, {256, 2, 64, false}, {256, 1, 16, true},  {128, 6, 32, false},
+      {64, 64, 16, true}, {256, 4, 1, false},  {64, 2, 2, true},
   };
   std::vector<AttentionSpec> specs;
   for (const Case& c : cases) {
@@ -413,6 +424,13 @@ TEST_CASE("sm_90a attention compiles to wgmma without spills", "[plan][attention
     spec.has_window = c.window;
     spec.tiling = choose_sm90_attention_tiling(c.head_dim, c.group_size);
     specs.push_back(spec);
+    if (spec.tiling.overlap_softmax) {  // the serial schedule stays reachable: compile it too
+      spec.tiling.overlap_softmax = false;
+      spec.tiling.ping_pong = false;
+      spec.tiling.stages = 2;
+      spec.tiling.shared_bytes = sm90_attention_shared_bytes(c.head_dim, spec.tiling.block_n, 2);
+      specs.push_back(spec);
+    }
   }
   std::vector<compiler::CompiledKernel> kernels(specs.size());
   try {
@@ -430,10 +448,11 @@ TEST_CASE("sm_90a attention compiles to wgmma without spills", "[plan][attention
     INFO(spec.source().spec.dump());
     INFO(kernels[i].log);
     std::printf(
-        "attention sm_90a wgmma D %3d group %d block %2d bn %3d window %d: %3d registers, %d spill bytes, "
-        "%d stack bytes, %6d dynamic smem\n",
+        "attention sm_90a wgmma D %3d group %d block %2d bn %3d window %d stages %d overlap %d ping-pong %d: "
+        "%3d registers, %d spill bytes, %d stack bytes, %6d dynamic smem\n",
         spec.head_dim, spec.group_size, spec.block_size, spec.tiling.block_n, int(spec.has_window),
-        r.registers, r.spill_bytes(), r.stack_bytes, spec.dynamic_shared_bytes());
+        spec.tiling.stages, int(spec.tiling.overlap_softmax), int(spec.tiling.ping_pong), r.registers,
+        r.spill_bytes(), r.stack_bytes, spec.dynamic_shared_bytes());
     CHECK(kernels[i].lowered_name.find("attention_sm90_kernel") != std::string::npos);
     CHECK(kernels[i].ptx.find("wgmma.mma_async") != std::string::npos);
     CHECK(kernels[i].ptx.find("setmaxnreg") != std::string::npos);
