@@ -177,33 +177,40 @@ __global__ void __launch_bounds__(Traits::threads, 1) attention_sm90_kernel(cons
   if (threadIdx.x < Traits::producer_threads) {
     // ---- producer: gathers, then hands them to the stage's full barrier ------------------------------
     setmaxnreg_decrease<Traits::producer_registers>();
-    // Thread layout of a copy: `chunks` consecutive threads per row, rows_per_pass rows per pass.
+    // Thread layout of the Q copy: `chunks` consecutive threads per row, rows_per_pass rows per pass.
     const int chunk = threadIdx.x % Traits::chunks;
     const int first_row = threadIdx.x / Traits::chunks;
+    // Thread layout of a K/V copy: two threads per row, thread parity p moving chunks 2 k + p, so each
+    // warp-wide copy reads whole 32-byte sectors, and a thread looks up one slot per row for
+    // chunks / 2 copies of K and as many of V (v3b looked a slot up per 16-byte chunk: most of the
+    // producer's instructions were that bookkeeping).
+    constexpr int kKvRowsPerPass = Traits::producer_threads / 2;
+    constexpr int kKvPasses = kBlockN / kKvRowsPerPass;
+    static_assert(kBlockN % kKvRowsPerPass == 0, "the K/V passes must cover a tile exactly");
+    const int parity = threadIdx.x % 2;
+    const int kv_first_row = threadIdx.x / 2;  // rows kv_first_row + 64 pass: the same row % 8 for each pass
     // key_cache / value_cache: [num_blocks * block_size slots, kv_heads, head_dim]
     const long long slot_elements = static_cast<long long>(params.kv_heads) * kHeadDim;
-    const bf16_bits* key_column = params.key_cache + kv_head * kHeadDim + chunk * 8;
-    const bf16_bits* value_column = params.value_cache + kv_head * kHeadDim + chunk * 8;
+    const bf16_bits* key_head = params.key_cache + kv_head * kHeadDim + parity * 8;
+    const bf16_bits* value_head = params.value_cache + kv_head * kHeadDim + parity * 8;
+    // Chunk 2 k + p of a row lands at 16 * ((2 k + p) % 8 ^ row % 8) in its 64-column block; as 2 k % 8
+    // is even, that is 32 * (k % 4) ^ 16 * (p ^ row % 8): one XOR with a per-thread constant.
+    const unsigned chunk_swizzle = 16u * static_cast<unsigned>(parity ^ (kv_first_row % 8));
 
-    // The block table is read a tile ahead, one entry per lane: lane l of each producer warp holds the
-    // pool page of the tile's page l + 32 r, and each row takes its page from that lane with a shuffle.
-    // (v1 read the table per row right before each copy: every read waited behind the tile's queued
-    // copies, four round trips per tile, and the consumers starved.) A row's slot is -1 (zero-filled) for
-    // keys past kv_len, pages past max_blocks_per_seq and pages outside [0, num_blocks), as cache_slot.
-    constexpr int kPagesPerTile = kBlockN >= Traits::block_size ? kBlockN / Traits::block_size : 1;
-    constexpr int kPageRegisters = (kPagesPerTile + 31) / 32;
-    // A row's page register (row / block_size) / 32 must not depend on the thread: it does not, because
-    // first_row < rows_per_pass and 32 * block_size is a multiple of rows_per_pass (both powers of two).
-    static_assert((32 * Traits::block_size) % Traits::rows_per_pass == 0, "page register index per pass");
-    const int lane = threadIdx.x % 32;
+    // The block table is read a tile ahead: each thread loads the pages of its kKvPasses rows of the
+    // next tile while it issues this tile's copies (a warp's 16 rows share one or a few entries, so the
+    // loads broadcast). v1 read the table per 16-byte chunk right before each copy: every read waited
+    // behind the tile's queued copies, four round trips per tile, and the consumers starved. A row reads
+    // zeros for keys past kv_len, pages past max_blocks_per_seq and pages outside [0, num_blocks), as
+    // cache_slot says.
+    constexpr int kPageRegisters = kKvPasses;
     auto load_pages = [&](int tile, int(&pages)[kPageRegisters]) {
-      const int first_page = tile * kBlockN / Traits::block_size;
 #pragma unroll
-      for (int r = 0; r < kPageRegisters; ++r) {
-        const int logical = first_page + lane + 32 * r;
-        const bool used = lane + 32 * r < kPagesPerTile && logical < params.max_blocks_per_seq &&
-                          static_cast<long long>(logical) * Traits::block_size < kv_len;
-        pages[r] = used ? __ldg(block_table + logical) : -1;  // checked at use: the load stays in flight
+      for (int pass = 0; pass < kKvPasses; ++pass) {
+        const int position = tile * kBlockN + kv_first_row + pass * kKvRowsPerPass;
+        const int logical = position / Traits::block_size;
+        const bool used = position < kv_len && logical < params.max_blocks_per_seq;
+        pages[pass] = used ? __ldg(block_table + logical) : -1;  // checked at use: the load stays in flight
       }
     };
     int pages[kPageRegisters];
@@ -231,26 +238,25 @@ __global__ void __launch_bounds__(Traits::threads, 1) attention_sm90_kernel(cons
       const int key_first = (tile_begin + i) * kBlockN;
       const unsigned k_address = base_address + Traits::k_offset + stage * Traits::k_bytes;
       const unsigned v_address = base_address + Traits::v_offset + stage * Traits::v_bytes;
-      // Fully unrolled only where rows take their pages from more than one register (pages of 1 or 2
-      // tokens); four passes at a time otherwise keep the producer within its 56 registers at D 256.
-      constexpr int kPasses = kBlockN / Traits::rows_per_pass;
-#pragma unroll(kPageRegisters > 1 ? kPasses : 4)
-      for (int pass = 0; pass < kPasses; ++pass) {
-        const int row = first_row + pass * Traits::rows_per_pass;
+#pragma unroll
+      for (int pass = 0; pass < kKvPasses; ++pass) {
+        const int row = kv_first_row + pass * kKvRowsPerPass;
         const int position = key_first + row;
-        const int tile_page = kPagesPerTile == 1 ? 0 : row / Traits::block_size;
-        const int page = __shfl_sync(
-            0xffffffffu,
-            pages[kPageRegisters == 1 ? 0 : (pass * Traits::rows_per_pass) / (32 * Traits::block_size)],
-            tile_page % 32);
+        const int page = pages[pass];
         const bool valid = page >= 0 && page < params.num_blocks && position < kv_len;
         const long long slot =
             static_cast<long long>(page) * Traits::block_size + position % Traits::block_size;
-        const unsigned offset = swizzle128_offset(row, chunk * 8, kBlockN);
-        cp_async_16(k_address + offset, valid ? key_column + slot * slot_elements : params.key_cache,
-                    valid ? 16 : 0);
-        cp_async_16(v_address + offset, valid ? value_column + slot * slot_elements : params.value_cache,
-                    valid ? 16 : 0);
+        const bf16_bits* key_row = valid ? key_head + slot * slot_elements : params.key_cache;
+        const bf16_bits* value_row = valid ? value_head + slot * slot_elements : params.value_cache;
+        const int bytes = valid ? 16 : 0;
+        const unsigned row_offset = row * 128u;
+#pragma unroll
+        for (int k = 0; k < Traits::chunks / 2; ++k) {
+          // column block (2 k) / 8 = k / 4, then the swizzled chunk inside its 128-byte row
+          const unsigned offset = (k / 4) * kBlockN * 128u + row_offset + ((32u * (k % 4)) ^ chunk_swizzle);
+          cp_async_16(k_address + offset, valid ? key_row + 16 * k : key_row, bytes);
+          cp_async_16(v_address + offset, valid ? value_row + 16 * k : value_row, bytes);
+        }
       }
       // No wait here: the barrier gets this thread's arrival when its copies have landed, and the producer
       // goes on to the next free stage (v1 waited for each tile's copies, which left the consumers idle
