@@ -5,9 +5,10 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "core/error.hpp"
-#include "driver/cuda_api.hpp"
+#include "plan/gemm_common.hpp"
 
 namespace attnplan::plan {
 
@@ -25,21 +26,11 @@ bool aligned(const void* pointer, std::size_t bytes) {
   return reinterpret_cast<std::uintptr_t>(pointer) % bytes == 0;
 }
 
-// A 2D TMA map of e4m3 codes [rows, columns] (row stride in bytes), boxes of [128, 128] into
-// 128-byte-swizzled shared memory; out-of-bounds codes load as zeros.
+// A 2D TMA map of e4m3 codes [rows, columns] (row stride in bytes) in boxes of [128, 128].
 void encode_codes_map(TensorMap& map, const void* base, int columns, int rows, long long row_stride,
-                      const std::string& field) {
-  const cuuint64_t dims[2] = {cuuint64_t(columns), cuuint64_t(rows)};
-  const cuuint64_t strides[1] = {cuuint64_t(row_stride)};
-  const cuuint32_t box[2] = {cuuint32_t(kGemmSm90Fp8BlockK), cuuint32_t(kGemmSm90Fp8BlockN)};
-  const cuuint32_t element_strides[2] = {1, 1};
-  driver::check(
-      driver::api().cuTensorMapEncodeTiled(
-          reinterpret_cast<CUtensorMap*>(&map), CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<void*>(base),
-          dims, strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-          CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
-      fmt::format("cuTensorMapEncodeTiled (fp8 gemm {}: [{}, {}] codes, row stride {} bytes)", field, rows,
-                  columns, row_stride));
+                      std::string_view what) {
+  encode_tensor_map(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, base, columns, rows, row_stride,
+                    kGemmSm90Fp8BlockK, kGemmSm90Fp8BlockN, what);
 }
 
 long long scale_ld_for(int m) {
@@ -110,38 +101,17 @@ driver::LaunchShape GemmFp8Spec::launch_shape(int m, int n, int multiprocessors)
 }
 
 void GemmFp8Spec::check(const GemmParams& params) const {
-  require(params.m >= 0 && params.n >= 0 && params.k >= 0,
-          fmt::format("negative size (M = {}, N = {}, K = {})", params.m, params.n, params.k));
-  if (params.m == 0 || params.n == 0) return;
-  require(params.k > 0 && params.k % 16 == 0,
-          fmt::format("K = {} must be a positive multiple of 16 (16-byte rows of e4m3 codes)", params.k));
-  require(params.lda >= params.k && params.lda % 8 == 0,
-          fmt::format("lda = {} must be >= K = {} and a multiple of 8", params.lda, params.k));
-  require(params.ldc >= params.n && params.ldc % 8 == 0,
-          fmt::format("ldc = {} must be >= N = {} and a multiple of 8", params.ldc, params.n));
-  require(params.a != nullptr && aligned(params.a, 16), "a: null or not 16-byte aligned");
-  require(params.c != nullptr && aligned(params.c, 16), "c: null or not 16-byte aligned");
-  require(segments >= 1 && segments <= kMaxGemmSegments,
-          fmt::format("the spec has {} segments; 1 to {} are supported", segments, kMaxGemmSegments));
-  int expected_begin = 0;
-  for (int s = 0; s < segments; ++s) {
-    const GemmSegment& segment = params.segments[s];
-    require(segment.n_begin == expected_begin && segment.n_end > segment.n_begin,
-            fmt::format("segments[{}] = [{}, {}) must be non-empty and start at {}", s, segment.n_begin,
-                        segment.n_end, expected_begin));
+  // What every projection GEMM demands (gemm_common.hpp), plus this kernel's tiles and scales.
+  const auto segment_rules = [&](int s, const GemmSegment& segment) {
     require(s + 1 == segments || (segment.n_end - segment.n_begin) % kGemmSm90Fp8BlockN == 0,
             fmt::format("segments[{}] is {} wide, not a multiple of {} (a tile would straddle two segments)",
                         s, segment.n_end - segment.n_begin, kGemmSm90Fp8BlockN));
-    require(segment.weight != nullptr && aligned(segment.weight, 16),
-            fmt::format("segments[{}].weight: null or not 16-byte aligned", s));
     require(segment.scales != nullptr && aligned(segment.scales, 4),
             fmt::format("segments[{}].scales: null or not 4-byte aligned (f32 weight scales)", s));
-    require(has_bias || segment.bias == nullptr,
-            fmt::format("segments[{}].bias is set but the kernel was specialized without bias", s));
-    require(aligned(segment.bias, 2), fmt::format("segments[{}].bias: not 2-byte aligned", s));
-    expected_begin = segment.n_end;
-  }
-  require(expected_begin == params.n, fmt::format("segments end at {} but N = {}", expected_begin, params.n));
+  };
+  if (!check_gemm_operands(params, segments, has_bias, "gemm (fp8 activations)", segment_rules)) return;
+  require(params.k > 0 && params.k % 16 == 0,
+          fmt::format("K = {} must be a positive multiple of 16 (16-byte rows of e4m3 codes)", params.k));
 }
 
 std::size_t fp8_activation_bytes(int m, int k) {
@@ -167,11 +137,11 @@ GemmSm90Fp8Params make_gemm_sm90_fp8_params(const GemmFp8Spec& spec, const GemmP
   fp8.gemm = params;
   fp8.a_scales = activations.scales;
   fp8.a_scale_ld = activations.scale_ld;
-  encode_codes_map(fp8.a_map, activations.codes, params.k, params.m, params.k, "activation codes");
+  encode_codes_map(fp8.a_map, activations.codes, params.k, params.m, params.k, "fp8 gemm activation codes");
   for (int s = 0; s < spec.segments; ++s) {
     const GemmSegment& segment = params.segments[s];
     encode_codes_map(fp8.w_maps[s], segment.weight, params.k, segment.n_end - segment.n_begin, params.k,
-                     fmt::format("segments[{}].weight", s));
+                     fmt::format("fp8 gemm segments[{}].weight", s));
   }
   return fp8;
 }

@@ -80,9 +80,7 @@ void check_fp8_gemm(config::Fp8ScaleGranularity granularity, int m, int k, const
     a_bits[i] = core::float_to_bf16(core::bf16_to_float(a_bits[i]) * 20.0f);
   }
   const std::vector<std::uint16_t> bias_bits = random_bf16(n, rng, 0.0, 0.5);
-  std::vector<std::uint16_t> a_padded = a_bits;
-  a_padded.resize(a_bits.size() + k, kPoisonBits);
-  driver::DeviceBuffer d_a = driver::DeviceBuffer::from_host(a_padded);
+  driver::DeviceBuffer d_a = upload_with_nan_tail(a_bits, k);
 
   config::WeightEncoding weights;
   weights.format = config::WeightFormat::fp8;
@@ -94,36 +92,8 @@ void check_fp8_gemm(config::Fp8ScaleGranularity granularity, int m, int k, const
   spec.granularity = granularity;
 
   GemmParams params{};
-  std::vector<driver::DeviceBuffer> held;
-  const auto hold_bytes = [&](const std::vector<std::uint8_t>& bytes) {
-    std::vector<std::uint8_t> padded = bytes;
-    padded.resize(bytes.size() + 64, 0xFF);  // NaN / garbage past the end
-    held.push_back(driver::DeviceBuffer::from_host(padded));
-    return held.back().data<const void>();
-  };
-  reference::Tensor w({n, k});
-  std::vector<double> reference_bias(has_bias ? n : 0, 0.0);
-  int n_begin = 0;
-  for (std::size_t s = 0; s < widths.size(); ++s) {
-    const io::RandomProjection part =
-        io::random_projection(weights, widths[s], k, 1.0 / std::sqrt(double(k)), seed * 7 + s);
-    const reference::Tensor dequantized =
-        reference::dequantize(weights, part.weight, part.quant, widths[s], k);
-    std::copy(dequantized.data.begin(), dequantized.data.end(), w.data.begin() + std::ptrdiff_t(n_begin) * k);
-    GemmSegment& segment = params.segments[s];
-    segment.weight = static_cast<const bf16_bits*>(hold_bytes(part.weight.bytes));
-    segment.scales = hold_bytes(part.quant.scales->bytes);
-    segment.n_begin = n_begin;
-    segment.n_end = n_begin + widths[s];
-    if (has_bias) {
-      std::vector<std::uint16_t> bias(bias_bits.begin() + n_begin, bias_bits.begin() + segment.n_end);
-      bias.resize(bias.size() + 8, kPoisonBits);
-      held.push_back(driver::DeviceBuffer::from_host(bias));
-      segment.bias = held.back().data<const bf16_bits>();
-      for (int j = n_begin; j < segment.n_end; ++j) reference_bias[j] = core::bf16_to_float(bias_bits[j]);
-    }
-    n_begin = segment.n_end;
-  }
+  const QuantizedSegments w = upload_quantized_segments(
+      weights, k, widths, has_bias ? bias_bits : std::vector<std::uint16_t>{}, seed, params);
   driver::DeviceBuffer d_c(std::size_t(m + 1) * ldc * 2);
   driver::DeviceBuffer d_activations(plan::fp8_activation_bytes(m, k));
   const plan::Fp8ActivationBuffers activations =
@@ -138,7 +108,7 @@ void check_fp8_gemm(config::Fp8ScaleGranularity granularity, int m, int k, const
 
   const reference::Fp8Activations quantized = reference::quantize_activations_fp8(a_bits, m, k);
   const reference::Tensor expected =
-      reference::linear(reference::dequantize_activations_fp8(quantized), w, reference_bias);
+      reference::linear(reference::dequantize_activations_fp8(quantized), w.weight, w.bias);
 
   driver::Stream stream = driver::Stream::create();
   gpu().context.synchronize();
@@ -174,26 +144,11 @@ void check_fp8_gemm(config::Fp8ScaleGranularity granularity, int m, int k, const
   CHECK(scale_mismatches == 0);
 
   // The GEMM: every element written, guard row and columns untouched, close to the reference.
-  const std::vector<std::uint16_t> output = d_c.download_all<std::uint16_t>();
-  std::vector<double> got(std::size_t(m) * n);
-  std::size_t unwritten = 0, guard_touched = 0;
-  for (int row = 0; row <= m; ++row) {
-    for (long long col = 0; col < ldc; ++col) {
-      const std::uint16_t bits = output[std::size_t(row * ldc + col)];
-      if (row < m && col < n) {
-        unwritten += bits == kPoisonBits;
-        got[std::size_t(row) * n + std::size_t(col)] = core::bf16_to_float(bits);
-      } else {
-        guard_touched += bits != kPoisonBits;
-      }
-    }
-  }
+  const std::vector<double> got = checked_output(d_c.download_all<std::uint16_t>(), m, n, ldc);
   const double error = reference::relative_l2_error(expected.data, got);
   std::printf(
       "fp8-activation gemm %-8s M %5d N %5d K %5d: codes %zu / scales %zu mismatches, relative L2 %.3e\n",
       std::string(config::to_string(granularity)).c_str(), m, n, k, code_mismatches, scale_mismatches, error);
-  CHECK(unwritten == 0);
-  CHECK(guard_touched == 0);
   INFO("relative L2 error " << error);
   // Same operands as the reference; fp32 partial sums per 128-wide K block, one output rounding to bf16.
   CHECK(error < 5e-3);
