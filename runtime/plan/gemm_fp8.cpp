@@ -43,6 +43,10 @@ bool fp8_activation_gemm_available(const config::Arch& arch) {
   return arch.sm() == 90 && arch.arch_specific;
 }
 
+bool uses_fp8_activations(const config::WeightEncoding& encoding) {
+  return encoding.format == config::WeightFormat::fp8 && encoding.activation == config::ActivationType::fp8;
+}
+
 compiler::KernelSource Fp8QuantizeSpec::source() const {
   compiler::KernelSource source;
   source.family = "fp8_quantize";
@@ -146,16 +150,22 @@ GemmSm90Fp8Params make_gemm_sm90_fp8_params(const GemmFp8Spec& spec, const GemmP
   return fp8;
 }
 
-void launch_gemm_fp8(const driver::Function& quantize, const driver::Function& gemm, const GemmFp8Spec& spec,
-                     const GemmParams& params, const Fp8ActivationBuffers& activations, CUstream stream,
-                     int multiprocessors) {
-  spec.check(params);
-  if (params.m == 0 || params.n == 0) return;
+void check_fp8_activation_buffers(const GemmParams& params, const Fp8ActivationBuffers& activations) {
   require(activations.codes != nullptr && aligned(activations.codes, 16),
           "activation codes: null or not 16-byte aligned");
   require(
       activations.scales != nullptr && aligned(activations.scales, 16) && activations.scale_ld >= params.m,
       "activation scales: null, not 16-byte aligned, or scale_ld < M");
+}
+
+void launch_fp8_quantize(const driver::Function& quantize, const GemmParams& params,
+                         const Fp8ActivationBuffers& activations, CUstream stream) {
+  require(params.m >= 0 && params.k >= 0, fmt::format("negative size (M = {}, K = {})", params.m, params.k));
+  if (params.m == 0 || params.n == 0) return;
+  require(params.a != nullptr && aligned(params.a, 16) && params.lda >= params.k && params.lda % 8 == 0,
+          fmt::format("a: null or not 16-byte aligned, or lda = {} not >= K = {} and a multiple of 8",
+                      params.lda, params.k));
+  check_fp8_activation_buffers(params, activations);
   Fp8QuantizeParams quantize_params{};
   quantize_params.input = params.a;
   quantize_params.codes = activations.codes;
@@ -166,8 +176,25 @@ void launch_gemm_fp8(const driver::Function& quantize, const driver::Function& g
   quantize_params.m = params.m;
   quantize_params.k = params.k;
   driver::launch(quantize, Fp8QuantizeSpec{}.launch_shape(params.m, params.k), stream, quantize_params);
+}
+
+void launch_gemm_fp8_codes(const driver::Function& gemm, const GemmFp8Spec& spec, const GemmParams& params,
+                           const Fp8ActivationBuffers& activations, CUstream stream, int multiprocessors) {
+  spec.check(params);
+  if (params.m == 0 || params.n == 0) return;
+  check_fp8_activation_buffers(params, activations);
   driver::launch(gemm, spec.launch_shape(params.m, params.n, multiprocessors), stream,
                  make_gemm_sm90_fp8_params(spec, params, activations));
+}
+
+void launch_gemm_fp8(const driver::Function& quantize, const driver::Function& gemm, const GemmFp8Spec& spec,
+                     const GemmParams& params, const Fp8ActivationBuffers& activations, CUstream stream,
+                     int multiprocessors) {
+  spec.check(params);
+  if (params.m == 0 || params.n == 0) return;
+  check_fp8_activation_buffers(params, activations);
+  launch_fp8_quantize(quantize, params, activations, stream);
+  launch_gemm_fp8_codes(gemm, spec, params, activations, stream, multiprocessors);
 }
 
 }  // namespace attnplan::plan

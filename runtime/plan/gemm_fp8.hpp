@@ -1,7 +1,7 @@
 // The fp8-activation projection (projection.*.activation "fp8" with fp8 weights) on sm_90a: the typed
 // specs of its two kernels (templates/attnplan/gemm_sm90_fp8.cuh), the e4m3 activation buffers it needs
-// in the workspace, and the host checks and launch of both. Not wired into plan_kernels yet: planning
-// still refuses fp8 activations (kernel_plan.cpp); the GPU tests drive these specs directly.
+// in the workspace, and the host checks and launch of both. plan_kernels plans them as a quantize stage
+// before the projection (kernel_plan.hpp); PrefillPlan::execute launches them.
 #pragma once
 
 #include <cuda.h>
@@ -18,6 +18,9 @@ namespace attnplan::plan {
 // Whether `arch` has the fp8-activation GEMM: sm_90a only (wgmma e4m3). sm_89's mma.sync e4m3 path is
 // not written; on every other arch fp8 activations are refused at planning.
 bool fp8_activation_gemm_available(const config::Arch& arch);
+
+// Whether a projection of `encoding` runs on fp8 activations: fp8 weights with activation "fp8".
+bool uses_fp8_activations(const config::WeightEncoding& encoding);
 
 // The quantizer: bf16 [M, K] -> e4m3 codes + one f32 scale per (token, 128 channels).
 struct Fp8QuantizeSpec {
@@ -62,6 +65,18 @@ Fp8ActivationBuffers fp8_activation_buffers(void* base, int m, int k);
 // 128-byte swizzle, zero fill), and the activation scales.
 GemmSm90Fp8Params make_gemm_sm90_fp8_params(const GemmFp8Spec& spec, const GemmParams& params,
                                             const Fp8ActivationBuffers& activations);
+
+// Throws Error(input) unless `activations` can hold params.m x params.k codes: codes 16-byte aligned,
+// scales 16-byte aligned with scale_ld >= M.
+void check_fp8_activation_buffers(const GemmParams& params, const Fp8ActivationBuffers& activations);
+
+// The two halves of launch_gemm_fp8, for callers that observe each kernel (PrefillPlan::execute's stages):
+// the quantizer (params.a [M, K], row stride lda -> activations) and the GEMM over the codes it wrote.
+// Each checks what it reads, then queues its kernel on `stream`; nothing is launched when M or N is 0.
+void launch_fp8_quantize(const driver::Function& quantize, const GemmParams& params,
+                         const Fp8ActivationBuffers& activations, CUstream stream);
+void launch_gemm_fp8_codes(const driver::Function& gemm, const GemmFp8Spec& spec, const GemmParams& params,
+                           const Fp8ActivationBuffers& activations, CUstream stream, int multiprocessors);
 
 // Checks, then queues the quantizer (params.a -> activations) and the GEMM on `stream`. Nothing is
 // launched when M or N is 0.
