@@ -40,7 +40,19 @@ long long scale_ld_for(int m) {
 }  // namespace
 
 bool fp8_activation_gemm_available(const config::Arch& arch) {
-  return arch.sm() == 90 && arch.arch_specific;
+  return arch.sm() >= 89;
+}
+
+std::string_view gemm_fp8_kernel_name(GemmFp8Kernel kernel) {
+  return kernel == GemmFp8Kernel::wgmma ? "wgmma" : "mma_sync";
+}
+
+GemmFp8Spec choose_fp8_gemm(const config::Arch& arch) {
+  GemmFp8Spec spec;
+  if (arch.sm() == 90 && arch.arch_specific) return spec;  // wgmma exists only in sm_90a
+  spec.kernel = GemmFp8Kernel::mma_sync;
+  spec.stages = 4;
+  return spec;
 }
 
 bool uses_fp8_activations(const config::WeightEncoding& encoding) {
@@ -69,36 +81,47 @@ driver::LaunchShape Fp8QuantizeSpec::launch_shape(int m, int k) const {
 }
 
 compiler::KernelSource GemmFp8Spec::source() const {
+  const bool wgmma = kernel == GemmFp8Kernel::wgmma;
   compiler::KernelSource source;
-  source.family = "gemm_sm90_fp8";
-  source.header = "attnplan/gemm_sm90_fp8.cuh";
-  source.traits = "attnplan::kernels::GemmSm90Fp8Traits";
-  source.kernel = "attnplan::kernels::gemm_sm90_fp8_kernel";
-  source.grid_constant = true;  // the tensor maps must stay in parameter memory
+  source.family = wgmma ? "gemm_sm90_fp8" : "gemm_sm89_fp8";
+  source.header = wgmma ? "attnplan/gemm_sm90_fp8.cuh" : "attnplan/gemm_sm89_fp8.cuh";
+  source.traits = wgmma ? "attnplan::kernels::GemmSm90Fp8Traits" : "attnplan::kernels::GemmSm89Fp8Traits";
+  source.kernel =
+      wgmma ? "attnplan::kernels::gemm_sm90_fp8_kernel" : "attnplan::kernels::gemm_sm89_fp8_kernel";
+  source.grid_constant = wgmma;  // the tensor maps must stay in parameter memory
   source.arguments = {{"stages", std::to_string(stages)},
                       {"segments", std::to_string(segments)},
                       {"has_bias", has_bias ? "true" : "false"},
                       {"granularity", std::to_string(static_cast<int>(granularity))}};
   source.spec = {{"family", source.family},
-                 {"block_m", kGemmSm90Fp8BlockM},
-                 {"block_n", kGemmSm90Fp8BlockN},
-                 {"block_k", kGemmSm90Fp8BlockK},
+                 {"block_m", wgmma ? kGemmSm90Fp8BlockM : kGemmSm89Fp8BlockM},
+                 {"block_n", wgmma ? kGemmSm90Fp8BlockN : kGemmSm89Fp8BlockN},
+                 {"block_k", wgmma ? kGemmSm90Fp8BlockK : kGemmSm89Fp8BlockK},
                  {"stages", stages},
                  {"segments", segments},
                  {"has_bias", has_bias},
                  {"scale_granularity", config::to_string(granularity)},
                  {"activation", "fp8"},
                  {"dynamic_shared_bytes", dynamic_shared_bytes()}};
+  if (!wgmma) source.spec["kernel"] = gemm_fp8_kernel_name(kernel);
   return source;
 }
 
+int GemmFp8Spec::dynamic_shared_bytes() const {
+  return kernel == GemmFp8Kernel::wgmma ? gemm_sm90_fp8_dynamic_shared_bytes(stages)
+                                        : gemm_sm89_fp8_dynamic_shared_bytes(stages);
+}
+
 driver::LaunchShape GemmFp8Spec::launch_shape(int m, int n, int multiprocessors) const {
+  // Both kernels' tiles are [128, 128] (static_asserts below).
+  static_assert(kGemmSm89Fp8BlockM == kGemmSm90Fp8BlockM && kGemmSm89Fp8BlockN == kGemmSm90Fp8BlockN);
   std::int64_t tiles = ceil_div(m, kGemmSm90Fp8BlockM) * ceil_div(n, kGemmSm90Fp8BlockN);
   if (m <= 0 || n <= 0 || tiles > 0x7fffffff) {
     throw Error(Stage::input,
                 fmt::format("gemm (fp8 activations): no launch shape for M = {}, N = {}", m, n));
   }
-  tiles = std::min<std::int64_t>(tiles, multiprocessors > 0 ? multiprocessors : 132);
+  if (kernel == GemmFp8Kernel::wgmma)  // persistent: one CTA per SM walks the tiles
+    tiles = std::min<std::int64_t>(tiles, multiprocessors > 0 ? multiprocessors : 132);
   return driver::LaunchShape{{static_cast<unsigned>(tiles), 1, 1},
                              {static_cast<unsigned>(threads()), 1, 1},
                              static_cast<unsigned>(dynamic_shared_bytes())};
@@ -133,6 +156,17 @@ Fp8ActivationBuffers fp8_activation_buffers(void* base, int m, int k) {
   buffers.scales = reinterpret_cast<float*>(static_cast<unsigned char*>(base) + (codes + 255) / 256 * 256);
   buffers.scale_ld = scale_ld_for(m);
   return buffers;
+}
+
+GemmSm89Fp8Params make_gemm_sm89_fp8_params(const GemmParams& params,
+                                            const Fp8ActivationBuffers& activations) {
+  GemmSm89Fp8Params sm89{};
+  sm89.gemm = params;
+  sm89.a_codes = activations.codes;
+  sm89.ld_codes = params.k;  // the quantizer writes rows of K codes
+  sm89.a_scales = activations.scales;
+  sm89.a_scale_ld = activations.scale_ld;
+  return sm89;
 }
 
 GemmSm90Fp8Params make_gemm_sm90_fp8_params(const GemmFp8Spec& spec, const GemmParams& params,
@@ -183,8 +217,12 @@ void launch_gemm_fp8_codes(const driver::Function& gemm, const GemmFp8Spec& spec
   spec.check(params);
   if (params.m == 0 || params.n == 0) return;
   check_fp8_activation_buffers(params, activations);
-  driver::launch(gemm, spec.launch_shape(params.m, params.n, multiprocessors), stream,
-                 make_gemm_sm90_fp8_params(spec, params, activations));
+  const driver::LaunchShape shape = spec.launch_shape(params.m, params.n, multiprocessors);
+  if (spec.kernel == GemmFp8Kernel::mma_sync) {
+    driver::launch(gemm, shape, stream, make_gemm_sm89_fp8_params(params, activations));
+  } else {
+    driver::launch(gemm, shape, stream, make_gemm_sm90_fp8_params(spec, params, activations));
+  }
 }
 
 void launch_gemm_fp8(const driver::Function& quantize, const driver::Function& gemm, const GemmFp8Spec& spec,

@@ -42,20 +42,16 @@ long long qkv_row_width(const config::AttentionConfig& config) {
 
 namespace {
 
-// Why fp8 activations cannot run on `arch` (empty: they can). The GEMM is wgmma e4m3 (sm_90a only).
+// Why fp8 activations cannot run on `arch` (empty: they can): the GEMMs need fp8 tensor cores.
 std::string fp8_activation_gap(const config::Arch& arch) {
   if (fp8_activation_gemm_available(arch)) return {};
-  if (arch.sm() < 89) return fmt::format("{} has no fp8 tensor cores (sm_89 or newer)", arch.name());
-  if (arch.sm() == 89)
-    return "the sm_89 fp8-activation GEMM (mma.sync e4m3) is not written yet; the kernel exists for sm_90a";
-  if (arch.sm() == 90) return "the fp8-activation GEMM is wgmma e4m3, which needs the arch-specific sm_90a";
-  return fmt::format("the fp8-activation GEMM exists for sm_90a only, not {}", arch.name());
+  return fmt::format("{} has no fp8 tensor cores (sm_89 or newer)", arch.name());
 }
 
 void require_supported(const config::AttentionConfig& config, const config::Arch& arch) {
   std::vector<std::string> problems;
   // The GEMM's weight loader policies (gemm_spec.hpp): bf16, fp8 weight-only, mxfp8, mxfp4, nvfp4,
-  // packed_integer (GPTQ / AWQ), affine (MLX); fp8 activations: the sm_90a e4m3 GEMM (gemm_fp8.hpp).
+  // packed_integer (GPTQ / AWQ), affine (MLX); fp8 activations: an e4m3 GEMM from sm_89 (gemm_fp8.hpp).
   // "not supported by the kernels yet" marks what a later kernel may lift (the GPU plan sweep skips it).
   const std::string supported =
       "(bf16, fp8 with bf16 activations, mxfp8, mxfp4, nvfp4, packed_integer with a group_size that is -1 or "
@@ -168,10 +164,10 @@ KernelPlan plan_kernels(const config::AttentionConfig& config, const config::Arc
   plan.output_projection.kernel = output_choice.kernel;
   plan.output_projection.sm90 = output_choice.sm90;
 
-  // fp8 activations (require_supported checked the arch and the shapes): the e4m3 GEMM replaces the one
+  // fp8 activations (require_supported checked the arch and the shapes): an e4m3 GEMM replaces the one
   // above, fed by the quantizer.
-  const auto fp8_spec = [](const GemmSpec& spec) {
-    GemmFp8Spec fp8;
+  const auto fp8_spec = [&arch](const GemmSpec& spec) {
+    GemmFp8Spec fp8 = choose_fp8_gemm(arch);  // wgmma on sm_90a, mma_sync from sm_89
     fp8.segments = spec.segments;
     fp8.has_bias = spec.has_bias;
     fp8.granularity = spec.weights.scale_granularity;

@@ -46,8 +46,8 @@ struct KernelPlan {
   KvStoreSpec kv_store;
   AttentionSpec attention;
   GemmSpec output_projection;  // [T, Hq * Dv] x [hidden, Hq * Dv]^T
-  // fp8 activations (fp8 weights with activation "fp8", sm_90a): the projection runs as the quantizer
-  // (its stage *_quantize) and this e4m3 GEMM instead of the GemmSpec above. Empty otherwise.
+  // fp8 activations (fp8 weights with activation "fp8", sm_89 and later): the projection runs as the
+  // quantizer (its stage *_quantize) and this e4m3 GEMM instead of the GemmSpec above. Empty otherwise.
   std::optional<GemmFp8Spec> qkv_projection_fp8;
   std::optional<GemmFp8Spec> output_projection_fp8;
   Fp8QuantizeSpec activation_quantize;  // the quantizer of both (K is a launch argument)

@@ -1,6 +1,7 @@
-// fp8 activations in the plan (kernel_plan.hpp, prefill_plan.hpp's plan_workspace): on sm_90a a quantize
-// stage before each projection and the e4m3 GEMM, the workspace grown by the quantized rows; elsewhere a
-// refusal that names the field, the arch and the rule. Host only.
+// fp8 activations in the plan (kernel_plan.hpp, prefill_plan.hpp's plan_workspace): from sm_89 a quantize
+// stage before each projection and an e4m3 GEMM (wgmma on sm_90a, mma.sync elsewhere), the workspace grown
+// by the quantized rows; before sm_89 a refusal that names the field, the arch and the rule. Host only
+// (plus one NVRTC compile for sm_89).
 #include <string>
 #include <vector>
 
@@ -8,7 +9,9 @@
 #include "core/error.hpp"
 #include "plan/kernel_plan.hpp"
 #include "plan/prefill_plan.hpp"
+#include "plan/runtime.hpp"
 #include "support/catch.hpp"
+#include "support/temp_dir.hpp"
 
 using namespace attnplan;
 
@@ -120,31 +123,63 @@ TEST_CASE("fp8 activations grow the workspace by the quantized rows of the large
   CHECK(wide.fp8_activation_bytes == plan::fp8_activation_bytes(300, 4096));
 }
 
-TEST_CASE("fp8 activations are refused where the e4m3 GEMM does not exist, naming field, arch and rule",
+TEST_CASE("fp8 activations: the mma.sync e4m3 GEMM from sm_89, wgmma on sm_90a, refused before sm_89",
           "[plan][fp8_activation]") {
   const config::AttentionConfig config = fp8act();
+  for (const config::Arch arch : {kSm89, kSm90}) {
+    INFO(arch.name());
+    const plan::KernelPlan kernels = plan::plan_kernels(config, arch);
+    REQUIRE(kernels.qkv_projection_fp8.has_value());
+    CHECK(kernels.qkv_projection_fp8->kernel == plan::GemmFp8Kernel::mma_sync);
+    CHECK(kernels.qkv_projection_fp8->stages == 4);
+    CHECK(kernels.qkv_projection_fp8->threads() == 256);
+    CHECK(kernels.qkv_projection_fp8->dynamic_shared_bytes() == 4 * 256 * 80);  // inside sm_89's 99 KiB
+    CHECK(kernels.kernels[1].stage == plan::StageKind::qkv_quantize);
+    CHECK(kernels.kernels[2].source.family == "gemm_sm89_fp8");
+    CHECK(kernels.kernels[2].dynamic_shared_bytes == 4 * 256 * 80);
+    CHECK(kernels.output_projection_fp8->kernel == plan::GemmFp8Kernel::mma_sync);
+  }
+  CHECK(plan::plan_kernels(config, kSm90a).qkv_projection_fp8->kernel == plan::GemmFp8Kernel::wgmma);
+
   const std::string sm80 = refusal(config, kSm80);
   CHECK(sm80.rfind("/projection/activation: fp8 activations are not supported by the kernels yet on sm_80",
                    0) == 0);
   CHECK(contains(sm80, "sm_80 has no fp8 tensor cores"));
   CHECK(contains(sm80, "activation \"bf16\""));
-  CHECK(contains(refusal(config, kSm89), "sm_89 fp8-activation GEMM (mma.sync e4m3) is not written yet"));
-  CHECK(contains(refusal(config, kSm90), "needs the arch-specific sm_90a"));
-
   // Only the output projection: the refusal names its field.
   config::AttentionConfig output_only = config;
   output_only.projection.qkv.activation = config::ActivationType::bf16;
   CHECK(refusal(output_only, kSm80).rfind("/projection/output/activation: ", 0) == 0);
 
-  // On sm_90a, shapes the e4m3 GEMM's 128-wide tiles cannot split: a q segment of 4 x 80 columns.
+  // Shapes the e4m3 GEMMs' 128-wide tiles cannot split: a q segment of 4 x 80 columns.
   config::AttentionConfig narrow = config;
   narrow.query_heads = 4;
   narrow.kv_heads = 4;
   narrow.head_dim = 80;
   narrow.value_head_dim = 80;
-  const std::string shape = refusal(narrow, kSm90a);
-  CHECK(shape.rfind(
-            "/projection/activation: fp8 activations are not supported by the kernels yet for a 320-wide",
-            0) == 0);
-  CHECK(contains(shape, "multiple of 128 columns"));
+  for (const config::Arch arch : {kSm89, kSm90a}) {
+    const std::string shape = refusal(narrow, arch);
+    CHECK(shape.rfind("/projection/activation: fp8 activations are not supported by the kernels yet for a "
+                      "320-wide",
+                      0) == 0);
+    CHECK(contains(shape, "multiple of 128 columns"));
+  }
+}
+
+TEST_CASE("the fp8-activation plan compiles for sm_89 with no spills", "[plan][fp8_activation][nvrtc]") {
+  testing::TempDir dir;
+  RuntimeOptions options;
+  options.cache_dir = dir.path();
+  options.arch = kSm89;
+  Runtime runtime(options, [](const std::string&) {});
+  const plan::CompiledPlan compiled = runtime.compile(fp8act());
+  CHECK(compiled.kernels.size() == 8);
+  for (const plan::PlanKernel& kernel : compiled.kernels) {
+    INFO(kernel.name);
+    CHECK(kernel.resources.registers > 0);
+    CHECK(kernel.resources.spill_bytes() == 0);
+    CHECK(kernel.resources.stack_bytes == 0);
+    UNSCOPED_INFO(kernel.name << " sm_89: " << kernel.resources.registers << " registers");
+  }
+  CHECK(compiled.kernel(plan::StageKind::qkv_projection).source.family == "gemm_sm89_fp8");
 }
