@@ -22,9 +22,12 @@ namespace attnplan::kernels {
 
 // accumulator[16x8] += a[16x32] · b[32x8] in e4m3 with fp32 accumulation. Fragments (PTX ISA, m16n8k32
 // 8-bit types), g = lane / 4, t = lane % 4, 4 codes per register:
-//   a[0]: row g, k 4t..4t+3   a[1]: row g + 8, k 4t..   a[2]: row g, k 16 + 4t..   a[3]: row g + 8, k 16 +
-//   4t.. b[0]: column g, k 4t..4t+3                          b[1]: column g, k 16 + 4t.. accumulator: row g,
-//   columns 2t, 2t + 1 ([0], [1]); row g + 8, the same columns ([2], [3]).
+//   a[0]: row g, k 4t..4t+3       a[1]: row g + 8, k 4t..4t+3
+//   a[2]: row g, k 16+4t..16+4t+3 a[3]: row g + 8, k 16+4t..16+4t+3
+//   b[0]: column g, k 4t..4t+3    b[1]: column g, k 16+4t..16+4t+3
+//   accumulator: row g, columns 2t, 2t + 1 ([0], [1]); row g + 8, the same columns ([2], [3]).
+// A and B registers take k in the same order, so the products pair up whatever order within a k32 step
+// the instruction gives the bytes of a register: only the rows (g, g + 8) and the column (g) must match.
 __device__ __forceinline__ void mma_m16n8k32_e4m3(float (&accumulator)[4], const unsigned (&a)[4],
                                                   const unsigned (&b)[2]) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
