@@ -41,7 +41,8 @@ struct StageWork {
 };
 
 // Every stage of the plan for this batch, in execute order (qkv_postprocess only when the config has
-// RoPE or q/k/v norms). GEMMs: 2 M N K. Attention: 2 (D + Dv) per allowed pair per query head.
+// RoPE or q/k/v norms; qkv_quantize / output_quantize only before a projection with fp8 activations,
+// memory-bound). GEMMs: 2 M N K. Attention: 2 (D + Dv) per allowed pair per query head.
 // Bytes assume bf16 activations and weights (quantized weights move fewer; the FLOPs are the same).
 std::vector<StageWork> stage_work(const config::AttentionConfig& config,
                                   const std::vector<SequenceShape>& batch);

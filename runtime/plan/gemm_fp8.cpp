@@ -5,9 +5,10 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "core/error.hpp"
-#include "driver/cuda_api.hpp"
+#include "plan/gemm_common.hpp"
 
 namespace attnplan::plan {
 
@@ -25,21 +26,11 @@ bool aligned(const void* pointer, std::size_t bytes) {
   return reinterpret_cast<std::uintptr_t>(pointer) % bytes == 0;
 }
 
-// A 2D TMA map of e4m3 codes [rows, columns] (row stride in bytes), boxes of [128, 128] into
-// 128-byte-swizzled shared memory; out-of-bounds codes load as zeros.
+// A 2D TMA map of e4m3 codes [rows, columns] (row stride in bytes) in boxes of [128, 128].
 void encode_codes_map(TensorMap& map, const void* base, int columns, int rows, long long row_stride,
-                      const std::string& field) {
-  const cuuint64_t dims[2] = {cuuint64_t(columns), cuuint64_t(rows)};
-  const cuuint64_t strides[1] = {cuuint64_t(row_stride)};
-  const cuuint32_t box[2] = {cuuint32_t(kGemmSm90Fp8BlockK), cuuint32_t(kGemmSm90Fp8BlockN)};
-  const cuuint32_t element_strides[2] = {1, 1};
-  driver::check(
-      driver::api().cuTensorMapEncodeTiled(
-          reinterpret_cast<CUtensorMap*>(&map), CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<void*>(base),
-          dims, strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-          CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
-      fmt::format("cuTensorMapEncodeTiled (fp8 gemm {}: [{}, {}] codes, row stride {} bytes)", field, rows,
-                  columns, row_stride));
+                      std::string_view what) {
+  encode_tensor_map(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, base, columns, rows, row_stride,
+                    kGemmSm90Fp8BlockK, kGemmSm90Fp8BlockN, what);
 }
 
 long long scale_ld_for(int m) {
@@ -49,7 +40,23 @@ long long scale_ld_for(int m) {
 }  // namespace
 
 bool fp8_activation_gemm_available(const config::Arch& arch) {
-  return arch.sm() == 90 && arch.arch_specific;
+  return arch.sm() >= 89;
+}
+
+std::string_view gemm_fp8_kernel_name(GemmFp8Kernel kernel) {
+  return kernel == GemmFp8Kernel::wgmma ? "wgmma" : "mma_sync";
+}
+
+GemmFp8Spec choose_fp8_gemm(const config::Arch& arch) {
+  GemmFp8Spec spec;
+  if (arch.sm() == 90 && arch.arch_specific) return spec;  // wgmma exists only in sm_90a
+  spec.kernel = GemmFp8Kernel::mma_sync;
+  spec.stages = 4;
+  return spec;
+}
+
+bool uses_fp8_activations(const config::WeightEncoding& encoding) {
+  return encoding.format == config::WeightFormat::fp8 && encoding.activation == config::ActivationType::fp8;
 }
 
 compiler::KernelSource Fp8QuantizeSpec::source() const {
@@ -74,74 +81,64 @@ driver::LaunchShape Fp8QuantizeSpec::launch_shape(int m, int k) const {
 }
 
 compiler::KernelSource GemmFp8Spec::source() const {
+  const bool wgmma = kernel == GemmFp8Kernel::wgmma;
   compiler::KernelSource source;
-  source.family = "gemm_sm90_fp8";
-  source.header = "attnplan/gemm_sm90_fp8.cuh";
-  source.traits = "attnplan::kernels::GemmSm90Fp8Traits";
-  source.kernel = "attnplan::kernels::gemm_sm90_fp8_kernel";
-  source.grid_constant = true;  // the tensor maps must stay in parameter memory
+  source.family = wgmma ? "gemm_sm90_fp8" : "gemm_sm89_fp8";
+  source.header = wgmma ? "attnplan/gemm_sm90_fp8.cuh" : "attnplan/gemm_sm89_fp8.cuh";
+  source.traits = wgmma ? "attnplan::kernels::GemmSm90Fp8Traits" : "attnplan::kernels::GemmSm89Fp8Traits";
+  source.kernel =
+      wgmma ? "attnplan::kernels::gemm_sm90_fp8_kernel" : "attnplan::kernels::gemm_sm89_fp8_kernel";
+  source.grid_constant = wgmma;  // the tensor maps must stay in parameter memory
   source.arguments = {{"stages", std::to_string(stages)},
                       {"segments", std::to_string(segments)},
                       {"has_bias", has_bias ? "true" : "false"},
                       {"granularity", std::to_string(static_cast<int>(granularity))}};
   source.spec = {{"family", source.family},
-                 {"block_m", kGemmSm90Fp8BlockM},
-                 {"block_n", kGemmSm90Fp8BlockN},
-                 {"block_k", kGemmSm90Fp8BlockK},
+                 {"block_m", wgmma ? kGemmSm90Fp8BlockM : kGemmSm89Fp8BlockM},
+                 {"block_n", wgmma ? kGemmSm90Fp8BlockN : kGemmSm89Fp8BlockN},
+                 {"block_k", wgmma ? kGemmSm90Fp8BlockK : kGemmSm89Fp8BlockK},
                  {"stages", stages},
                  {"segments", segments},
                  {"has_bias", has_bias},
                  {"scale_granularity", config::to_string(granularity)},
                  {"activation", "fp8"},
                  {"dynamic_shared_bytes", dynamic_shared_bytes()}};
+  if (!wgmma) source.spec["kernel"] = gemm_fp8_kernel_name(kernel);
   return source;
 }
 
+int GemmFp8Spec::dynamic_shared_bytes() const {
+  return kernel == GemmFp8Kernel::wgmma ? gemm_sm90_fp8_dynamic_shared_bytes(stages)
+                                        : gemm_sm89_fp8_dynamic_shared_bytes(stages);
+}
+
 driver::LaunchShape GemmFp8Spec::launch_shape(int m, int n, int multiprocessors) const {
+  // Both kernels' tiles are [128, 128] (static_asserts below).
+  static_assert(kGemmSm89Fp8BlockM == kGemmSm90Fp8BlockM && kGemmSm89Fp8BlockN == kGemmSm90Fp8BlockN);
   std::int64_t tiles = ceil_div(m, kGemmSm90Fp8BlockM) * ceil_div(n, kGemmSm90Fp8BlockN);
   if (m <= 0 || n <= 0 || tiles > 0x7fffffff) {
     throw Error(Stage::input,
                 fmt::format("gemm (fp8 activations): no launch shape for M = {}, N = {}", m, n));
   }
-  tiles = std::min<std::int64_t>(tiles, multiprocessors > 0 ? multiprocessors : 132);
+  if (kernel == GemmFp8Kernel::wgmma)  // persistent: one CTA per SM walks the tiles
+    tiles = std::min<std::int64_t>(tiles, multiprocessors > 0 ? multiprocessors : 132);
   return driver::LaunchShape{{static_cast<unsigned>(tiles), 1, 1},
                              {static_cast<unsigned>(threads()), 1, 1},
                              static_cast<unsigned>(dynamic_shared_bytes())};
 }
 
 void GemmFp8Spec::check(const GemmParams& params) const {
-  require(params.m >= 0 && params.n >= 0 && params.k >= 0,
-          fmt::format("negative size (M = {}, N = {}, K = {})", params.m, params.n, params.k));
-  if (params.m == 0 || params.n == 0) return;
-  require(params.k > 0 && params.k % 16 == 0,
-          fmt::format("K = {} must be a positive multiple of 16 (16-byte rows of e4m3 codes)", params.k));
-  require(params.lda >= params.k && params.lda % 8 == 0,
-          fmt::format("lda = {} must be >= K = {} and a multiple of 8", params.lda, params.k));
-  require(params.ldc >= params.n && params.ldc % 8 == 0,
-          fmt::format("ldc = {} must be >= N = {} and a multiple of 8", params.ldc, params.n));
-  require(params.a != nullptr && aligned(params.a, 16), "a: null or not 16-byte aligned");
-  require(params.c != nullptr && aligned(params.c, 16), "c: null or not 16-byte aligned");
-  require(segments >= 1 && segments <= kMaxGemmSegments,
-          fmt::format("the spec has {} segments; 1 to {} are supported", segments, kMaxGemmSegments));
-  int expected_begin = 0;
-  for (int s = 0; s < segments; ++s) {
-    const GemmSegment& segment = params.segments[s];
-    require(segment.n_begin == expected_begin && segment.n_end > segment.n_begin,
-            fmt::format("segments[{}] = [{}, {}) must be non-empty and start at {}", s, segment.n_begin,
-                        segment.n_end, expected_begin));
+  // What every projection GEMM demands (gemm_common.hpp), plus this kernel's tiles and scales.
+  const auto segment_rules = [&](int s, const GemmSegment& segment) {
     require(s + 1 == segments || (segment.n_end - segment.n_begin) % kGemmSm90Fp8BlockN == 0,
             fmt::format("segments[{}] is {} wide, not a multiple of {} (a tile would straddle two segments)",
                         s, segment.n_end - segment.n_begin, kGemmSm90Fp8BlockN));
-    require(segment.weight != nullptr && aligned(segment.weight, 16),
-            fmt::format("segments[{}].weight: null or not 16-byte aligned", s));
     require(segment.scales != nullptr && aligned(segment.scales, 4),
             fmt::format("segments[{}].scales: null or not 4-byte aligned (f32 weight scales)", s));
-    require(has_bias || segment.bias == nullptr,
-            fmt::format("segments[{}].bias is set but the kernel was specialized without bias", s));
-    require(aligned(segment.bias, 2), fmt::format("segments[{}].bias: not 2-byte aligned", s));
-    expected_begin = segment.n_end;
-  }
-  require(expected_begin == params.n, fmt::format("segments end at {} but N = {}", expected_begin, params.n));
+  };
+  if (!check_gemm_operands(params, segments, has_bias, "gemm (fp8 activations)", segment_rules)) return;
+  require(params.k > 0 && params.k % 16 == 0,
+          fmt::format("K = {} must be a positive multiple of 16 (16-byte rows of e4m3 codes)", params.k));
 }
 
 std::size_t fp8_activation_bytes(int m, int k) {
@@ -161,31 +158,48 @@ Fp8ActivationBuffers fp8_activation_buffers(void* base, int m, int k) {
   return buffers;
 }
 
+GemmSm89Fp8Params make_gemm_sm89_fp8_params(const GemmParams& params,
+                                            const Fp8ActivationBuffers& activations) {
+  GemmSm89Fp8Params sm89{};
+  sm89.gemm = params;
+  sm89.a_codes = activations.codes;
+  sm89.ld_codes = params.k;  // the quantizer writes rows of K codes
+  sm89.a_scales = activations.scales;
+  sm89.a_scale_ld = activations.scale_ld;
+  return sm89;
+}
+
 GemmSm90Fp8Params make_gemm_sm90_fp8_params(const GemmFp8Spec& spec, const GemmParams& params,
                                             const Fp8ActivationBuffers& activations) {
   GemmSm90Fp8Params fp8{};
   fp8.gemm = params;
   fp8.a_scales = activations.scales;
   fp8.a_scale_ld = activations.scale_ld;
-  encode_codes_map(fp8.a_map, activations.codes, params.k, params.m, params.k, "activation codes");
+  encode_codes_map(fp8.a_map, activations.codes, params.k, params.m, params.k, "fp8 gemm activation codes");
   for (int s = 0; s < spec.segments; ++s) {
     const GemmSegment& segment = params.segments[s];
     encode_codes_map(fp8.w_maps[s], segment.weight, params.k, segment.n_end - segment.n_begin, params.k,
-                     fmt::format("segments[{}].weight", s));
+                     fmt::format("fp8 gemm segments[{}].weight", s));
   }
   return fp8;
 }
 
-void launch_gemm_fp8(const driver::Function& quantize, const driver::Function& gemm, const GemmFp8Spec& spec,
-                     const GemmParams& params, const Fp8ActivationBuffers& activations, CUstream stream,
-                     int multiprocessors) {
-  spec.check(params);
-  if (params.m == 0 || params.n == 0) return;
+void check_fp8_activation_buffers(const GemmParams& params, const Fp8ActivationBuffers& activations) {
   require(activations.codes != nullptr && aligned(activations.codes, 16),
           "activation codes: null or not 16-byte aligned");
   require(
       activations.scales != nullptr && aligned(activations.scales, 16) && activations.scale_ld >= params.m,
       "activation scales: null, not 16-byte aligned, or scale_ld < M");
+}
+
+void launch_fp8_quantize(const driver::Function& quantize, const GemmParams& params,
+                         const Fp8ActivationBuffers& activations, CUstream stream) {
+  require(params.m >= 0 && params.k >= 0, fmt::format("negative size (M = {}, K = {})", params.m, params.k));
+  if (params.m == 0 || params.n == 0) return;
+  require(params.a != nullptr && aligned(params.a, 16) && params.lda >= params.k && params.lda % 8 == 0,
+          fmt::format("a: null or not 16-byte aligned, or lda = {} not >= K = {} and a multiple of 8",
+                      params.lda, params.k));
+  check_fp8_activation_buffers(params, activations);
   Fp8QuantizeParams quantize_params{};
   quantize_params.input = params.a;
   quantize_params.codes = activations.codes;
@@ -196,8 +210,29 @@ void launch_gemm_fp8(const driver::Function& quantize, const driver::Function& g
   quantize_params.m = params.m;
   quantize_params.k = params.k;
   driver::launch(quantize, Fp8QuantizeSpec{}.launch_shape(params.m, params.k), stream, quantize_params);
-  driver::launch(gemm, spec.launch_shape(params.m, params.n, multiprocessors), stream,
-                 make_gemm_sm90_fp8_params(spec, params, activations));
+}
+
+void launch_gemm_fp8_codes(const driver::Function& gemm, const GemmFp8Spec& spec, const GemmParams& params,
+                           const Fp8ActivationBuffers& activations, CUstream stream, int multiprocessors) {
+  spec.check(params);
+  if (params.m == 0 || params.n == 0) return;
+  check_fp8_activation_buffers(params, activations);
+  const driver::LaunchShape shape = spec.launch_shape(params.m, params.n, multiprocessors);
+  if (spec.kernel == GemmFp8Kernel::mma_sync) {
+    driver::launch(gemm, shape, stream, make_gemm_sm89_fp8_params(params, activations));
+  } else {
+    driver::launch(gemm, shape, stream, make_gemm_sm90_fp8_params(spec, params, activations));
+  }
+}
+
+void launch_gemm_fp8(const driver::Function& quantize, const driver::Function& gemm, const GemmFp8Spec& spec,
+                     const GemmParams& params, const Fp8ActivationBuffers& activations, CUstream stream,
+                     int multiprocessors) {
+  spec.check(params);
+  if (params.m == 0 || params.n == 0) return;
+  check_fp8_activation_buffers(params, activations);
+  launch_fp8_quantize(quantize, params, activations, stream);
+  launch_gemm_fp8_codes(gemm, spec, params, activations, stream, multiprocessors);
 }
 
 }  // namespace attnplan::plan

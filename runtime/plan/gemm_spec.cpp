@@ -7,7 +7,7 @@
 #include <string>
 
 #include "core/error.hpp"
-#include "driver/cuda_api.hpp"
+#include "plan/gemm_common.hpp"
 
 namespace attnplan::plan {
 
@@ -89,25 +89,6 @@ bool segments_fit(std::span<const int> widths, int block_n) {
     if (widths[s] % block_n != 0) return false;
   }
   return true;
-}
-
-// A 2D TMA map of a bf16 row-major matrix [rows, columns] (row stride in elements), read in boxes of
-// [box_rows, box_columns] into 128-byte-swizzled shared memory; out-of-bounds elements load as zeros.
-void encode_tensor_map(TensorMap& map, const bf16_bits* base, int columns, int rows, long long row_stride,
-                       int box_columns, int box_rows, const std::string& field) {
-  static_assert(sizeof(TensorMap) == sizeof(CUtensorMap) && alignof(TensorMap) == alignof(CUtensorMap),
-                "TensorMap must have CUtensorMap's layout");
-  const cuuint64_t dims[2] = {cuuint64_t(columns), cuuint64_t(rows)};
-  const cuuint64_t strides[1] = {cuuint64_t(row_stride) * 2};  // bytes between rows (dimension 1)
-  const cuuint32_t box[2] = {cuuint32_t(box_columns), cuuint32_t(box_rows)};
-  const cuuint32_t element_strides[2] = {1, 1};
-  driver::check(
-      driver::api().cuTensorMapEncodeTiled(
-          reinterpret_cast<CUtensorMap*>(&map), CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2,
-          const_cast<bf16_bits*>(base), dims, strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-          CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
-      fmt::format("cuTensorMapEncodeTiled (gemm {}: [{}, {}], row stride {})", field, rows, columns,
-                  row_stride));
 }
 
 using config::WeightFormat;
@@ -349,46 +330,11 @@ driver::LaunchShape GemmSpec::launch_shape(int m, int n, int multiprocessors) co
 }
 
 void GemmSpec::check(const GemmParams& params) const {
-  require(params.m >= 0 && params.n >= 0 && params.k >= 0,
-          fmt::format("negative size (M = {}, N = {}, K = {})", params.m, params.n, params.k));
-  if (params.m == 0 || params.n == 0) return;
-  require(params.k % 8 == 0, fmt::format("K = {} is not a multiple of 8", params.k));
-  if (weights.format == WeightFormat::packed_integer) {
-    const int per_word = 32 / weights.bits;
-    require(weights.group_size <= 0 || params.k % weights.group_size == 0,
-            fmt::format("K = {} is not a multiple of group_size {}", params.k, weights.group_size));
-    require(params.k % per_word == 0, fmt::format("K = {} is not a multiple of {} ({}-bit qweight words)",
-                                                  params.k, per_word, weights.bits));
-  } else if (weights.format == WeightFormat::affine) {
-    require(params.k % weights.group_size == 0,
-            fmt::format("K = {} is not a multiple of group_size {}", params.k, weights.group_size));
-  } else if (const int bits = weight_bits(weights); bits < 16) {
-    const int per_chunk = 128 / bits;  // values of one 16-byte packed chunk
-    require(params.k % per_chunk == 0,
-            fmt::format("K = {} is not a multiple of {} ({} weights copy 16-byte chunks)", params.k,
-                        per_chunk, config::to_string(weights.format)));
-  }
-  require(params.lda >= params.k && params.lda % 8 == 0,
-          fmt::format("lda = {} must be >= K = {} and a multiple of 8", params.lda, params.k));
-  require(params.ldc >= params.n && params.ldc % 8 == 0,
-          fmt::format("ldc = {} must be >= N = {} and a multiple of 8", params.ldc, params.n));
-  require(params.a != nullptr && aligned(params.a, 16), "a: null or not 16-byte aligned");
-  require(params.c != nullptr && aligned(params.c, 16), "c: null or not 16-byte aligned");
-  require(segments >= 1 && segments <= kMaxGemmSegments,
-          fmt::format("the spec has {} segments; 1 to {} are supported", segments, kMaxGemmSegments));
-  int expected_begin = 0;
-  for (int s = 0; s < segments; ++s) {
-    const GemmSegment& segment = params.segments[s];
-    require(segment.n_begin == expected_begin && segment.n_end > segment.n_begin,
-            fmt::format("segments[{}] = [{}, {}) must be non-empty and start at {}", s, segment.n_begin,
-                        segment.n_end, expected_begin));
-    require(segment.weight != nullptr && aligned(segment.weight, 16),
-            fmt::format("segments[{}].weight: null or not 16-byte aligned", s));
-    require(has_bias || segment.bias == nullptr,
-            fmt::format("segments[{}].bias is set but the kernel was specialized without bias", s));
-    require(aligned(segment.bias, 2), fmt::format("segments[{}].bias: not 2-byte aligned", s));
+  // Sizes, strides, A, C, the segments' order, weights and biases (gemm_common.hpp), then this spec's
+  // formats and kernel.
+  const bool f32_scales = weights.format == WeightFormat::fp8 || word_copied(weights);
+  const auto segment_rules = [&](int s, const GemmSegment& segment) {
     if (weights.format != WeightFormat::bf16) {
-      const bool f32_scales = weights.format == WeightFormat::fp8 || word_copied(weights);
       require(segment.scales != nullptr && (!f32_scales || aligned(segment.scales, 4)),
               fmt::format("segments[{}].scales: null{} ({} weights)", s,
                           f32_scales ? " or not 4-byte aligned" : "", config::to_string(weights.format)));
@@ -408,9 +354,24 @@ void GemmSpec::check(const GemmParams& params) const {
               fmt::format("segments[{}] is {} wide, not a multiple of 8 ({} packs columns in words)", s,
                           width, config::to_string(weights.scheme)));
     }
-    expected_begin = segment.n_end;
+  };
+  if (!check_gemm_operands(params, segments, has_bias, "gemm", segment_rules)) return;
+  require(params.k % 8 == 0, fmt::format("K = {} is not a multiple of 8", params.k));
+  if (weights.format == WeightFormat::packed_integer) {
+    const int per_word = 32 / weights.bits;
+    require(weights.group_size <= 0 || params.k % weights.group_size == 0,
+            fmt::format("K = {} is not a multiple of group_size {}", params.k, weights.group_size));
+    require(params.k % per_word == 0, fmt::format("K = {} is not a multiple of {} ({}-bit qweight words)",
+                                                  params.k, per_word, weights.bits));
+  } else if (weights.format == WeightFormat::affine) {
+    require(params.k % weights.group_size == 0,
+            fmt::format("K = {} is not a multiple of group_size {}", params.k, weights.group_size));
+  } else if (const int bits = weight_bits(weights); bits < 16) {
+    const int per_chunk = 128 / bits;  // values of one 16-byte packed chunk
+    require(params.k % per_chunk == 0,
+            fmt::format("K = {} is not a multiple of {} ({} weights copy 16-byte chunks)", params.k,
+                        per_chunk, config::to_string(weights.format)));
   }
-  require(expected_begin == params.n, fmt::format("segments end at {} but N = {}", expected_begin, params.n));
   if (kernel == GemmKernel::wgmma) {
     require(params.k > 0, "K = 0: the wgmma kernel needs K > 0 (TMA dimensions are positive)");
     for (int s = 0; s + 1 < segments; ++s) {
@@ -427,12 +388,13 @@ void GemmSpec::check(const GemmParams& params) const {
 GemmSm90Params make_gemm_sm90_params(const GemmSpec& spec, const GemmParams& params) {
   GemmSm90Params sm90{};
   sm90.gemm = params;
-  encode_tensor_map(sm90.a_map, params.a, params.k, params.m, params.lda, kGemmSm90BlockK, kGemmSm90BlockM,
-                    "a");
+  encode_tensor_map(sm90.a_map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, params.a, params.k, params.m, params.lda,
+                    kGemmSm90BlockK, kGemmSm90BlockM, "gemm a");
   for (int s = 0; s < spec.segments; ++s) {
     const GemmSegment& segment = params.segments[s];
-    encode_tensor_map(sm90.w_maps[s], segment.weight, params.k, segment.n_end - segment.n_begin, params.k,
-                      kGemmSm90BlockK, spec.sm90.block_n, fmt::format("segments[{}].weight", s));
+    encode_tensor_map(sm90.w_maps[s], CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, segment.weight, params.k,
+                      segment.n_end - segment.n_begin, params.k, kGemmSm90BlockK, spec.sm90.block_n,
+                      fmt::format("gemm segments[{}].weight", s));
   }
   return sm90;
 }

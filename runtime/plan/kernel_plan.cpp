@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include "core/error.hpp"
-#include "plan/gemm_fp8.hpp"
 
 namespace attnplan::plan {
 
@@ -11,6 +10,8 @@ std::string_view to_string(StageKind stage) {
   switch (stage) {
     case StageKind::input_norm:
       return "input_norm";
+    case StageKind::qkv_quantize:
+      return "qkv_quantize";
     case StageKind::qkv_projection:
       return "qkv_projection";
     case StageKind::qkv_postprocess:
@@ -19,6 +20,8 @@ std::string_view to_string(StageKind stage) {
       return "kv_store";
     case StageKind::attention:
       return "attention";
+    case StageKind::output_quantize:
+      return "output_quantize";
     case StageKind::output_projection:
       return "output_projection";
   }
@@ -39,34 +42,63 @@ long long qkv_row_width(const config::AttentionConfig& config) {
 
 namespace {
 
+// Why fp8 activations cannot run on `arch` (empty: they can): the GEMMs need fp8 tensor cores.
+std::string fp8_activation_gap(const config::Arch& arch) {
+  if (fp8_activation_gemm_available(arch)) return {};
+  return fmt::format("{} has no fp8 tensor cores (sm_89 or newer)", arch.name());
+}
+
 void require_supported(const config::AttentionConfig& config, const config::Arch& arch) {
   std::vector<std::string> problems;
   // The GEMM's weight loader policies (gemm_spec.hpp): bf16, fp8 weight-only, mxfp8, mxfp4, nvfp4,
-  // packed_integer (GPTQ / AWQ), affine (MLX). fp8 activations: the sm_90a kernels exist (gemm_fp8.hpp)
-  // but the plan does not launch them yet.
-  const auto unsupported = [&arch](const config::WeightEncoding& encoding) {
-    return encoding.format == config::WeightFormat::fp8 && encoding.activation == config::ActivationType::fp8
-               ? fmt::format("fp8 weights with fp8 activations on {} ({}) are", arch.name(),
-                             fp8_activation_gemm_available(arch)
-                                 ? "kernels exist, plan wiring pending"
-                                 : "no fp8-activation GEMM for this arch, sm_90a only")
-               : fmt::format("{} weights are", config::to_string(encoding.format));
-  };
+  // packed_integer (GPTQ / AWQ), affine (MLX); fp8 activations: an e4m3 GEMM from sm_89 (gemm_fp8.hpp).
+  // "not supported by the kernels yet" marks what a later kernel may lift (the GPU plan sweep skips it).
   const std::string supported =
       "(bf16, fp8 with bf16 activations, mxfp8, mxfp4, nvfp4, packed_integer with a group_size that is -1 or "
       "a multiple of 8, and affine are)";
-  if (!gemm_supports(config.projection.qkv)) {
-    problems.push_back(fmt::format("/projection/format: {} not supported by the kernels yet {}",
-                                   unsupported(config.projection.qkv), supported));
-  }
+  const auto check_projection = [&](const config::WeightEncoding& encoding, const std::string& field, int k,
+                                    std::vector<int> leading_widths) {
+    if (!uses_fp8_activations(encoding)) {
+      if (!gemm_supports(encoding)) {
+        problems.push_back(fmt::format("{}/format: {} weights are not supported by the kernels yet {}", field,
+                                       config::to_string(encoding.format), supported));
+      }
+      return;
+    }
+    if (const std::string gap = fp8_activation_gap(arch); !gap.empty()) {
+      problems.push_back(fmt::format(
+          "{}/activation: fp8 activations are not supported by the kernels yet on {}: {} (activation "
+          "\"bf16\" runs the same fp8 weights on bf16 activations)",
+          field, arch.name(), gap));
+      return;
+    }
+    // The e4m3 GEMM's tiles are 128 columns wide and never straddle two weight segments; its codes are
+    // read in 16-byte rows (gemm_fp8.hpp, GemmFp8Spec::check).
+    for (int width : leading_widths) {
+      if (width % kGemmSm90Fp8BlockN != 0) {
+        problems.push_back(fmt::format(
+            "{}/activation: fp8 activations are not supported by the kernels yet for a {}-wide q or k "
+            "segment on {}: every weight segment but the last must be a multiple of {} columns",
+            field, width, arch.name(), kGemmSm90Fp8BlockN));
+      }
+    }
+    if (k % 16 != 0) {
+      problems.push_back(fmt::format(
+          "{}/activation: fp8 activations are not supported by the kernels yet for K = {} on {}: the "
+          "projection's input width must be a multiple of 16",
+          field, k, arch.name()));
+    }
+  };
+  const int q_width = config.query_heads * config.head_dim;
+  const int k_width = config.kv_heads * config.head_dim;
+  check_projection(config.projection.qkv, "/projection", config.hidden_size,
+                   config.projection.fused_qkv ? std::vector<int>{} : std::vector<int>{q_width, k_width});
   if (config.projection.fused_qkv && config.projection.qkv.format != config::WeightFormat::bf16) {
     problems.push_back(fmt::format("/projection/fused_qkv: a fused qkv_proj is bf16 only, not {}",
                                    config::to_string(config.projection.qkv.format)));
   }
-  if (!gemm_supports(config.projection.output)) {
-    problems.push_back(fmt::format("/projection/output/format: {} not supported by the kernels yet {}",
-                                   unsupported(config.projection.output), supported));
-  }
+  check_projection(config.projection.output, "/projection/output", config.query_heads * config.value_head_dim,
+                   {});
   if (!problems.empty()) {
     throw Error(Stage::config,
                 fmt::format("{} cannot be planned yet", config.name.empty() ? "this config" : config.name),
@@ -132,17 +164,40 @@ KernelPlan plan_kernels(const config::AttentionConfig& config, const config::Arc
   plan.output_projection.kernel = output_choice.kernel;
   plan.output_projection.sm90 = output_choice.sm90;
 
+  // fp8 activations (require_supported checked the arch and the shapes): an e4m3 GEMM replaces the one
+  // above, fed by the quantizer.
+  const auto fp8_spec = [&arch](const GemmSpec& spec) {
+    GemmFp8Spec fp8 = choose_fp8_gemm(arch);  // wgmma on sm_90a, mma_sync from sm_89
+    fp8.segments = spec.segments;
+    fp8.has_bias = spec.has_bias;
+    fp8.granularity = spec.weights.scale_granularity;
+    return fp8;
+  };
+  if (uses_fp8_activations(config.projection.qkv)) plan.qkv_projection_fp8 = fp8_spec(plan.qkv_projection);
+  if (uses_fp8_activations(config.projection.output))
+    plan.output_projection_fp8 = fp8_spec(plan.output_projection);
+  const auto add_projection = [&](StageKind quantize_stage, StageKind stage, const std::string& name,
+                                  const GemmSpec& spec, const std::optional<GemmFp8Spec>& fp8) {
+    if (!fp8) {
+      plan.kernels.push_back({stage, name, spec.source(), spec.dynamic_shared_bytes()});
+      return;
+    }
+    plan.kernels.push_back(
+        {quantize_stage, std::string(to_string(quantize_stage)), plan.activation_quantize.source(), 0});
+    plan.kernels.push_back({stage, name, fp8->source(), fp8->dynamic_shared_bytes()});
+  };
+
   plan.kernels.push_back({StageKind::input_norm, "input_rmsnorm", plan.input_norm.source(), 0});
-  plan.kernels.push_back({StageKind::qkv_projection, "qkv_projection", plan.qkv_projection.source(),
-                          plan.qkv_projection.dynamic_shared_bytes()});
+  add_projection(StageKind::qkv_quantize, StageKind::qkv_projection, "qkv_projection", plan.qkv_projection,
+                 plan.qkv_projection_fp8);
   if (plan.qkv_postprocess.has_work()) {
     plan.kernels.push_back({StageKind::qkv_postprocess, "qkv_postprocess", plan.qkv_postprocess.source(), 0});
   }
   plan.kernels.push_back({StageKind::kv_store, "kv_store", plan.kv_store.source(), 0});
   plan.kernels.push_back(
       {StageKind::attention, "attention", plan.attention.source(), plan.attention.dynamic_shared_bytes()});
-  plan.kernels.push_back({StageKind::output_projection, "output_projection", plan.output_projection.source(),
-                          plan.output_projection.dynamic_shared_bytes()});
+  add_projection(StageKind::output_quantize, StageKind::output_projection, "output_projection",
+                 plan.output_projection, plan.output_projection_fp8);
   return plan;
 }
 

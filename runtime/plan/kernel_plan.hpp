@@ -2,6 +2,7 @@
 // compiler. Each planned kernel carries its typed spec rendered to a KernelSource.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -9,14 +10,25 @@
 #include "compiler/kernel_source.hpp"
 #include "config/attention_config.hpp"
 #include "plan/attention_spec.hpp"
+#include "plan/gemm_fp8.hpp"
 #include "plan/gemm_spec.hpp"
 #include "plan/kernel_specs.hpp"
 #include "plan/qkv_postprocess_spec.hpp"
 
 namespace attnplan::plan {
 
-// The plan's stages in launch order (design.md, spec sections 1-7).
-enum class StageKind { input_norm, qkv_projection, qkv_postprocess, kv_store, attention, output_projection };
+// The plan's stages in launch order (design.md, spec sections 1-7). qkv_quantize / output_quantize run
+// only before a projection with fp8 activations: its bf16 input -> e4m3 codes + scales in the workspace.
+enum class StageKind {
+  input_norm,
+  qkv_quantize,
+  qkv_projection,
+  qkv_postprocess,
+  kv_store,
+  attention,
+  output_quantize,
+  output_projection
+};
 
 std::string_view to_string(StageKind stage);
 
@@ -33,14 +45,21 @@ struct KernelPlan {
   QkvPostprocessSpec qkv_postprocess;  // q/k/v norms and RoPE in place; skipped when it has no work
   KvStoreSpec kv_store;
   AttentionSpec attention;
-  GemmSpec output_projection;          // [T, Hq * Dv] x [hidden, Hq * Dv]^T
-  std::vector<PlannedKernel> kernels;  // in launch order
+  GemmSpec output_projection;  // [T, Hq * Dv] x [hidden, Hq * Dv]^T
+  // fp8 activations (fp8 weights with activation "fp8", sm_89 and later): the projection runs as the
+  // quantizer (its stage *_quantize) and this e4m3 GEMM instead of the GemmSpec above. Empty otherwise.
+  std::optional<GemmFp8Spec> qkv_projection_fp8;
+  std::optional<GemmFp8Spec> output_projection_fp8;
+  Fp8QuantizeSpec activation_quantize;  // the quantizer of both (K is a launch argument)
+  std::vector<PlannedKernel> kernels;   // in launch order
 
   bool has(StageKind stage) const;
 };
 
 // Throws Error(config) when the config asks for something the kernels cannot do yet (a quantized
-// projection format, an fp8 KV cache, a head dim the attention kernel does not support).
+// projection format without a loader, fp8 activations on an arch without the fp8-activation GEMM or with
+// q/k segments that are not 128-column multiples, a head dim the attention kernel does not support), one
+// detail per problem naming the field, the arch and the rule.
 KernelPlan plan_kernels(const config::AttentionConfig& config, const config::Arch& arch);
 
 // Elements of one row of the fused QKV buffer: Hq * D + Hkv * D + Hkv * Dv.

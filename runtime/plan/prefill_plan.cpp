@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <utility>
@@ -27,7 +28,8 @@ struct PrefillPlan::Loaded {
   driver::Function input_norm, qkv_projection, qkv_postprocess, kv_store, attention, output_projection;
   driver::DeviceBuffer rope_frequencies;  // [rotary_dim / 2] doubles, uploaded once at load
   double rope_attention_factor = 1.0;
-  int multiprocessors = 0;  // the device's SMs: the persistent wgmma GEMM's grid
+  int multiprocessors = 0;                         // the device's SMs: the persistent wgmma GEMM's grid
+  driver::Function qkv_quantize, output_quantize;  // fp8 activations only
 };
 
 namespace {
@@ -56,6 +58,14 @@ void require_absent(const void* pointer, const std::string& field, const std::st
   require(pointer == nullptr, fmt::format("{}: given, but {}", field, why));
 }
 
+// The projection's GEMM (fp8 activations: the e4m3 one) checks its Params.
+void check_projection(const GemmSpec& spec, const std::optional<GemmFp8Spec>& fp8, const GemmParams& params) {
+  if (fp8)
+    fp8->check(params);
+  else
+    spec.check(params);
+}
+
 int ceil_div(int a, int b) {
   return (a + b - 1) / b;
 }
@@ -77,19 +87,32 @@ PrefillPlan::PrefillPlan(PrefillPlan&&) noexcept = default;
 PrefillPlan& PrefillPlan::operator=(PrefillPlan&&) noexcept = default;
 PrefillPlan::~PrefillPlan() = default;
 
+WorkspaceLayout plan_workspace(const config::AttentionConfig& config, const KernelPlan& kernels,
+                               int num_tokens) {
+  // 256-byte aligned regions: every kernel's 16-byte vector accesses stay aligned whatever the widths.
+  WorkspaceLayout layout;
+  layout.qkv_row_width = qkv_row_width(config);
+  const std::size_t tokens = static_cast<std::size_t>(std::max(num_tokens, 0));
+  const int attention_width = config.query_heads * config.value_head_dim;
+  layout.normed = 0;
+  layout.qkv = align_up(layout.normed + tokens * config.hidden_size * 2, 256);
+  layout.attention = align_up(layout.qkv + tokens * layout.qkv_row_width * 2, 256);
+  layout.fp8_activations = align_up(layout.attention + tokens * attention_width * 2, 256);
+  if (kernels.qkv_projection_fp8)
+    layout.fp8_activation_bytes = fp8_activation_bytes(int(tokens), config.hidden_size);
+  if (kernels.output_projection_fp8) {
+    layout.fp8_activation_bytes =
+        std::max(layout.fp8_activation_bytes, fp8_activation_bytes(int(tokens), attention_width));
+  }
+  layout.bytes = layout.fp8_activations + layout.fp8_activation_bytes;
+  return layout;
+}
+
 WorkspaceLayout PrefillPlan::workspace_layout(int num_tokens) const {
   const config::AttentionConfig& config = compiled_.config;
   require(num_tokens >= 0 && num_tokens <= config.max_tokens,
           fmt::format("num_tokens: {} is outside [0, max_tokens = {}]", num_tokens, config.max_tokens));
-  // 256-byte aligned regions: every kernel's 16-byte vector accesses stay aligned whatever the widths.
-  WorkspaceLayout layout;
-  layout.qkv_row_width = qkv_row_width(config);
-  const std::size_t tokens = static_cast<std::size_t>(num_tokens);
-  layout.normed = 0;
-  layout.qkv = align_up(layout.normed + tokens * config.hidden_size * 2, 256);
-  layout.attention = align_up(layout.qkv + tokens * layout.qkv_row_width * 2, 256);
-  layout.bytes = align_up(layout.attention + tokens * config.query_heads * config.value_head_dim * 2, 256);
-  return layout;
+  return plan_workspace(config, compiled_.kernels_planned, num_tokens);
 }
 
 void PrefillPlan::check_weights(const LayerWeightsView& w) const {
@@ -213,7 +236,7 @@ void PrefillPlan::execute(const ExecuteArgs& args, CUstream stream, const StageO
     projection.segments[1].g_idx = w.k_g_idx;
     projection.segments[2].g_idx = w.v_g_idx;
   }
-  kernels.qkv_projection.check(projection);
+  check_projection(kernels.qkv_projection, kernels.qkv_projection_fp8, projection);
 
   QkvPostprocessParams post{};
   post.qkv = qkv;
@@ -276,7 +299,7 @@ void PrefillPlan::execute(const ExecuteArgs& args, CUstream stream, const StageO
   output.segments[0].scale_2 = w.o_scale_2;
   output.segments[0].zeros = w.o_zeros;
   output.segments[0].g_idx = w.o_g_idx;
-  kernels.output_projection.check(output);
+  check_projection(kernels.output_projection, kernels.output_projection_fp8, output);
 
   // Enqueue in spec order. The observer (debugging only) sees each stage's results in the workspace.
   const Loaded& loaded = *loaded_;
@@ -286,8 +309,24 @@ void PrefillPlan::execute(const ExecuteArgs& args, CUstream stream, const StageO
   };
   enqueue_input_norm(norm, stream);
   notify(StageKind::input_norm);
-  launch_gemm(loaded.qkv_projection, kernels.qkv_projection, projection, stream, loaded.multiprocessors);
-  notify(StageKind::qkv_projection);
+  // A projection with fp8 activations: the quantizer into the workspace (its own stage), then the e4m3
+  // GEMM over the codes.
+  auto project = [&](StageKind quantize_stage, const driver::Function& quantize, StageKind stage,
+                     const driver::Function& gemm, const GemmSpec& spec,
+                     const std::optional<GemmFp8Spec>& fp8, const GemmParams& params) {
+    if (fp8) {
+      const Fp8ActivationBuffers buffers =
+          fp8_activation_buffers(at<void>(args.workspace, layout.fp8_activations), params.m, params.k);
+      launch_fp8_quantize(quantize, params, buffers, stream);
+      notify(quantize_stage);
+      launch_gemm_fp8_codes(gemm, *fp8, params, buffers, stream, loaded.multiprocessors);
+    } else {
+      launch_gemm(gemm, spec, params, stream, loaded.multiprocessors);
+    }
+    notify(stage);
+  };
+  project(StageKind::qkv_quantize, loaded.qkv_quantize, StageKind::qkv_projection, loaded.qkv_projection,
+          kernels.qkv_projection, kernels.qkv_projection_fp8, projection);
   if (kernels.has(StageKind::qkv_postprocess)) {
     driver::launch(loaded.qkv_postprocess,
                    driver::LaunchShape{
@@ -301,8 +340,8 @@ void PrefillPlan::execute(const ExecuteArgs& args, CUstream stream, const StageO
                  kernels.attention.launch_shape(batch.num_seqs, batch.max_query_len, config.query_heads),
                  stream, attend);
   notify(StageKind::attention);
-  launch_gemm(loaded.output_projection, kernels.output_projection, output, stream, loaded.multiprocessors);
-  notify(StageKind::output_projection);
+  project(StageKind::output_quantize, loaded.output_quantize, StageKind::output_projection,
+          loaded.output_projection, kernels.output_projection, kernels.output_projection_fp8, output);
 }
 
 void PrefillPlan::launch_input_norm(const InputNormArgs& args, CUstream stream) const {
@@ -417,8 +456,8 @@ plan::PrefillPlan Runtime::load(const plan::CompiledPlan& compiled) {
                             "--arch {} or target.arch \"auto\"",
                             plan_arch, options_.device, device.name, device.arch_name(), device.arch_name()));
   }
-  auto loaded = std::make_unique<plan::PrefillPlan::Loaded>(
-      plan::PrefillPlan::Loaded{driver::Context(options_.device), {}, {}, {}, {}, {}, {}, {}, {}, 1.0});
+  auto loaded = std::make_unique<plan::PrefillPlan::Loaded>(plan::PrefillPlan::Loaded{
+      driver::Context(options_.device), {}, {}, {}, {}, {}, {}, {}, {}, 1.0, 0, {}, {}});
   loaded->multiprocessors = device.multiprocessors;
   loaded->context.make_current();
   for (const plan::PlanKernel& kernel : compiled.kernels) {
@@ -430,6 +469,12 @@ plan::PrefillPlan Runtime::load(const plan::CompiledPlan& compiled) {
     switch (kernel.stage) {
       case plan::StageKind::input_norm:
         loaded->input_norm = function;
+        break;
+      case plan::StageKind::qkv_quantize:
+        loaded->qkv_quantize = function;
+        break;
+      case plan::StageKind::output_quantize:
+        loaded->output_quantize = function;
         break;
       case plan::StageKind::qkv_projection:
         loaded->qkv_projection = function;

@@ -71,14 +71,25 @@ struct LayerWeightsView {
   const int* o_g_idx = nullptr;
 };
 
-// Where the intermediates live inside the caller's workspace (all bf16), for a given token count.
+// Where the intermediates live inside the caller's workspace (bf16 but the fp8 codes), for a given token
+// count.
 struct WorkspaceLayout {
   std::size_t normed = 0;     // byte offset of [T, hidden]
   std::size_t qkv = 0;        // byte offset of [T, qkv_row_width]: q | k | v rows
   std::size_t attention = 0;  // byte offset of [T, Hq * Dv]
-  std::size_t bytes = 0;      // total
+  // fp8 activations only: byte offset of the quantized input of the projection being run (e4m3 codes
+  // [T, K] + f32 scales, fp8_activation_buffers), sized for the larger K; both projections reuse it, one
+  // after the other on the stream. fp8_activation_bytes is 0 without fp8 activations.
+  std::size_t fp8_activations = 0;
+  std::size_t fp8_activation_bytes = 0;
+  std::size_t bytes = 0;  // total
   long long qkv_row_width = 0;
 };
+
+// The layout for `num_tokens` tokens of a plan of `config` (pure; PrefillPlan::workspace_layout adds the
+// check of num_tokens against max_tokens).
+WorkspaceLayout plan_workspace(const config::AttentionConfig& config, const KernelPlan& kernels,
+                               int num_tokens);
 
 struct ExecuteArgs {
   const void* input = nullptr;  // [num_tokens, hidden] bf16

@@ -6,6 +6,7 @@
 
 #include "core/error.hpp"
 #include "reference/bf16.hpp"
+#include "reference/fp8_activation.hpp"
 #include "reference/rmsnorm.hpp"
 
 namespace attnplan::reference {
@@ -81,6 +82,16 @@ void check_before_store(const config::AttentionConfig& config, const Batch& batc
 
 }  // namespace
 
+Tensor projection_input(const Tensor& x, const config::WeightEncoding& encoding) {
+  if (encoding.format != config::WeightFormat::fp8 || encoding.activation != config::ActivationType::fp8)
+    return x;
+  const std::int64_t k = x.rank() == 0 ? 0 : x.extent(x.rank() - 1);
+  const std::int64_t rows = k == 0 ? 0 : static_cast<std::int64_t>(x.data.size()) / k;
+  const Tensor read = dequantize_activations_fp8(
+      quantize_activations_fp8(tensor_to_bf16(x), static_cast<int>(rows), static_cast<int>(k)));
+  return Tensor(x.shape, read.data);
+}
+
 LayerStages prefill_layer(const config::AttentionConfig& config, const LayerWeights& weights,
                           const Tensor& hidden_states, const Batch& batch, const Spans& spans,
                           PagedKvCache& cache, const LayerOptions& options) {
@@ -104,13 +115,14 @@ LayerStages prefill_layer(const config::AttentionConfig& config, const LayerWeig
   stages.normed = stored(
       rmsnorm(hidden_states, weights.input_norm, config.input_norm.epsilon, config.input_norm.weight_offset));
 
-  // 2. QKV projection, split into heads.
-  stages.q = stored(split_heads(linear(stages.normed, weights.q_proj, weights.q_bias), config.query_heads,
-                                config.head_dim));
+  // 2. QKV projection, split into heads (fp8 activations: over the quantized normed rows).
+  const Tensor qkv_input = projection_input(stages.normed, config.projection.qkv);
+  stages.q = stored(
+      split_heads(linear(qkv_input, weights.q_proj, weights.q_bias), config.query_heads, config.head_dim));
   stages.k = stored(
-      split_heads(linear(stages.normed, weights.k_proj, weights.k_bias), config.kv_heads, config.head_dim));
-  stages.v = stored(split_heads(linear(stages.normed, weights.v_proj, weights.v_bias), config.kv_heads,
-                                config.value_head_dim));
+      split_heads(linear(qkv_input, weights.k_proj, weights.k_bias), config.kv_heads, config.head_dim));
+  stages.v = stored(
+      split_heads(linear(qkv_input, weights.v_proj, weights.v_bias), config.kv_heads, config.value_head_dim));
 
   // 3. Per-head norms over head_dim (one weight shared by every head), then 4. RoPE at context_len + i.
   // The GPU fuses norm and RoPE and stores once, so there is one rounding after both.
@@ -138,8 +150,10 @@ LayerStages prefill_layer(const config::AttentionConfig& config, const LayerWeig
   stages.attention = stored(
       Tensor({tokens, std::int64_t{config.query_heads} * config.value_head_dim}, std::move(attended.data)));
 
-  // 7. Output projection; the GPU writes bf16, so it is rounded too.
-  stages.output = stored(linear(stages.attention, weights.o_proj, weights.o_bias));
+  // 7. Output projection (fp8 activations: over the quantized attention rows); the GPU writes bf16, so it
+  // is rounded too.
+  stages.output = stored(
+      linear(projection_input(stages.attention, config.projection.output), weights.o_proj, weights.o_bias));
   return stages;
 }
 

@@ -56,6 +56,11 @@ void validate_spans(const Spans& spans, const Batch& batch);
 // k in increasing order, in double.
 Tensor linear(const Tensor& x, const Tensor& weight, std::span<const double> bias);
 
+// What a projection of `encoding` reads from x [..., K]: x itself; with fp8 activations (fp8 weights,
+// activation "fp8") x rounded to bf16 as the GPU stores it, quantized per token and group of 128 channels
+// (quantize_activations_fp8, bit for bit the kernel's rule) and read back as code * scale.
+Tensor projection_input(const Tensor& x, const config::WeightEncoding& encoding);
+
 // The RoPE frequencies f_i = theta^(-2i/R), i in [0, R/2) (R = config.rotary_dim(); empty for R = 0),
 // after the config's scaling (spec section 4; matches HF `modeling_rope_utils` default/linear/llama3/
 // yarn), and the factor that multiplies cos and sin (yarn's attention_factor, default
@@ -102,7 +107,8 @@ struct LayerOptions {
 // input attention() would reject, so a rejected call leaves the cache unchanged. The weights must match
 // the config: a bias, norm weight or sink array is present exactly when the config enables it.
 // Rounding points (with round_between_stages): normed; q, k, v; q_final, k_final, v_final (once, after
-// the per-head norm and RoPE together); attention; output. Positions are context_len + i.
+// the per-head norm and RoPE together); attention; output. Positions are context_len + i. A projection
+// with fp8 activations reads projection_input(its input) (always: the kernel's rounding, not storage).
 LayerStages prefill_layer(const config::AttentionConfig& config, const LayerWeights& weights,
                           const Tensor& hidden_states, const Batch& batch, const Spans& spans,
                           PagedKvCache& cache, const LayerOptions& options = {});

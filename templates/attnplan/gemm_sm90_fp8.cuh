@@ -20,6 +20,7 @@
 
 #include "attnplan/common.cuh"
 #include "attnplan/gemm.cuh"
+#include "attnplan/gemm_fp8_epilogue.cuh"
 #include "attnplan/gemm_sm90_fp8_params.h"
 #include "attnplan/wgmma.cuh"
 
@@ -260,35 +261,13 @@ __global__ void __launch_bounds__(Traits::threads, 1)
       const int n = n0 + 8 * block + 2 * (lane % 4);
       if (n >= gemm.n) continue;
       const bool pair = n + 1 < gemm.n;
-      float scale0 = 1.0f;
-      float scale1 = 1.0f;
-      if constexpr (Traits::granularity == 0) {
-        scale0 = scale1 = __ldg(w_scales);
-      } else if constexpr (Traits::granularity == 1) {
-        scale0 = __ldg(w_scales + (n - segment.n_begin));
-        if (pair) scale1 = __ldg(w_scales + (n + 1 - segment.n_begin));
-      }
-      float bias0 = 0.0f;
-      float bias1 = 0.0f;
-      if constexpr (Traits::has_bias) {
-        if (segment.bias != nullptr) {
-          const __nv_bfloat16* bias = reinterpret_cast<const __nv_bfloat16*>(segment.bias) - segment.n_begin;
-          bias0 = __bfloat162float(bias[n]);
-          if (pair) bias1 = __bfloat162float(bias[n + 1]);
-        }
-      }
+      const Fp8ColumnPair column = fp8_column_pair<Traits::granularity, Traits::has_bias>(segment, n, pair);
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         const int m = row0 + 8 * half;
         if (m >= gemm.m) continue;
-        const float value0 = accumulator[4 * block + 2 * half] * scale0 + bias0;
-        const float value1 = accumulator[4 * block + 2 * half + 1] * scale1 + bias1;
-        bf16_bits* out = gemm.c + static_cast<long long>(m) * gemm.ldc + n;
-        if (pair) {
-          *reinterpret_cast<__nv_bfloat162*>(out) = __floats2bfloat162_rn(value0, value1);
-        } else {
-          *reinterpret_cast<__nv_bfloat16*>(out) = __float2bfloat16_rn(value0);
-        }
+        store_fp8_columns(gemm.c + static_cast<long long>(m) * gemm.ldc + n, column,
+                          accumulator[4 * block + 2 * half], accumulator[4 * block + 2 * half + 1], pair);
       }
     }
   }

@@ -2,7 +2,8 @@
 // reference::quantize_activations_fp8 bit for bit, then the e4m3 GEMM against reference::linear over the
 // reference's dequantized activations and weights (the same roundings, so only accumulation order
 // differs) for tensor / channel / block weight scales, segments, bias, M and N and K no tile multiples,
-// poisoned outputs with guard columns. Then [.gemm_fp8_speed]: 8192x6144x4096. Skipped off sm_90a.
+// poisoned outputs with guard columns; the wgmma kernel on sm_90a and the sm_89 mma.sync kernel on any arch
+// from sm_89 ([gemm_fp8_sm89]). Then [.gemm_fp8_speed]: 8192x6144x4096 (wgmma). Skipped without fp8 cores.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -64,12 +65,15 @@ const driver::Function& fp8_function(const compiler::KernelSource& source, int s
   return found->second->function;
 }
 
-bool fp8_gemm_here() {
-  return plan::fp8_activation_gemm_available(fp8_device_arch());
+// The wgmma kernel needs sm_90a; the mma.sync one any arch from sm_89 (so the H200 runs both).
+bool fp8_gemm_here(plan::GemmFp8Kernel kernel) {
+  const config::Arch arch = fp8_device_arch();
+  return kernel == plan::GemmFp8Kernel::wgmma ? arch.sm() == 90 && arch.arch_specific
+                                              : plan::fp8_activation_gemm_available(arch);
 }
 
-void check_fp8_gemm(config::Fp8ScaleGranularity granularity, int m, int k, const std::vector<int>& widths,
-                    bool has_bias, std::uint64_t seed) {
+void check_fp8_gemm(plan::GemmFp8Kernel kernel, config::Fp8ScaleGranularity granularity, int m, int k,
+                    const std::vector<int>& widths, bool has_bias, std::uint64_t seed) {
   gpu().context.make_current();
   const int n = std::accumulate(widths.begin(), widths.end(), 0);
   const long long ldc = n + 8;
@@ -80,50 +84,23 @@ void check_fp8_gemm(config::Fp8ScaleGranularity granularity, int m, int k, const
     a_bits[i] = core::float_to_bf16(core::bf16_to_float(a_bits[i]) * 20.0f);
   }
   const std::vector<std::uint16_t> bias_bits = random_bf16(n, rng, 0.0, 0.5);
-  std::vector<std::uint16_t> a_padded = a_bits;
-  a_padded.resize(a_bits.size() + k, kPoisonBits);
-  driver::DeviceBuffer d_a = driver::DeviceBuffer::from_host(a_padded);
+  driver::DeviceBuffer d_a = upload_with_nan_tail(a_bits, k);
 
   config::WeightEncoding weights;
   weights.format = config::WeightFormat::fp8;
   weights.scale_granularity = granularity;
   weights.activation = config::ActivationType::fp8;
-  plan::GemmFp8Spec spec;
+  // The kernel's own configuration (stages) as the plan picks it: sm_90a for wgmma, sm_89 for mma.sync.
+  plan::GemmFp8Spec spec = plan::choose_fp8_gemm(
+      kernel == plan::GemmFp8Kernel::wgmma ? config::Arch{9, 0, true} : config::Arch{8, 9, false});
+  REQUIRE(spec.kernel == kernel);
   spec.segments = int(widths.size());
   spec.has_bias = has_bias;
   spec.granularity = granularity;
 
   GemmParams params{};
-  std::vector<driver::DeviceBuffer> held;
-  const auto hold_bytes = [&](const std::vector<std::uint8_t>& bytes) {
-    std::vector<std::uint8_t> padded = bytes;
-    padded.resize(bytes.size() + 64, 0xFF);  // NaN / garbage past the end
-    held.push_back(driver::DeviceBuffer::from_host(padded));
-    return held.back().data<const void>();
-  };
-  reference::Tensor w({n, k});
-  std::vector<double> reference_bias(has_bias ? n : 0, 0.0);
-  int n_begin = 0;
-  for (std::size_t s = 0; s < widths.size(); ++s) {
-    const io::RandomProjection part =
-        io::random_projection(weights, widths[s], k, 1.0 / std::sqrt(double(k)), seed * 7 + s);
-    const reference::Tensor dequantized =
-        reference::dequantize(weights, part.weight, part.quant, widths[s], k);
-    std::copy(dequantized.data.begin(), dequantized.data.end(), w.data.begin() + std::ptrdiff_t(n_begin) * k);
-    GemmSegment& segment = params.segments[s];
-    segment.weight = static_cast<const bf16_bits*>(hold_bytes(part.weight.bytes));
-    segment.scales = hold_bytes(part.quant.scales->bytes);
-    segment.n_begin = n_begin;
-    segment.n_end = n_begin + widths[s];
-    if (has_bias) {
-      std::vector<std::uint16_t> bias(bias_bits.begin() + n_begin, bias_bits.begin() + segment.n_end);
-      bias.resize(bias.size() + 8, kPoisonBits);
-      held.push_back(driver::DeviceBuffer::from_host(bias));
-      segment.bias = held.back().data<const bf16_bits>();
-      for (int j = n_begin; j < segment.n_end; ++j) reference_bias[j] = core::bf16_to_float(bias_bits[j]);
-    }
-    n_begin = segment.n_end;
-  }
+  const QuantizedSegments w = upload_quantized_segments(
+      weights, k, widths, has_bias ? bias_bits : std::vector<std::uint16_t>{}, seed, params);
   driver::DeviceBuffer d_c(std::size_t(m + 1) * ldc * 2);
   driver::DeviceBuffer d_activations(plan::fp8_activation_bytes(m, k));
   const plan::Fp8ActivationBuffers activations =
@@ -138,12 +115,12 @@ void check_fp8_gemm(config::Fp8ScaleGranularity granularity, int m, int k, const
 
   const reference::Fp8Activations quantized = reference::quantize_activations_fp8(a_bits, m, k);
   const reference::Tensor expected =
-      reference::linear(reference::dequantize_activations_fp8(quantized), w, reference_bias);
+      reference::linear(reference::dequantize_activations_fp8(quantized), w.weight, w.bias);
 
   driver::Stream stream = driver::Stream::create();
   gpu().context.synchronize();
-  INFO("fp8 activations, weight scales " << config::to_string(granularity) << ": M " << m << " N " << n
-                                         << " K " << k);
+  INFO("fp8 activations, " << plan::gemm_fp8_kernel_name(kernel) << ", weight scales "
+                           << config::to_string(granularity) << ": M " << m << " N " << n << " K " << k);
   // Named sources: GCC 13 flags a reference returned for a temporary argument (the kernels live in a map).
   const compiler::KernelSource quantize_source = plan::Fp8QuantizeSpec{}.source();
   const compiler::KernelSource gemm_source = spec.source();
@@ -174,26 +151,13 @@ void check_fp8_gemm(config::Fp8ScaleGranularity granularity, int m, int k, const
   CHECK(scale_mismatches == 0);
 
   // The GEMM: every element written, guard row and columns untouched, close to the reference.
-  const std::vector<std::uint16_t> output = d_c.download_all<std::uint16_t>();
-  std::vector<double> got(std::size_t(m) * n);
-  std::size_t unwritten = 0, guard_touched = 0;
-  for (int row = 0; row <= m; ++row) {
-    for (long long col = 0; col < ldc; ++col) {
-      const std::uint16_t bits = output[std::size_t(row * ldc + col)];
-      if (row < m && col < n) {
-        unwritten += bits == kPoisonBits;
-        got[std::size_t(row) * n + std::size_t(col)] = core::bf16_to_float(bits);
-      } else {
-        guard_touched += bits != kPoisonBits;
-      }
-    }
-  }
+  const std::vector<double> got = checked_output(d_c.download_all<std::uint16_t>(), m, n, ldc);
   const double error = reference::relative_l2_error(expected.data, got);
   std::printf(
-      "fp8-activation gemm %-8s M %5d N %5d K %5d: codes %zu / scales %zu mismatches, relative L2 %.3e\n",
+      "fp8-activation gemm %-8s %-8s M %5d N %5d K %5d: codes %zu / scales %zu mismatches, relative L2 "
+      "%.3e\n",
+      std::string(plan::gemm_fp8_kernel_name(kernel)).c_str(),
       std::string(config::to_string(granularity)).c_str(), m, n, k, code_mismatches, scale_mismatches, error);
-  CHECK(unwritten == 0);
-  CHECK(guard_touched == 0);
   INFO("relative L2 error " << error);
   // Same operands as the reference; fp32 partial sums per 128-wide K block, one output rounding to bf16.
   CHECK(error < 5e-3);
@@ -201,27 +165,42 @@ void check_fp8_gemm(config::Fp8ScaleGranularity granularity, int m, int k, const
 
 }  // namespace
 
-TEST_CASE("fp8-activation projection GEMM matches the reference", "[gpu][gemm][quantized][gemm_fp8]") {
-  if (!fp8_gemm_here()) {
-    WARN("fp8-activation GEMM needs sm_90a; skipped on " << fp8_device_arch().name());
-    return;
-  }
+// No tile multiples: M 37 / 300 / 1 / 130, N segments 256 | 128 | 40, K 2880 (22.5 blocks of 128), K 272.
+void check_fp8_gemm_shapes(plan::GemmFp8Kernel kernel) {
   std::uint64_t seed = 9001;
   for (auto granularity : {config::Fp8ScaleGranularity::tensor, config::Fp8ScaleGranularity::channel,
                            config::Fp8ScaleGranularity::block}) {
-    // No tile multiples: M 37 / 300 / 1, N segments 256 | 128 | 40, K 2880 (22.5 blocks of 128).
-    check_fp8_gemm(granularity, 37, 2880, {256, 128, 40}, true, seed++);
-    check_fp8_gemm(granularity, 300, 4096, {4096, 1024, 1024}, false, seed++);
-    check_fp8_gemm(granularity, 1, 2880, {200}, true, seed++);
-    check_fp8_gemm(granularity, 130, 272, {384}, false, seed++);
+    check_fp8_gemm(kernel, granularity, 37, 2880, {256, 128, 40}, true, seed++);
+    check_fp8_gemm(kernel, granularity, 300, 4096, {4096, 1024, 1024}, false, seed++);
+    check_fp8_gemm(kernel, granularity, 1, 2880, {200}, true, seed++);
+    check_fp8_gemm(kernel, granularity, 130, 272, {384}, false, seed++);
   }
+}
+
+TEST_CASE("fp8-activation projection GEMM matches the reference", "[gpu][gemm][quantized][gemm_fp8]") {
+  if (!fp8_gemm_here(plan::GemmFp8Kernel::wgmma)) {
+    WARN("the wgmma fp8-activation GEMM needs sm_90a; skipped on " << fp8_device_arch().name());
+    return;
+  }
+  check_fp8_gemm_shapes(plan::GemmFp8Kernel::wgmma);
+}
+
+// The sm_89 kernel (mma.sync m16n8k32 e4m3, gemm_sm89_fp8.cuh), forced on whatever device has fp8 tensor
+// cores (on the H200 the plan would pick wgmma): the same cases, the same bound.
+TEST_CASE("sm_89 fp8-activation GEMM (mma.sync e4m3) matches the reference",
+          "[gpu][gemm][quantized][gemm_fp8][gemm_fp8_sm89]") {
+  if (!fp8_gemm_here(plan::GemmFp8Kernel::mma_sync)) {
+    WARN("the mma.sync fp8-activation GEMM needs sm_89 or newer; skipped on " << fp8_device_arch().name());
+    return;
+  }
+  check_fp8_gemm_shapes(plan::GemmFp8Kernel::mma_sync);
 }
 
 // Quantizer + GEMM at 8192x6144x4096 with 128x128 block weight scales (Qwen3-8B-FP8's QKV at 8k tokens).
 // Median of 20 CUDA-event timings after 5 warm-ups; the GEMM alone is timed too. Anchor:
 // torch._scaled_mm row-wise ~1190 TFLOP/s on the H200. Run: test_gpu "[.gemm_fp8_speed]".
 TEST_CASE("fp8-activation GEMM speed at 8192x6144x4096", "[.gemm_fp8_speed][gpu][gemm]") {
-  if (!fp8_gemm_here()) {
+  if (!fp8_gemm_here(plan::GemmFp8Kernel::wgmma)) {
     WARN("fp8-activation GEMM needs sm_90a; skipped");
     return;
   }

@@ -106,35 +106,6 @@ const driver::Function& gemm_function(const plan::GemmSpec& spec) {
   return found->second->function;
 }
 
-// Uploads `bits` followed by `tail` poison (NaN) elements: a kernel that reads past the end of an operand
-// turns its output into NaN instead of silently using a neighbour's data.
-driver::DeviceBuffer upload_with_nan_tail(const std::vector<std::uint16_t>& bits, std::size_t tail) {
-  std::vector<std::uint16_t> padded = bits;
-  padded.resize(bits.size() + tail, kPoisonBits);
-  return driver::DeviceBuffer::from_host(padded);
-}
-
-// C [m, n] as doubles from the downloaded [m + 1, ldc] buffer; checks that every element was written and that
-// the guard row and the columns [n, ldc) kept their poison.
-std::vector<double> checked_output(const std::vector<std::uint16_t>& output, int m, int n, long long ldc) {
-  std::vector<double> got(std::size_t(m) * n);
-  std::size_t unwritten = 0, guard_touched = 0;
-  for (int row = 0; row <= m; ++row) {
-    for (long long col = 0; col < ldc; ++col) {
-      const std::uint16_t bits = output[std::size_t(row * ldc + col)];
-      if (row < m && col < n) {
-        unwritten += bits == kPoisonBits;
-        got[std::size_t(row) * n + std::size_t(col)] = core::bf16_to_float(bits);
-      } else {
-        guard_touched += bits != kPoisonBits;
-      }
-    }
-  }
-  CHECK(unwritten == 0);
-  CHECK(guard_touched == 0);
-  return got;
-}
-
 struct Case {
   std::string name;
   int m;
@@ -247,17 +218,6 @@ TEST_CASE("projection GEMM matches the reference", "[gpu][gemm]") {
 
 namespace {
 
-// The values of a scale tensor (any float dtype) as f32 bytes.
-std::vector<std::uint8_t> f32_bytes(const io::HostTensor& tensor) {
-  const std::vector<double> values = io::to_doubles(tensor);
-  std::vector<std::uint8_t> bytes(values.size() * 4);
-  for (std::size_t i = 0; i < values.size(); ++i) {
-    const float value = static_cast<float>(values[i]);
-    std::memcpy(bytes.data() + 4 * i, &value, 4);
-  }
-  return bytes;
-}
-
 // "gptq_v2 4-bit g128 act_order", "affine 3-bit g32", "mxfp4", "fp8 block"
 std::string encoding_name(const config::WeightEncoding& weights) {
   switch (weights.format) {
@@ -291,43 +251,8 @@ void check_quantized_gemm(const config::WeightEncoding& weights, int m, int k, c
   spec.has_bias = has_bias;
   spec.weights = weights;
   GemmParams params{};
-  std::vector<driver::DeviceBuffer> held;
-  const auto hold_bytes = [&](const std::vector<std::uint8_t>& bytes) {
-    std::vector<std::uint8_t> padded = bytes;
-    padded.resize(bytes.size() + 64, 0xFF);  // NaN / garbage past the end
-    held.push_back(driver::DeviceBuffer::from_host(padded));
-    return held.back().data<const void>();
-  };
-  reference::Tensor w({n, k});
-  std::vector<double> reference_bias(has_bias ? n : 0, 0.0);
-  int n_begin = 0;
-  for (std::size_t s = 0; s < widths.size(); ++s) {
-    const io::RandomProjection part =
-        io::random_projection(weights, widths[s], k, 1.0 / std::sqrt(double(k)), seed * 7 + s);
-    const reference::Tensor dequantized =
-        reference::dequantize(weights, part.weight, part.quant, widths[s], k);
-    std::copy(dequantized.data.begin(), dequantized.data.end(), w.data.begin() + std::ptrdiff_t(n_begin) * k);
-    GemmSegment& segment = params.segments[s];
-    segment.weight = static_cast<const bf16_bits*>(hold_bytes(part.weight.bytes));
-    // packed_integer / affine: scales (and MLX biases) widened to f32 as check::upload_weights does.
-    const bool integer = weights.format == config::WeightFormat::packed_integer;
-    const bool f32_scales = integer || weights.format == config::WeightFormat::affine;
-    segment.scales = hold_bytes(f32_scales ? f32_bytes(*part.quant.scales) : part.quant.scales->bytes);
-    if (part.quant.zeros)
-      segment.zeros = hold_bytes(integer ? part.quant.zeros->bytes : f32_bytes(*part.quant.zeros));
-    if (part.quant.g_idx) segment.g_idx = static_cast<const int*>(hold_bytes(part.quant.g_idx->bytes));
-    if (part.quant.scale_2)
-      segment.scale_2 = static_cast<const float*>(hold_bytes(part.quant.scale_2->bytes));
-    segment.n_begin = n_begin;
-    segment.n_end = n_begin + widths[s];
-    if (has_bias) {
-      held.push_back(
-          upload_with_nan_tail({bias_bits.begin() + n_begin, bias_bits.begin() + segment.n_end}, 8));
-      segment.bias = held.back().data<const bf16_bits>();
-      for (int j = n_begin; j < segment.n_end; ++j) reference_bias[j] = core::bf16_to_float(bias_bits[j]);
-    }
-    n_begin = segment.n_end;
-  }
+  const QuantizedSegments w = upload_quantized_segments(
+      weights, k, widths, has_bias ? bias_bits : std::vector<std::uint16_t>{}, seed, params);
   driver::DeviceBuffer d_c(std::size_t(m + 1) * ldc * 2);
   params.a = d_a.data<const bf16_bits>();
   params.c = d_c.data<bf16_bits>();
@@ -337,7 +262,7 @@ void check_quantized_gemm(const config::WeightEncoding& weights, int m, int k, c
   params.lda = k;
   params.ldc = ldc;
   const reference::Tensor expected =
-      reference::linear(reference::Tensor({m, k}, to_doubles(a_values)), w, reference_bias);
+      reference::linear(reference::Tensor({m, k}, to_doubles(a_values)), w.weight, w.bias);
 
   driver::Stream stream = driver::Stream::create();
   gpu().context.synchronize();

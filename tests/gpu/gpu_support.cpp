@@ -1,12 +1,18 @@
 #include "gpu_support.hpp"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 #include "config/parse.hpp"
 #include "core/bf16.hpp"
 #include "driver/cuda_api.hpp"
 #include "driver/device.hpp"
+#include "io/random_projection.hpp"
+#include "reference/dequantize.hpp"
+#include "support/catch.hpp"
 
 // Exit 77 (CTest: skipped) before any test runs when no CUDA device is usable.
 bool attnplan_tests_device_available() {
@@ -75,6 +81,90 @@ std::vector<double> to_doubles(const std::vector<std::uint16_t>& bits) {
   std::vector<double> values(bits.size());
   for (std::size_t i = 0; i < bits.size(); ++i) values[i] = core::bf16_to_float(bits[i]);
   return values;
+}
+
+driver::DeviceBuffer upload_with_nan_tail(const std::vector<std::uint16_t>& bits, std::size_t tail) {
+  std::vector<std::uint16_t> padded = bits;
+  padded.resize(bits.size() + tail, kPoisonBits);
+  return driver::DeviceBuffer::from_host(padded);
+}
+
+std::vector<double> checked_output(const std::vector<std::uint16_t>& output, int m, int n, long long ldc) {
+  std::vector<double> got(std::size_t(m) * n);
+  std::size_t unwritten = 0, guard_touched = 0;
+  for (int row = 0; row <= m; ++row) {
+    for (long long col = 0; col < ldc; ++col) {
+      const std::uint16_t bits = output[std::size_t(row * ldc + col)];
+      if (row < m && col < n) {
+        unwritten += bits == kPoisonBits;
+        got[std::size_t(row) * n + std::size_t(col)] = core::bf16_to_float(bits);
+      } else {
+        guard_touched += bits != kPoisonBits;
+      }
+    }
+  }
+  CHECK(unwritten == 0);
+  CHECK(guard_touched == 0);
+  return got;
+}
+
+namespace {
+
+// The values of a scale tensor (any float dtype) as f32 bytes.
+std::vector<std::uint8_t> f32_bytes(const io::HostTensor& tensor) {
+  const std::vector<double> values = io::to_doubles(tensor);
+  std::vector<std::uint8_t> bytes(values.size() * 4);
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    const float value = static_cast<float>(values[i]);
+    std::memcpy(bytes.data() + 4 * i, &value, 4);
+  }
+  return bytes;
+}
+
+}  // namespace
+
+QuantizedSegments upload_quantized_segments(const config::WeightEncoding& weights, int k,
+                                            const std::vector<int>& widths,
+                                            const std::vector<std::uint16_t>& bias_bits, std::uint64_t seed,
+                                            GemmParams& params) {
+  int n = 0;
+  for (int width : widths) n += width;
+  QuantizedSegments out{{}, reference::Tensor({n, k}), std::vector<double>(bias_bits.empty() ? 0 : n, 0.0)};
+  const auto hold_bytes = [&](const std::vector<std::uint8_t>& bytes) {
+    std::vector<std::uint8_t> padded = bytes;
+    padded.resize(bytes.size() + 64, 0xFF);  // NaN / garbage past the end
+    out.buffers.push_back(driver::DeviceBuffer::from_host(padded));
+    return out.buffers.back().data<const void>();
+  };
+  const bool integer = weights.format == config::WeightFormat::packed_integer;
+  const bool f32_scales = integer || weights.format == config::WeightFormat::affine;
+  int n_begin = 0;
+  for (std::size_t s = 0; s < widths.size(); ++s) {
+    const io::RandomProjection part =
+        io::random_projection(weights, widths[s], k, 1.0 / std::sqrt(double(k)), seed * 7 + s);
+    const reference::Tensor dequantized =
+        reference::dequantize(weights, part.weight, part.quant, widths[s], k);
+    std::copy(dequantized.data.begin(), dequantized.data.end(),
+              out.weight.data.begin() + std::ptrdiff_t(n_begin) * k);
+    GemmSegment& segment = params.segments[s];
+    segment.weight = static_cast<const bf16_bits*>(hold_bytes(part.weight.bytes));
+    segment.scales = hold_bytes(f32_scales ? f32_bytes(*part.quant.scales) : part.quant.scales->bytes);
+    if (part.quant.zeros)
+      segment.zeros = hold_bytes(integer ? part.quant.zeros->bytes : f32_bytes(*part.quant.zeros));
+    if (part.quant.g_idx) segment.g_idx = static_cast<const int*>(hold_bytes(part.quant.g_idx->bytes));
+    if (part.quant.scale_2)
+      segment.scale_2 = static_cast<const float*>(hold_bytes(part.quant.scale_2->bytes));
+    segment.n_begin = n_begin;
+    segment.n_end = n_begin + widths[s];
+    if (!bias_bits.empty()) {
+      out.buffers.push_back(
+          upload_with_nan_tail({bias_bits.begin() + n_begin, bias_bits.begin() + segment.n_end}, 8));
+      segment.bias = out.buffers.back().data<const bf16_bits>();
+      for (int j = n_begin; j < segment.n_end; ++j) out.bias[j] = core::bf16_to_float(bias_bits[j]);
+    }
+    n_begin = segment.n_end;
+  }
+  return out;
 }
 
 DeviceCase::DeviceCase(const plan::PrefillPlan& plan, const check::LayerCase& layer)

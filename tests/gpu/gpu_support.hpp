@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "attnplan/gemm_params.h"
 #include "check/device_batch.hpp"
 #include "check/device_weights.hpp"
 #include "check/layer_check.hpp"
@@ -17,6 +18,7 @@
 #include "driver/context.hpp"
 #include "driver/memory.hpp"
 #include "plan/runtime.hpp"
+#include "reference/tensor.hpp"
 #include "support/temp_dir.hpp"
 
 namespace attnplan::gpu_testing {
@@ -49,6 +51,31 @@ config::AttentionConfig config_from(nlohmann::json patch);
 std::vector<std::uint16_t> random_bf16(std::size_t count, std::mt19937_64& rng, double mean = 0.0,
                                        double stddev = 1.0);
 std::vector<double> to_doubles(const std::vector<std::uint16_t>& bits);
+
+// Uploads `bits` followed by `tail` poison (NaN) elements: a kernel that reads past the end of an operand
+// turns its output into NaN instead of silently using a neighbour's data.
+driver::DeviceBuffer upload_with_nan_tail(const std::vector<std::uint16_t>& bits, std::size_t tail);
+
+// C [m, n] as doubles from a downloaded [m + 1, ldc] buffer that was poisoned before the launch; CHECKs
+// that every element of C was written and that the guard row and the columns [n, ldc) kept their poison.
+std::vector<double> checked_output(const std::vector<std::uint16_t>& output, int m, int n, long long ldc);
+
+// A quantized weight W [N = sum of widths, K] on the device in segments along N, each its own
+// io::random_projection (seeded seed * 7 + segment) with poison past the end of every buffer, and what the
+// reference needs to check a GEMM over it.
+struct QuantizedSegments {
+  std::vector<driver::DeviceBuffer> buffers;  // weights, scales, zeros, g_idx, scale_2 and biases
+  reference::Tensor weight;                   // [N, K]: reference::dequantize of the same bytes
+  std::vector<double> bias;                   // [N] (bias_bits given) or empty
+};
+
+// Fills params.segments[0 .. widths.size()) (weight, scales, zeros, g_idx, scale_2, bias, bounds) with
+// `weights`'s format; packed_integer / affine scales (and MLX biases) are widened to f32 as
+// check::upload_weights does. `bias_bits` [N] bf16, or empty for no bias.
+QuantizedSegments upload_quantized_segments(const config::WeightEncoding& weights, int k,
+                                            const std::vector<int>& widths,
+                                            const std::vector<std::uint16_t>& bias_bits, std::uint64_t seed,
+                                            GemmParams& params);
 
 // A layer case on the device: weights, input, an unwritten output, the case's KV pools, the batch and
 // a workspace, with ExecuteArgs over all of them. Synchronizes the context once the uploads are done.

@@ -176,6 +176,42 @@ TEST_CASE("one sequence as one chunk or as two gives the same output and cache",
   CHECK(reference::relative_l2_error(da, db) < 2e-3);
 }
 
+// fp8 activations: the quantize stages and the e4m3 GEMM inside the layer, every stage against the
+// reference (which applies the same rounding; run_case compares the projections on the GPU's own stage
+// input). Every weight scale granularity, a q/k/v bias, M no tile multiple, the output projection alone,
+// and on sm_90 the sm_89 mma.sync GEMM through a plan for plain sm_90. Skipped where plan_kernels refuses
+// fp8 activations (no fp8 tensor cores on the device).
+TEST_CASE("fp8 activations: quantize stages and the e4m3 GEMM in the layer", "[gpu][layer][fp8_activation]") {
+  std::uint64_t seed = 300;
+  for (const char* granularity : {"tensor", "channel", "block"}) {
+    const nlohmann::json fp8 = {{"format", "fp8"}, {"scale_granularity", granularity}, {"activation", "fp8"}};
+    const config::AttentionConfig config = config_from(
+        {{"qkv_bias", true}, {"qkv_norm", {{"query", true}, {"key", true}}}, {"projection", fp8}});
+    try {
+      plan::plan_kernels(config, gpu().runtime.resolve_arch(config));
+    } catch (const Error& error) {
+      WARN("fp8 activations refused here: " << (error.details().empty() ? error.what() : error.details()[0]));
+      return;
+    }
+    check_layer(std::string("fp8 activations, ") + granularity + " weight scales", config,
+                scenario(301, 3, 40, seed++));
+  }
+  nlohmann::json output_only = {{"format", "bf16"}};
+  output_only["output"] = {{"format", "fp8"}, {"scale_granularity", "block"}, {"activation", "fp8"}};
+  check_layer("fp8 activations, output projection only", config_from({{"projection", output_only}}),
+              scenario(130, 1, 0, seed++));
+  // The sm_89 GEMM (mma.sync e4m3) inside the layer: a plan for plain sm_90 picks it and loads on sm_90a.
+  if (gpu().runtime.resolve_arch(config_from({})).sm() == 90) {
+    const nlohmann::json fp8 = {{"format", "fp8"}, {"scale_granularity", "block"}, {"activation", "fp8"}};
+    const config::AttentionConfig config =
+        config_from({{"qkv_bias", true}, {"projection", fp8}, {"target", {{"arch", "sm_90"}}}});
+    REQUIRE(plan::plan_kernels(config, *config.target.arch).qkv_projection_fp8->kernel ==
+            plan::GemmFp8Kernel::mma_sync);
+    check_layer("fp8 activations, mma.sync e4m3 GEMM (plan for plain sm_90)", config,
+                scenario(301, 3, 40, seed++));
+  }
+}
+
 TEST_CASE("every plan in plans/ verifies", "[gpu][layer][plans]") {
   std::vector<std::filesystem::path> files;
   for (const auto& file :

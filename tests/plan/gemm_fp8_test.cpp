@@ -1,6 +1,7 @@
 // The fp8-activation projection's specs (plan/gemm_fp8.hpp): NVRTC compiles of the quantizer and of the
-// e4m3 GEMM for every weight scale granularity (sm_90a: no spills, the registers setmaxnreg needs; sm_80:
-// the trap body compiles), launch shapes, workspace buffers and the checks' messages.
+// e4m3 GEMMs for every weight scale granularity (wgmma on sm_90a: no spills, the registers setmaxnreg
+// needs; sm_80: the trap body compiles; mma.sync for sm_89 and sm_90a: no spills), launch shapes,
+// workspace buffers and the checks' messages.
 #include <string>
 
 #include "../compiler/test_kernels.hpp"
@@ -37,6 +38,30 @@ TEST_CASE("fp8-activation kernels compile for sm_80 and sm_90a", "[plan][gemm][g
   }
 }
 
+// The sm_89 kernel (mma.sync m16n8k32 e4m3) for sm_89 and for sm_90a, where the GPU tests force it.
+TEST_CASE("the mma.sync fp8-activation GEMM compiles for sm_89 and sm_90a with no spills",
+          "[plan][gemm][gemm_fp8][nvrtc]") {
+  const auto arch = GENERATE(config::Arch{8, 9, false}, testing::kSm90a);
+  for (auto granularity : {config::Fp8ScaleGranularity::tensor, config::Fp8ScaleGranularity::channel,
+                           config::Fp8ScaleGranularity::block}) {
+    plan::GemmFp8Spec spec = plan::choose_fp8_gemm(config::Arch{8, 9, false});
+    REQUIRE(spec.kernel == plan::GemmFp8Kernel::mma_sync);
+    spec.segments = 3;
+    spec.has_bias = true;
+    spec.granularity = granularity;
+    const auto source = spec.source();
+    INFO(source.render_stub());
+    CHECK(source.header == "attnplan/gemm_sm89_fp8.cuh");
+    const auto kernel = testing::test_compiler().compile(source, compiler::CompileOptions{arch});
+    INFO(kernel.log);
+    CHECK(kernel.resources.spill_bytes() == 0);
+    CHECK(kernel.resources.stack_bytes == 0);
+    CHECK(kernel.resources.registers <= 255);
+    UNSCOPED_INFO(arch.name() << " " << source.render_stub() << ": " << kernel.resources.registers
+                              << " registers, " << spec.dynamic_shared_bytes() << " B shared");
+  }
+}
+
 TEST_CASE("fp8-activation GEMM: shapes, buffers and checks", "[plan][gemm][gemm_fp8]") {
   plan::GemmFp8Spec spec;
   CHECK(spec.dynamic_shared_bytes() == 6 * 2 * 128 * 128 + 6 * 16 + 1024);
@@ -53,7 +78,16 @@ TEST_CASE("fp8-activation GEMM: shapes, buffers and checks", "[plan][gemm][gemm_
   CHECK(reinterpret_cast<unsigned char*>(buffers.scales) - storage == (37 * 2880 + 255) / 256 * 256);
 
   CHECK(plan::fp8_activation_gemm_available(testing::kSm90a));
+  CHECK(plan::fp8_activation_gemm_available(config::Arch{8, 9, false}));
   CHECK_FALSE(plan::fp8_activation_gemm_available(testing::kSm80));
+
+  // The mma_sync kernel: not persistent, 256 threads, 4 stages of 20 KiB.
+  plan::GemmFp8Spec sm89 = plan::choose_fp8_gemm(config::Arch{8, 9, false});
+  CHECK(sm89.kernel == plan::GemmFp8Kernel::mma_sync);
+  CHECK(sm89.dynamic_shared_bytes() == 4 * (128 + 128) * 80);
+  CHECK(sm89.launch_shape(300, 6144, 132).grid.x == 3 * 48);
+  CHECK(sm89.launch_shape(300, 6144, 132).block.x == 256);
+  CHECK(plan::choose_fp8_gemm(testing::kSm90a).kernel == plan::GemmFp8Kernel::wgmma);
 
   alignas(16) static unsigned char memory[64];
   GemmParams params{};

@@ -60,6 +60,7 @@ class Rows(unittest.TestCase):
                     self.assertIn(f"proj-{model}-o-{tokens}", ids)
                     self.assertTrue(any(line.startswith(f"proj-{model}-qkv-{tokens} ") for line in runs))
             self.assertEqual(ids["proj-Qwen3-8B-fp8-block-qkv-512"]["format"], "fp8 block, bf16 act")
+            self.assertEqual(ids["proj-Qwen3-8B-fp8-block-fp8act-qkv-512"]["format"], "fp8 block, fp8 act")
             self.assertEqual(ids["proj-Llama-3.1-8B-awq-qkv-512"]["format"], "packed_integer awq 4 128")
             self.assertEqual(ids["proj-Llama-3.1-8B-awq-qkv-512"]["n"], 6144)
             self.assertEqual(len(runs), len({line.split()[0] for line in runs}))  # one run per id

@@ -1,0 +1,52 @@
+// The epilogue pieces the fp8-activation GEMMs share (gemm_sm90_fp8.cuh, gemm_sm89_fp8.cuh): per column
+// pair, the weight scale that is constant along K and the bias; then one bf16 rounding and store.
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include "attnplan/gemm_params.h"
+
+namespace attnplan::kernels {
+
+struct Fp8ColumnPair {
+  float scale0 = 1.0f, scale1 = 1.0f;  // weight scales of columns n, n + 1
+  float bias0 = 0.0f, bias1 = 0.0f;
+};
+
+// Columns n and n + 1 (`pair`: n + 1 < N) of a tile that lies in `segment` (every segment but the last is
+// a whole number of tiles wide). kGranularity as the kernels': 0 one f32 scale per tensor, 1 one per row
+// of W (column of C), 2 128x128 blocks, already applied per K block (scale 1 here).
+template <int kGranularity, bool kHasBias>
+__device__ __forceinline__ Fp8ColumnPair fp8_column_pair(const GemmSegment& segment, int n, bool pair) {
+  Fp8ColumnPair column;
+  const float* w_scales = static_cast<const float*>(segment.scales);
+  if constexpr (kGranularity == 0) {
+    column.scale0 = column.scale1 = __ldg(w_scales);
+  } else if constexpr (kGranularity == 1) {
+    column.scale0 = __ldg(w_scales + (n - segment.n_begin));
+    if (pair) column.scale1 = __ldg(w_scales + (n + 1 - segment.n_begin));
+  }
+  if constexpr (kHasBias) {
+    if (segment.bias != nullptr) {
+      const __nv_bfloat16* bias = reinterpret_cast<const __nv_bfloat16*>(segment.bias) - segment.n_begin;
+      column.bias0 = __bfloat162float(bias[n]);
+      if (pair) column.bias1 = __bfloat162float(bias[n + 1]);
+    }
+  }
+  return column;
+}
+
+// C[m, n] = accumulator0 * scale0 + bias0 (and n + 1 likewise when `pair`), rounded once to bf16: one
+// 4-byte store per pair (ldc is even, n is even), columns past N untouched.
+__device__ __forceinline__ void store_fp8_columns(bf16_bits* out, const Fp8ColumnPair& column,
+                                                  float accumulator0, float accumulator1, bool pair) {
+  const float value0 = accumulator0 * column.scale0 + column.bias0;
+  const float value1 = accumulator1 * column.scale1 + column.bias1;
+  if (pair) {
+    *reinterpret_cast<__nv_bfloat162*>(out) = __floats2bfloat162_rn(value0, value1);
+  } else {
+    *reinterpret_cast<__nv_bfloat16*>(out) = __float2bfloat16_rn(value0);
+  }
+}
+
+}  // namespace attnplan::kernels
