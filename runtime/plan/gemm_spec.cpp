@@ -91,23 +91,32 @@ bool segments_fit(std::span<const int> widths, int block_n) {
   return true;
 }
 
-// A 2D TMA map of a bf16 row-major matrix [rows, columns] (row stride in elements), read in boxes of
-// [box_rows, box_columns] into 128-byte-swizzled shared memory; out-of-bounds elements load as zeros.
-void encode_tensor_map(TensorMap& map, const bf16_bits* base, int columns, int rows, long long row_stride,
-                       int box_columns, int box_rows, const std::string& field) {
+}  // namespace
+
+void encode_tensor_map_2d(TensorMap& map, const void* base, CUtensorMapDataType data_type, int element_bytes,
+                          int columns, int rows, long long row_stride, int box_columns, int box_rows,
+                          CUtensorMapSwizzle swizzle, const std::string& field) {
   static_assert(sizeof(TensorMap) == sizeof(CUtensorMap) && alignof(TensorMap) == alignof(CUtensorMap),
                 "TensorMap must have CUtensorMap's layout");
   const cuuint64_t dims[2] = {cuuint64_t(columns), cuuint64_t(rows)};
-  const cuuint64_t strides[1] = {cuuint64_t(row_stride) * 2};  // bytes between rows (dimension 1)
+  const cuuint64_t strides[1] = {cuuint64_t(row_stride) * cuuint64_t(element_bytes)};  // bytes between rows
   const cuuint32_t box[2] = {cuuint32_t(box_columns), cuuint32_t(box_rows)};
   const cuuint32_t element_strides[2] = {1, 1};
-  driver::check(
-      driver::api().cuTensorMapEncodeTiled(
-          reinterpret_cast<CUtensorMap*>(&map), CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2,
-          const_cast<bf16_bits*>(base), dims, strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-          CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
-      fmt::format("cuTensorMapEncodeTiled (gemm {}: [{}, {}], row stride {})", field, rows, columns,
-                  row_stride));
+  driver::check(driver::api().cuTensorMapEncodeTiled(
+                    reinterpret_cast<CUtensorMap*>(&map), data_type, 2, const_cast<void*>(base), dims,
+                    strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
+                    CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
+                fmt::format("cuTensorMapEncodeTiled (gemm {}: [{}, {}], row stride {})", field, rows, columns,
+                            row_stride));
+}
+
+namespace {
+
+// A bf16 operand of the wgmma kernels: 128-byte-swizzled boxes.
+void encode_tensor_map(TensorMap& map, const bf16_bits* base, int columns, int rows, long long row_stride,
+                       int box_columns, int box_rows, const std::string& field) {
+  encode_tensor_map_2d(map, base, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, columns, rows, row_stride, box_columns,
+                       box_rows, CU_TENSOR_MAP_SWIZZLE_128B, field);
 }
 
 using config::WeightFormat;
@@ -158,10 +167,54 @@ std::string weight_policy(const config::WeightEncoding& encoding) {
   }
 }
 
+// The wgmma_w4 kernel's stub: the format's policy of gemm.cuh is its loader.
+compiler::KernelSource sm90_w4_source(const GemmSpec& spec) {
+  if (!sm90_w4_gemm_supports(spec.weights)) {
+    throw Error(Stage::input,
+                fmt::format("gemm: the wgmma_w4 kernel reads mxfp4, nvfp4 and 4-bit affine weights, not {}{}",
+                            config::to_string(spec.weights.format),
+                            spec.weights.format == WeightFormat::affine
+                                ? fmt::format(" with {} bits", spec.weights.bits)
+                                : ""));
+  }
+  compiler::KernelSource source;
+  source.family = "gemm_sm90_w4";
+  source.header = "attnplan/gemm_sm90_w4.cuh";
+  source.traits = "attnplan::kernels::GemmSm90W4Traits";
+  source.kernel = "attnplan::kernels::gemm_sm90_w4_kernel";
+  source.grid_constant = true;  // the tensor maps must stay in parameter memory
+  source.arguments = {{"block_tokens", std::to_string(spec.sm90.block_n)},
+                      {"stages", std::to_string(spec.sm90.stages)},
+                      {"segments", std::to_string(spec.segments)},
+                      {"has_bias", cxx_bool(spec.has_bias)},
+                      {"weights", weight_policy(spec.weights)}};
+  source.spec = {{"family", source.family},
+                 {"kernel", gemm_kernel_name(spec.kernel)},
+                 {"block_tokens", spec.sm90.block_n},
+                 {"block_rows", kGemmSm90W4BlockRows},
+                 {"block_k", kGemmSm90W4BlockK},
+                 {"stages", spec.sm90.stages},
+                 {"segments", spec.segments},
+                 {"has_bias", spec.has_bias},
+                 {"weights",
+                  {{"format", config::to_string(spec.weights.format)},
+                   {"bits", spec.weights.bits},
+                   {"group_size", spec.weights.group_size}}},
+                 {"dynamic_shared_bytes", spec.dynamic_shared_bytes()}};
+  return source;
+}
+
 }  // namespace
 
 std::string_view gemm_kernel_name(GemmKernel kernel) {
-  return kernel == GemmKernel::wgmma ? "wgmma" : "mma_sync";
+  switch (kernel) {
+    case GemmKernel::wgmma:
+      return "wgmma";
+    case GemmKernel::wgmma_w4:
+      return "wgmma_w4";
+    default:
+      return "mma_sync";
+  }
 }
 
 GemmKernelChoice choose_gemm_kernel(config::Arch arch, int m_hint, int n, int k,
@@ -184,6 +237,61 @@ GemmKernelChoice choose_gemm_kernel(config::Arch arch, int m_hint, int n, int k,
   };
   if (cost(kWide, 1.0) <= cost(kNarrow, 1.1)) choice.sm90 = kWide;
   return choice;
+}
+
+bool sm90_w4_gemm_enabled() {
+  return true;
+}
+
+bool sm90_w4_gemm_supports(const config::WeightEncoding& encoding) {
+  switch (encoding.format) {
+    case WeightFormat::mxfp4:
+    case WeightFormat::nvfp4:
+      return true;
+    case WeightFormat::affine:
+      return encoding.bits == 4 &&
+             (encoding.group_size == 32 || encoding.group_size == 64 || encoding.group_size == 128);
+    default:
+      return false;
+  }
+}
+
+GemmKernelChoice choose_w4_gemm_kernel(const config::WeightEncoding& encoding, config::Arch arch, int m_hint,
+                                       int n, int k, std::span<const int> segment_widths) {
+  GemmKernelChoice choice;
+  if (!sm90_w4_gemm_enabled() || !sm90_w4_gemm_supports(encoding)) return choice;
+  if (arch.sm() != 90 || !arch.arch_specific) return choice;  // wgmma exists only in sm_90a
+  if (n <= 0 || k <= 0 || k % 32 != 0 || segment_widths.empty()) return choice;
+  if (!segments_fit(segment_widths, kGemmSm90W4BlockRows)) return choice;
+  constexpr GemmSm90Tiling kWide{.block_n = 256, .stages = 6};
+  constexpr GemmSm90Tiling kNarrow{.block_n = 128, .stages = 8};
+  // Busiest SM's rounds of tiles times a tile's time (proportional to its tokens; a 128-token tile does
+  // ~10% less per token: the weight slice is decoded once per tile, so twice as often per token).
+  const std::int64_t sms = typical_sm_count(arch);
+  const std::int64_t row_tiles = ceil_div(n, kGemmSm90W4BlockRows);
+  auto cost = [&](const GemmSm90Tiling& t, double per_token) {
+    return double(ceil_div(ceil_div(std::max(m_hint, 1), t.block_n) * row_tiles, sms)) * t.block_n *
+           per_token;
+  };
+  choice.kernel = GemmKernel::wgmma_w4;
+  choice.sm90 = cost(kWide, 1.0) <= cost(kNarrow, 1.1) ? kWide : kNarrow;
+  return choice;
+}
+
+GemmSm90Params make_gemm_sm90_w4_params(const GemmSpec& spec, const GemmParams& params) {
+  GemmSm90Params sm90{};
+  sm90.gemm = params;
+  encode_tensor_map(sm90.a_map, params.a, params.k, params.m, params.lda, kGemmSm90W4BlockK,
+                    spec.sm90.block_n, "a");
+  for (int s = 0; s < spec.segments; ++s) {
+    const GemmSegment& segment = params.segments[s];
+    // Codes as bytes [rows, K / 2]: boxes of 64 k (32 bytes) of 128 rows, unswizzled.
+    encode_tensor_map_2d(sm90.w_maps[s], segment.weight, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, params.k / 2,
+                         segment.n_end - segment.n_begin, params.k / 2, kGemmSm90W4BlockK / 2,
+                         kGemmSm90W4BlockRows, CU_TENSOR_MAP_SWIZZLE_NONE,
+                         fmt::format("segments[{}].weight", s));
+  }
+  return sm90;
 }
 
 int typical_sm_count(config::Arch arch) {
@@ -267,6 +375,7 @@ compiler::KernelSource GemmSpec::source() const {
     throw Error(Stage::input, fmt::format("gemm: the wgmma kernel reads bf16 weights only, not {}",
                                           config::to_string(weights.format)));
   }
+  if (kernel == GemmKernel::wgmma_w4) return sm90_w4_source(*this);
   compiler::KernelSource source;
   if (kernel == GemmKernel::wgmma) {
     source.family = "gemm_sm90";
@@ -322,19 +431,24 @@ compiler::KernelSource GemmSpec::source() const {
 }
 
 int GemmSpec::threads() const {
-  return kernel == GemmKernel::wgmma ? 3 * 128 : tiling.threads();  // producer + 2 consumer warpgroups
+  // wgmma kernels: producer + 2 consumer warpgroups.
+  return kernel == GemmKernel::mma_sync ? tiling.threads() : 3 * 128;
 }
 
 int GemmSpec::dynamic_shared_bytes() const {
   if (kernel == GemmKernel::wgmma) return gemm_sm90_dynamic_shared_bytes(sm90.block_n, sm90.stages);
+  if (kernel == GemmKernel::wgmma_w4) return gemm_sm90_w4_dynamic_shared_bytes(sm90.block_n, sm90.stages);
   return gemm_dynamic_shared_bytes(tiling.block_m, tiling.block_n, tiling.block_k, tiling.stages,
                                    weight_bits(weights));
 }
 
 driver::LaunchShape GemmSpec::launch_shape(int m, int n, int multiprocessors) const {
-  const bool wgmma = kernel == GemmKernel::wgmma;
-  const int block_m = wgmma ? kGemmSm90BlockM : tiling.block_m;
-  const int block_n = wgmma ? sm90.block_n : tiling.block_n;
+  const bool wgmma = kernel != GemmKernel::mma_sync;
+  // wgmma_w4 tiles are [block_n tokens, 128 weight rows].
+  const int block_m = kernel == GemmKernel::wgmma ? kGemmSm90BlockM : wgmma ? sm90.block_n : tiling.block_m;
+  const int block_n = kernel == GemmKernel::wgmma ? sm90.block_n
+                      : wgmma                     ? kGemmSm90W4BlockRows
+                                                  : tiling.block_n;
   std::int64_t tiles = ceil_div(m, block_m) * ceil_div(n, block_n);
   if (m <= 0 || n <= 0 || tiles > 0x7fffffff) {
     throw Error(Stage::input, fmt::format("gemm: no launch shape for M = {}, N = {}", m, n));
@@ -411,16 +525,23 @@ void GemmSpec::check(const GemmParams& params) const {
     expected_begin = segment.n_end;
   }
   require(expected_begin == params.n, fmt::format("segments end at {} but N = {}", expected_begin, params.n));
-  if (kernel == GemmKernel::wgmma) {
+  if (kernel != GemmKernel::mma_sync) {
     require(params.k > 0, "K = 0: the wgmma kernel needs K > 0 (TMA dimensions are positive)");
+    // Weight rows per tile: wgmma_w4 tiles always span 128.
+    const int tile_rows = kernel == GemmKernel::wgmma ? sm90.block_n : kGemmSm90W4BlockRows;
     for (int s = 0; s + 1 < segments; ++s) {
       const int width = params.segments[s].n_end - params.segments[s].n_begin;
       require(
-          width % sm90.block_n == 0,
-          fmt::format("segments[{}] is {} wide, not a multiple of the wgmma kernel's block_n = {} (a tile "
-                      "would straddle two segments)",
-                      s, width, sm90.block_n));
+          width % tile_rows == 0,
+          fmt::format("segments[{}] is {} wide, not a multiple of the {} kernel's {} weight rows per tile "
+                      "(a tile would straddle two segments)",
+                      s, width, gemm_kernel_name(kernel), tile_rows));
     }
+  }
+  if (kernel == GemmKernel::wgmma_w4) {
+    require(params.k % 32 == 0,
+            fmt::format("K = {} is not a multiple of 32 (the wgmma_w4 kernel's 16-byte rows of 4-bit codes)",
+                        params.k));
   }
 }
 
@@ -443,6 +564,8 @@ void launch_gemm(const driver::Function& function, const GemmSpec& spec, const G
   const driver::LaunchShape shape = spec.launch_shape(params.m, params.n, multiprocessors);
   if (spec.kernel == GemmKernel::wgmma) {
     driver::launch(function, shape, stream, make_gemm_sm90_params(spec, params));
+  } else if (spec.kernel == GemmKernel::wgmma_w4) {
+    driver::launch(function, shape, stream, make_gemm_sm90_w4_params(spec, params));
   } else {
     driver::launch(function, shape, stream, params);
   }

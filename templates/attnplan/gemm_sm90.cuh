@@ -69,6 +69,42 @@ struct GemmSm90Traits {
                 "setmaxnreg targets exceed the register file");
 };
 
+// Pieces the warp-specialized sm_90a GEMMs share (this kernel and gemm_sm90_w4.cuh).
+
+// Every ring slot's "full" barrier (one arrival: the producer's arrive_expect_tx, plus the TMA bytes) and
+// "empty" barrier (kEmptyArrivals: one per consumer warp), initialized by thread 0 and made visible to
+// every thread and to the async proxy before anyone uses them. Call with the whole CTA.
+template <int kStages, unsigned kEmptyArrivals>
+__device__ __forceinline__ void init_ring_barriers(unsigned full_barriers, unsigned empty_barriers) {
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      sm90::mbarrier_init(full_barriers + 8 * s, 1);
+      sm90::mbarrier_init(empty_barriers + 8 * s, kEmptyArrivals);
+    }
+    sm90::fence_barrier_init();
+  }
+  __syncthreads();
+}
+
+// The weight segment holding logical W row n0 (a tile's first row; tiles never straddle segments): its
+// tensor map and n0's row within the segment.
+struct SegmentTile {
+  const void* map;
+  int row;
+};
+
+template <int kSegments>
+__device__ __forceinline__ SegmentTile segment_tile(const GemmSm90Params& params, int n0) {
+  // Compile-time indices only: no local-memory copy of the arrays.
+  SegmentTile tile{&params.w_maps[0], n0};
+#pragma unroll
+  for (int s = 1; s < kSegments; ++s) {
+    if (n0 >= params.gemm.segments[s].n_begin)
+      tile = {&params.w_maps[s], n0 - params.gemm.segments[s].n_begin};
+  }
+  return tile;
+}
+
 // grid: [min(tiles, SMs)] persistent CTAs, block: [Traits::threads], dynamic shared memory:
 // Traits::dynamic_shared_bytes.
 template <class Traits>
@@ -83,14 +119,7 @@ __global__ void __launch_bounds__(Traits::threads, 1)
   const GemmParams& gemm = params.gemm;
 
   const int warpgroup = threadIdx.x / 128;
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < Traits::stages; ++s) {
-      sm90::mbarrier_init(full_barriers + 8 * s, 1);  // the producer's arrive_expect_tx
-      sm90::mbarrier_init(empty_barriers + 8 * s, Traits::empty_arrivals);
-    }
-    sm90::fence_barrier_init();
-  }
-  __syncthreads();
+  init_ring_barriers<Traits::stages, Traits::empty_arrivals>(full_barriers, empty_barriers);
 
   const int tiles_m = (gemm.m + Traits::block_m - 1) / Traits::block_m;
   const int tiles_n = (gemm.n + Traits::block_n - 1) / Traits::block_n;
@@ -110,16 +139,9 @@ __global__ void __launch_bounds__(Traits::threads, 1)
         const TileCoordinates coordinates = grouped_tile<Traits::group_m>(tile, tiles_m, tiles_n);
         const int m0 = coordinates.m * Traits::block_m;
         const int n0 = coordinates.n * Traits::block_n;
-        // The segment holding the tile (compile-time indices only: no local-memory copy of the array).
-        const void* w_map = &params.w_maps[0];
-        int w_row = n0;  // tile row 0 within its segment
-#pragma unroll
-        for (int s = 1; s < Traits::segments; ++s) {
-          if (n0 >= gemm.segments[s].n_begin) {
-            w_map = &params.w_maps[s];
-            w_row = n0 - gemm.segments[s].n_begin;
-          }
-        }
+        const SegmentTile w_tile = segment_tile<Traits::segments>(params, n0);
+        const void* w_map = w_tile.map;
+        const int w_row = w_tile.row;
         for (int k_tile = 0; k_tile < k_tiles; ++k_tile, ++slot_use) {
           const int slot = slot_use % Traits::stages;
           const unsigned phase = (slot_use / Traits::stages) & 1u;

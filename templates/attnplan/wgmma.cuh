@@ -112,6 +112,16 @@ __device__ __forceinline__ void fence_registers(float (&values)[kCount]) {
 #pragma unroll
   for (int i = 0; i < kCount; ++i) fence_register(values[i]);
 }
+// The same for register A fragments: fenced after wgmma_wait_group, they stay live (and so unreused by the
+// compiler) until the wgmmas that read them have completed.
+__device__ __forceinline__ void fence_register(unsigned& value) {
+  asm volatile("" : "+r"(value)::"memory");
+}
+template <int kCount>
+__device__ __forceinline__ void fence_registers(unsigned (&values)[kCount]) {
+#pragma unroll
+  for (int i = 0; i < kCount; ++i) fence_register(values[i]);
+}
 
 // Orders this thread's generic-proxy shared-memory writes (ordinary st.shared) before later async-proxy
 // accesses (wgmma operand reads, TMA stores) of the same memory. Follow it with a barrier that the

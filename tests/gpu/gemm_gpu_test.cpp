@@ -48,9 +48,11 @@ std::string tiling_name(const plan::GemmTiling& t) {
          std::to_string(t.stages);
 }
 
-// "128x128x32/4" for mma.sync, "wgmma 128x256x64/4" for the sm_90a kernel.
+// "128x128x32/4" for mma.sync, "wgmma 128x256x64/4" and "wgmma_w4 256x128x64/6" for the sm_90a kernels.
 std::string spec_name(const plan::GemmSpec& spec) {
   if (spec.kernel == plan::GemmKernel::mma_sync) return tiling_name(spec.tiling);
+  if (spec.kernel == plan::GemmKernel::wgmma_w4)  // tokens x weight rows
+    return "wgmma_w4 " + std::to_string(spec.sm90.block_n) + "x128x64/" + std::to_string(spec.sm90.stages);
   return "wgmma 128x" + std::to_string(spec.sm90.block_n) + "x64/" + std::to_string(spec.sm90.stages);
 }
 
@@ -273,41 +275,40 @@ std::string encoding_name(const config::WeightEncoding& weights) {
   }
 }
 
-// A quantized W in segments, each with its own packed bytes and scales (io::random_projection), against
-// reference::linear over reference::dequantize of the same bytes. Every tiling, poisoned C with guard
-// columns, NaN past the end of every operand's allocation.
-void check_quantized_gemm(const config::WeightEncoding& weights, int m, int k, const std::vector<int>& widths,
-                          bool has_bias, std::uint64_t seed) {
-  gpu().context.make_current();
-  const int n = std::accumulate(widths.begin(), widths.end(), 0);
-  const long long ldc = n + 8;
-  std::mt19937_64 rng(seed);
-  const std::vector<std::uint16_t> a_values = random_bf16(std::size_t(m) * k, rng, 0.1, 1.0);
-  const std::vector<std::uint16_t> bias_bits = random_bf16(n, rng, 0.0, 0.5);
-  driver::DeviceBuffer d_a = upload_with_nan_tail(a_values, k);
-
-  plan::GemmSpec spec;
-  spec.segments = int(widths.size());
-  spec.has_bias = has_bias;
-  spec.weights = weights;
-  GemmParams params{};
+// A quantized W in segments, each with its own packed bytes and scales (io::random_projection) on the
+// device, NaN / 0xFF past the end of every allocation; with `dequantize`, the same bytes dequantized by
+// reference::dequantize into W [n, k] for reference::linear.
+struct QuantizedWeights {
   std::vector<driver::DeviceBuffer> held;
+  GemmSegment segments[kMaxGemmSegments] = {};
+  reference::Tensor dequantized;  // [n, k], or empty
+  std::vector<double> bias;       // [n] as the reference adds it, or empty
+};
+
+QuantizedWeights upload_quantized(const config::WeightEncoding& weights, int k,
+                                  const std::vector<int>& widths, const std::vector<std::uint16_t>& bias_bits,
+                                  std::uint64_t seed, bool dequantize) {
+  const int n = std::accumulate(widths.begin(), widths.end(), 0);
+  QuantizedWeights result;
   const auto hold_bytes = [&](const std::vector<std::uint8_t>& bytes) {
     std::vector<std::uint8_t> padded = bytes;
     padded.resize(bytes.size() + 64, 0xFF);  // NaN / garbage past the end
-    held.push_back(driver::DeviceBuffer::from_host(padded));
-    return held.back().data<const void>();
+    result.held.push_back(driver::DeviceBuffer::from_host(padded));
+    return result.held.back().data<const void>();
   };
-  reference::Tensor w({n, k});
-  std::vector<double> reference_bias(has_bias ? n : 0, 0.0);
+  if (dequantize) result.dequantized = reference::Tensor({n, k});
+  if (!bias_bits.empty()) result.bias.assign(n, 0.0);
   int n_begin = 0;
   for (std::size_t s = 0; s < widths.size(); ++s) {
     const io::RandomProjection part =
         io::random_projection(weights, widths[s], k, 1.0 / std::sqrt(double(k)), seed * 7 + s);
-    const reference::Tensor dequantized =
-        reference::dequantize(weights, part.weight, part.quant, widths[s], k);
-    std::copy(dequantized.data.begin(), dequantized.data.end(), w.data.begin() + std::ptrdiff_t(n_begin) * k);
-    GemmSegment& segment = params.segments[s];
+    if (dequantize) {
+      const reference::Tensor dequantized =
+          reference::dequantize(weights, part.weight, part.quant, widths[s], k);
+      std::copy(dequantized.data.begin(), dequantized.data.end(),
+                result.dequantized.data.begin() + std::ptrdiff_t(n_begin) * k);
+    }
+    GemmSegment& segment = result.segments[s];
     segment.weight = static_cast<const bf16_bits*>(hold_bytes(part.weight.bytes));
     // packed_integer / affine: scales (and MLX biases) widened to f32 as check::upload_weights does.
     const bool integer = weights.format == config::WeightFormat::packed_integer;
@@ -320,14 +321,53 @@ void check_quantized_gemm(const config::WeightEncoding& weights, int m, int k, c
       segment.scale_2 = static_cast<const float*>(hold_bytes(part.quant.scale_2->bytes));
     segment.n_begin = n_begin;
     segment.n_end = n_begin + widths[s];
-    if (has_bias) {
-      held.push_back(
+    if (!bias_bits.empty()) {
+      result.held.push_back(
           upload_with_nan_tail({bias_bits.begin() + n_begin, bias_bits.begin() + segment.n_end}, 8));
-      segment.bias = held.back().data<const bf16_bits>();
-      for (int j = n_begin; j < segment.n_end; ++j) reference_bias[j] = core::bf16_to_float(bias_bits[j]);
+      segment.bias = result.held.back().data<const bf16_bits>();
+      for (int j = n_begin; j < segment.n_end; ++j) result.bias[j] = core::bf16_to_float(bias_bits[j]);
     }
     n_begin = segment.n_end;
   }
+  return result;
+}
+
+// The sm_90a mixed-input kernel's two tilings (token tile 256 with 6 slots, 128 with 8).
+const plan::GemmSm90Tiling kW4Tilings[] = {{256, 6}, {128, 8}};
+
+// A quantized W against reference::linear over reference::dequantize of the same bytes: every mma.sync
+// tiling, or (`w4_kernel`) both tilings of the sm_90a wgmma_w4 kernel; poisoned C with guard columns.
+void check_quantized_gemm(const config::WeightEncoding& weights, int m, int k, const std::vector<int>& widths,
+                          bool has_bias, std::uint64_t seed, bool w4_kernel = false) {
+  gpu().context.make_current();
+  const int n = std::accumulate(widths.begin(), widths.end(), 0);
+  const long long ldc = n + 8;
+  std::mt19937_64 rng(seed);
+  const std::vector<std::uint16_t> a_values = random_bf16(std::size_t(m) * k, rng, 0.1, 1.0);
+  const std::vector<std::uint16_t> bias_bits =
+      has_bias ? random_bf16(n, rng, 0.0, 0.5) : std::vector<std::uint16_t>{};
+  driver::DeviceBuffer d_a = upload_with_nan_tail(a_values, k);
+  const QuantizedWeights w = upload_quantized(weights, k, widths, bias_bits, seed, true);
+
+  plan::GemmSpec spec;
+  spec.segments = int(widths.size());
+  spec.has_bias = has_bias;
+  spec.weights = weights;
+  std::vector<plan::GemmSpec> kernels;
+  if (w4_kernel) {
+    for (const plan::GemmSm90Tiling& tiling : kW4Tilings) {
+      spec.kernel = plan::GemmKernel::wgmma_w4;
+      spec.sm90 = tiling;
+      kernels.push_back(spec);
+    }
+  } else {
+    for (const plan::GemmTiling& tiling : kTilings) {
+      spec.tiling = tiling;
+      kernels.push_back(spec);
+    }
+  }
+  GemmParams params{};
+  std::copy(std::begin(w.segments), std::end(w.segments), std::begin(params.segments));
   driver::DeviceBuffer d_c(std::size_t(m + 1) * ldc * 2);
   params.a = d_a.data<const bf16_bits>();
   params.c = d_c.data<bf16_bits>();
@@ -337,26 +377,24 @@ void check_quantized_gemm(const config::WeightEncoding& weights, int m, int k, c
   params.lda = k;
   params.ldc = ldc;
   const reference::Tensor expected =
-      reference::linear(reference::Tensor({m, k}, to_doubles(a_values)), w, reference_bias);
+      reference::linear(reference::Tensor({m, k}, to_doubles(a_values)), w.dequantized, w.bias);
 
   driver::Stream stream = driver::Stream::create();
   gpu().context.synchronize();
-  for (const plan::GemmTiling& tiling : kTilings) {
-    spec.tiling = tiling;
-    INFO(encoding_name(weights) << ": M " << m << " N " << n << " K " << k << " tiling "
-                                << tiling_name(tiling));
-    spec.check(params);
-    const driver::Function& function = gemm_function(spec);
+  for (const plan::GemmSpec& each : kernels) {
+    INFO(encoding_name(weights) << ": M " << m << " N " << n << " K " << k << " kernel " << spec_name(each));
+    each.check(params);
+    const driver::Function& function = gemm_function(each);
     d_c.fill_bytes_async(kPoisonByte, stream.handle());
-    driver::launch(function, spec.launch_shape(m, n), stream.handle(), params);
+    plan::launch_gemm(function, each, params, stream.handle(), device_multiprocessors());
     stream.synchronize();
     const std::vector<std::uint16_t> output = d_c.download_all<std::uint16_t>();
     const std::vector<double> got = checked_output(output, m, n, ldc);
     const double error = reference::relative_l2_error(expected.data, got);
-    std::printf("quantized gemm %-28s M %5d N %5d K %5d tiling %-12s relative L2 error %.3e\n",
-                encoding_name(weights).c_str(), m, n, k, tiling_name(tiling).c_str(), error);
+    std::printf("quantized gemm %-28s M %5d N %5d K %5d kernel %-22s relative L2 error %.3e\n",
+                encoding_name(weights).c_str(), m, n, k, spec_name(each).c_str(), error);
     INFO("relative L2 error " << error);
-    // W rounds once to bf16 in shared memory (reference: exact); fp32 accumulation; one output rounding.
+    // W rounds once to bf16 (reference: exact); fp32 accumulation; one output rounding.
     CHECK(error < 1e-2);
   }
 }
@@ -550,5 +588,153 @@ TEST_CASE("projection GEMM speed: mma.sync vs wgmma at 8192x6144x4096", "[.gemm_
     CHECK(unwritten == 0);
     CHECK(difference < 1e-2);
     CHECK(median_ms > 0);
+  }
+}
+
+namespace {
+
+// The formats the sm_90a mixed-input kernel reads.
+std::vector<config::WeightEncoding> w4_encodings() {
+  std::vector<config::WeightEncoding> encodings;
+  for (auto format : {config::WeightFormat::mxfp4, config::WeightFormat::nvfp4}) {
+    config::WeightEncoding encoding;
+    encoding.format = format;
+    encodings.push_back(encoding);
+  }
+  for (int group : {32, 64, 128}) encodings.push_back(testing::affine_encoding(4, group));
+  return encodings;
+}
+
+}  // namespace
+
+// The sm_90a mixed-input GEMM (wgmma_w4: dequantized 4-bit weights as wgmma's register A operand) against
+// the reference, per format, on shapes that are no tile multiple. Run: test_gpu "[gemm_w4]".
+TEST_CASE("sm_90a 4-bit weight GEMM matches the reference per format", "[gpu][gemm][gemm_w4]") {
+  const config::Arch arch = device_arch();
+  if (arch.sm() != 90 || !arch.arch_specific) {
+    WARN("wgmma_w4 needs sm_90a; " << arch.name() << " skips it");
+    return;
+  }
+  std::uint64_t seed = 6100;
+  for (const config::WeightEncoding& weights : w4_encodings()) {
+    // The plan picks this kernel for the Llama-3.1-8B QKV shape.
+    const int llama[] = {4096, 1024, 1024};
+    CHECK(plan::choose_w4_gemm_kernel(weights, arch, 2048, 6144, 4096, llama).kernel ==
+          plan::GemmKernel::wgmma_w4);
+    // M 1000 (3.9 tiles of 256), N 1536 + 64 (12.5 tiles of 128, a ragged last segment), K 4096.
+    check_quantized_gemm(weights, 1000, 4096, {1536, 64}, true, seed++, true);
+    // K not a multiple of 128 where the group allows: 4064 = 63.5 slots of 64, 4032 = 63 slots (groups of
+    // 64); groups of 128 take 3968 = 31 x 128.
+    const int k_tail = weights.group_size == 128 ? 3968 : (weights.group_size == 64 ? 4032 : 4064);
+    check_quantized_gemm(weights, 1000, k_tail, {1536, 64}, false, seed++, true);
+    // Three segments with bias (a q | k | v split), few tokens; one token.
+    check_quantized_gemm(weights, 37, 2880 - (weights.group_size == 128 ? 64 : 0), {256, 128, 72}, true,
+                         seed++, true);
+    check_quantized_gemm(weights, 1, 1024, {200}, true, seed++, true);
+  }
+}
+
+// Issue #6's 4-bit row: the Llama-3.1-8B QKV product (N 6144 = 4096 | 1024 | 1024, K 4096) at 512, 2048 and
+// 8192 tokens, the bf16 wgmma kernel (the plan's pick) next to each 4-bit format on wgmma_w4 (both tilings;
+// "<-" marks the plan's pick) and on mma.sync (the plan's tiling). Median of 20 CUDA-event timings after 5
+// warm-up launches; every 4-bit output is compared with mma.sync's on the same weights.
+// Run: test_gpu "[.gemm_w4_speed]".
+TEST_CASE("4-bit weight GEMM speed: wgmma_w4 vs bf16 wgmma and mma.sync", "[.gemm_w4_speed][gpu][gemm]") {
+  const config::Arch arch = device_arch();
+  if (arch.sm() != 90 || !arch.arch_specific) {
+    WARN("wgmma_w4 needs sm_90a; " << arch.name() << " skips it");
+    return;
+  }
+  constexpr int n = 6144, k = 4096;
+  const std::vector<int> widths = {4096, 1024, 1024};
+  gpu().context.make_current();
+  std::mt19937_64 rng(12);
+  const driver::DeviceBuffer d_w =
+      driver::DeviceBuffer::from_host(random_bf16(std::size_t(n) * k, rng, 0.0, 1.0 / std::sqrt(k)));
+  std::vector<config::WeightEncoding> encodings = w4_encodings();
+  encodings.erase(encodings.begin() + 2);  // affine g32 times like g64
+  encodings.pop_back();                    // and g128
+  std::vector<QuantizedWeights> quantized;
+  for (std::size_t f = 0; f < encodings.size(); ++f)
+    quantized.push_back(upload_quantized(encodings[f], k, widths, {}, 500 + f, false));
+  driver::Stream stream = driver::Stream::create();
+  std::printf("\n%-17s %-24s %-22s %10s %10s %s\n", "shape (M N K)", "weights", "kernel", "median ms",
+              "TFLOP/s", "vs bf16 wgmma");
+  for (const int m : {512, 2048, 8192}) {
+    const driver::DeviceBuffer d_a =
+        driver::DeviceBuffer::from_host(random_bf16(std::size_t(m) * k, rng, 0.1, 1.0));
+    driver::DeviceBuffer d_c(std::size_t(m) * n * 2);
+    GemmParams params{};
+    params.a = d_a.data<const bf16_bits>();
+    params.c = d_c.data<bf16_bits>();
+    params.m = m;
+    params.n = n;
+    params.k = k;
+    params.lda = k;
+    params.ldc = n;
+    gpu().context.synchronize();
+    // Times `spec` on `params` (into d_c, poisoned first); returns the median ms and leaves the output in
+    // d_c.
+    const auto time = [&](const plan::GemmSpec& spec) {
+      d_c.fill_bytes_async(kPoisonByte, stream.handle());
+      spec.check(params);
+      const driver::Function& function = gemm_function(spec);
+      for (int i = 0; i < 5; ++i)
+        plan::launch_gemm(function, spec, params, stream.handle(), device_multiprocessors());
+      std::vector<float> milliseconds;
+      for (int i = 0; i < 20; ++i) {
+        const driver::Event start = driver::Event::create();
+        const driver::Event stop = driver::Event::create();
+        start.record(stream.handle());
+        plan::launch_gemm(function, spec, params, stream.handle(), device_multiprocessors());
+        stop.record(stream.handle());
+        milliseconds.push_back(driver::elapsed_ms(start, stop));
+      }
+      std::nth_element(milliseconds.begin(), milliseconds.begin() + 10, milliseconds.end());
+      stream.synchronize();
+      return double(milliseconds[10]);
+    };
+    const auto tflops = [&](double ms) { return 2.0 * m * n * double(k) / (ms * 1e-3) / 1e12; };
+
+    const plan::GemmKernelChoice bf16_choice = plan::choose_gemm_kernel(arch, m, n, k, widths);
+    plan::GemmSpec bf16{3, false, plan::choose_gemm_tiling(m, n, k, arch), bf16_choice.kernel,
+                        bf16_choice.sm90};
+    int bounds = 0;
+    for (int s = 0; s < 3; ++s) {
+      params.segments[s] = {d_w.data<const bf16_bits>() + std::size_t(bounds) * k, nullptr, bounds,
+                            bounds + widths[s]};
+      bounds += widths[s];
+    }
+    const double bf16_ms = time(bf16);
+    std::printf("%5d %5d %5d  %-24s %-22s %10.4f %10.1f\n", m, n, k, "bf16", spec_name(bf16).c_str(), bf16_ms,
+                tflops(bf16_ms));
+
+    for (std::size_t f = 0; f < encodings.size(); ++f) {
+      std::copy(std::begin(quantized[f].segments), std::end(quantized[f].segments),
+                std::begin(params.segments));
+      plan::GemmSpec spec{3, false, plan::choose_gemm_tiling(m, n, k, arch)};
+      spec.weights = encodings[f];
+      const double mma_ms = time(spec);
+      const std::vector<std::uint16_t> baseline = d_c.download_all<std::uint16_t>();
+      std::printf("%5d %5d %5d  %-24s %-22s %10.4f %10.1f %.2fx\n", m, n, k,
+                  encoding_name(spec.weights).c_str(), spec_name(spec).c_str(), mma_ms, tflops(mma_ms),
+                  bf16_ms / mma_ms);
+      const plan::GemmKernelChoice choice = plan::choose_w4_gemm_kernel(encodings[f], arch, m, n, k, widths);
+      CHECK(choice.kernel == plan::GemmKernel::wgmma_w4);
+      for (const plan::GemmSm90Tiling& tiling : kW4Tilings) {
+        spec.kernel = plan::GemmKernel::wgmma_w4;
+        spec.sm90 = tiling;
+        const double ms = time(spec);
+        const std::vector<std::uint16_t> output = d_c.download_all<std::uint16_t>();
+        const std::size_t unwritten = std::size_t(std::count(output.begin(), output.end(), kPoisonBits));
+        const double difference = reference::relative_l2_error(to_doubles(baseline), to_doubles(output));
+        std::printf(
+            "%5d %5d %5d  %-24s %-22s %10.4f %10.1f %.2fx  vs mma.sync rel. L2 %.2e, unwritten %zu %s\n", m,
+            n, k, encoding_name(spec.weights).c_str(), spec_name(spec).c_str(), ms, tflops(ms), bf16_ms / ms,
+            difference, unwritten, choice.sm90 == tiling ? "<- plan" : "");
+        CHECK(unwritten == 0);
+        CHECK(difference < 1e-2);
+      }
+    }
   }
 }
