@@ -113,21 +113,17 @@ struct Mxfp8Weights {
 // `group_size` consecutive k of a row. The mma.sync loaders below decode through the same functions.
 // code_pair(byte) is the fast form for both codes of a byte: code_value of each times code_pair_unit.
 
-// OCP MXFP4: E2M1 pairs per byte (low nibble = even k), one E8M0 scale per 32 values ([rows, K / 32]).
-struct Mxfp4Weights {
+// The E2M1 formats' codes and their mma.sync loader; Format supplies group_size and group_scale (CRTP).
+template <class Format>
+struct E2m1Codes {
   static constexpr int bits = 4;
-  static constexpr int group_size = 32;
   static constexpr bool has_offset = false;
   static constexpr float code_pair_unit = 0x1p-14f;
   __device__ static float code_value(unsigned code) { return e2m1_to_float(code); }
   __device__ static float2 code_pair(unsigned byte) { return e2m1_pair_to_float2_scaled(byte); }
-  // row: W row within the segment; group: k / group_size.
-  __device__ static float group_scale(const GemmSegment& segment, int row, int group, int k_total) {
-    return e8m0_to_float(static_cast<const unsigned char*>(segment.scales)[row * (k_total / 32) + group]);
-  }
   __device__ static void dequantize(const unsigned char* raw, const GemmSegment& segment, int row, int k,
                                     int k_total, float (&values)[8]) {
-    const float s = group_scale(segment, row, k / group_size, k_total);
+    const float s = Format::group_scale(segment, row, k / Format::group_size, k_total);
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       values[2 * e] = code_value(raw[e] & 15u) * s;
@@ -136,26 +132,21 @@ struct Mxfp4Weights {
   }
 };
 
+// OCP MXFP4: E2M1 pairs per byte (low nibble = even k), one E8M0 scale per 32 values ([rows, K / 32]).
+struct Mxfp4Weights : E2m1Codes<Mxfp4Weights> {
+  static constexpr int group_size = 32;
+  // row: W row within the segment; group: k / group_size.
+  __device__ static float group_scale(const GemmSegment& segment, int row, int group, int k_total) {
+    return e8m0_to_float(static_cast<const unsigned char*>(segment.scales)[row * (k_total / 32) + group]);
+  }
+};
+
 // NVFP4 (ModelOpt): E2M1 pairs, one e4m3fn scale per 16 values ([rows, K / 16]) times the f32 scale_2.
-struct Nvfp4Weights {
-  static constexpr int bits = 4;
+struct Nvfp4Weights : E2m1Codes<Nvfp4Weights> {
   static constexpr int group_size = 16;
-  static constexpr bool has_offset = false;
-  static constexpr float code_pair_unit = 0x1p-14f;
-  __device__ static float code_value(unsigned code) { return e2m1_to_float(code); }
-  __device__ static float2 code_pair(unsigned byte) { return e2m1_pair_to_float2_scaled(byte); }
   __device__ static float group_scale(const GemmSegment& segment, int row, int group, int k_total) {
     return e4m3fn_to_float(static_cast<const unsigned char*>(segment.scales)[row * (k_total / 16) + group]) *
            segment.scale_2[0];
-  }
-  __device__ static void dequantize(const unsigned char* raw, const GemmSegment& segment, int row, int k,
-                                    int k_total, float (&values)[8]) {
-    const float s = group_scale(segment, row, k / group_size, k_total);
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      values[2 * e] = code_value(raw[e] & 15u) * s;
-      values[2 * e + 1] = code_value(raw[e] >> 4) * s;
-    }
   }
 };
 

@@ -127,32 +127,20 @@ __global__ void __launch_bounds__(Traits::threads, 1)
   const int k_tiles = (gemm.k + Traits::block_k - 1) / Traits::block_k;
 
   if (warpgroup == 0) {
-    // Producer; `slot_use` counts ring slot uses across tiles: slot slot_use % stages, phase
-    // (slot_use / stages) % 2.
+    // Producer: one thread issues every TMA load.
     sm90::setmaxnreg_decrease<Traits::producer_registers>();
     if (threadIdx.x == 0) {
-      sm90::prefetch_tensor_map(&params.a_map);
-#pragma unroll
-      for (int s = 0; s < Traits::segments; ++s) sm90::prefetch_tensor_map(&params.w_maps[s]);
-      int slot_use = 0;
-      for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-        const TileCoordinates coordinates = grouped_tile<Traits::group_tokens>(tile, token_tiles, row_tiles);
-        const int m0 = coordinates.m * Traits::block_tokens;
-        const SegmentTile codes = segment_tile<Traits::segments>(params, coordinates.n * Traits::block_rows);
-        for (int k_tile = 0; k_tile < k_tiles; ++k_tile, ++slot_use) {
-          const int slot = slot_use % Traits::stages;
-          const unsigned phase = (slot_use / Traits::stages) & 1u;
-          // Wait until both consumers released the slot's previous use (a fresh barrier passes parity 1).
-          sm90::mbarrier_wait_parity(empty_barriers + 8 * slot, phase ^ 1u);
-          const unsigned full = full_barriers + 8 * slot;
-          const unsigned x_slot = ring + slot * Traits::slot_bytes;
-          sm90::mbarrier_arrive_expect_tx(full, Traits::slot_bytes);  // full boxes, zero fill included
-          sm90::tma_load_2d(x_slot, &params.a_map, full, k_tile * Traits::block_k, m0);
-          // The codes' x coordinate is in bytes: two k per byte.
-          sm90::tma_load_2d(x_slot + Traits::x_slot_bytes, codes.map, full, k_tile * Traits::code_row_bytes,
-                            codes.row);
-        }
-      }
+      produce_ring<Traits::stages, Traits::slot_bytes, Traits::segments, Traits::group_tokens>(
+          params, ring, full_barriers, empty_barriers, token_tiles, row_tiles, k_tiles,
+          [&](TileCoordinates coordinates, int k_tile, unsigned x_slot, unsigned full) {
+            const SegmentTile codes =
+                segment_tile<Traits::segments>(params, coordinates.n * Traits::block_rows);
+            sm90::tma_load_2d(x_slot, &params.a_map, full, k_tile * Traits::block_k,
+                              coordinates.m * Traits::block_tokens);
+            // The codes' x coordinate is in bytes: two k per byte.
+            sm90::tma_load_2d(x_slot + Traits::x_slot_bytes, codes.map, full, k_tile * Traits::code_row_bytes,
+                              codes.row);
+          });
     }
     return;
   }

@@ -275,6 +275,20 @@ std::string encoding_name(const config::WeightEncoding& weights) {
   }
 }
 
+// Params of C [m, n] (row stride ldc) = A [m, k] (row stride k) x W^T; the segments are the caller's.
+GemmParams dense_gemm_params(const driver::DeviceBuffer& a, driver::DeviceBuffer& c, int m, int n, int k,
+                             long long ldc) {
+  GemmParams params{};
+  params.a = a.data<const bf16_bits>();
+  params.c = c.data<bf16_bits>();
+  params.m = m;
+  params.n = n;
+  params.k = k;
+  params.lda = k;
+  params.ldc = ldc;
+  return params;
+}
+
 // A quantized W in segments, each with its own packed bytes and scales (io::random_projection) on the
 // device, NaN / 0xFF past the end of every allocation; with `dequantize`, the same bytes dequantized by
 // reference::dequantize into W [n, k] for reference::linear.
@@ -366,16 +380,9 @@ void check_quantized_gemm(const config::WeightEncoding& weights, int m, int k, c
       kernels.push_back(spec);
     }
   }
-  GemmParams params{};
-  std::copy(std::begin(w.segments), std::end(w.segments), std::begin(params.segments));
   driver::DeviceBuffer d_c(std::size_t(m + 1) * ldc * 2);
-  params.a = d_a.data<const bf16_bits>();
-  params.c = d_c.data<bf16_bits>();
-  params.m = m;
-  params.n = n;
-  params.k = k;
-  params.lda = k;
-  params.ldc = ldc;
+  GemmParams params = dense_gemm_params(d_a, d_c, m, n, k, ldc);
+  std::copy(std::begin(w.segments), std::end(w.segments), std::begin(params.segments));
   const reference::Tensor expected =
       reference::linear(reference::Tensor({m, k}, to_doubles(a_values)), w.dequantized, w.bias);
 
@@ -519,6 +526,30 @@ TEST_CASE("projection GEMM throughput on a prefill-sized QKV product", "[.][benc
   }
 }
 
+namespace {
+
+// `spec` on `params` (checked by the caller): the median of 20 CUDA-event timings after 5 warm-up
+// launches, in ms; the stream is synchronized on return.
+double median_launch_ms(const plan::GemmSpec& spec, const GemmParams& params, const driver::Stream& stream) {
+  const driver::Function& function = gemm_function(spec);
+  for (int i = 0; i < 5; ++i)
+    plan::launch_gemm(function, spec, params, stream.handle(), device_multiprocessors());
+  std::vector<float> milliseconds;
+  for (int i = 0; i < 20; ++i) {
+    const driver::Event start = driver::Event::create();
+    const driver::Event stop = driver::Event::create();
+    start.record(stream.handle());
+    plan::launch_gemm(function, spec, params, stream.handle(), device_multiprocessors());
+    stop.record(stream.handle());
+    milliseconds.push_back(driver::elapsed_ms(start, stop));
+  }
+  std::nth_element(milliseconds.begin(), milliseconds.begin() + 10, milliseconds.end());
+  stream.synchronize();
+  return double(milliseconds[10]);
+}
+
+}  // namespace
+
 // The number issue #6 is about: 8192 x 6144 x 4096 (Llama-3-8B's QKV at 8192 tokens, q | k | v segments),
 // mma.sync's best tiling against the wgmma kernel. Median of 20 CUDA-event timings after 5 warm-up
 // launches. The wgmma outputs are also compared with mma.sync's (a CPU reference of this size is too slow).
@@ -559,22 +590,8 @@ TEST_CASE("projection GEMM speed: mma.sync vs wgmma at 8192x6144x4096", "[.gemm_
     d_c.fill_bytes_async(kPoisonByte, stream.handle());
     params.c = d_c.data<bf16_bits>();
     spec.check(params);
-    const driver::Function& function = gemm_function(spec);
-    for (int i = 0; i < 5; ++i)
-      plan::launch_gemm(function, spec, params, stream.handle(), device_multiprocessors());
-    std::vector<float> milliseconds;
-    for (int i = 0; i < 20; ++i) {
-      const driver::Event start = driver::Event::create();
-      const driver::Event stop = driver::Event::create();
-      start.record(stream.handle());
-      plan::launch_gemm(function, spec, params, stream.handle(), device_multiprocessors());
-      stop.record(stream.handle());
-      milliseconds.push_back(driver::elapsed_ms(start, stop));
-    }
-    std::nth_element(milliseconds.begin(), milliseconds.begin() + 10, milliseconds.end());
-    const double median_ms = milliseconds[10];
+    const double median_ms = median_launch_ms(spec, params, stream);
     const double tflops = 2.0 * m * n * double(k) / (median_ms * 1e-3) / 1e12;
-    stream.synchronize();
     const std::vector<std::uint16_t> output = d_c.download_all<std::uint16_t>();
     const std::size_t unwritten = std::size_t(std::count(output.begin(), output.end(), kPoisonBits));
     double difference = 0;
@@ -664,35 +681,14 @@ TEST_CASE("4-bit weight GEMM speed: wgmma_w4 vs bf16 wgmma and mma.sync", "[.gem
     const driver::DeviceBuffer d_a =
         driver::DeviceBuffer::from_host(random_bf16(std::size_t(m) * k, rng, 0.1, 1.0));
     driver::DeviceBuffer d_c(std::size_t(m) * n * 2);
-    GemmParams params{};
-    params.a = d_a.data<const bf16_bits>();
-    params.c = d_c.data<bf16_bits>();
-    params.m = m;
-    params.n = n;
-    params.k = k;
-    params.lda = k;
-    params.ldc = n;
+    GemmParams params = dense_gemm_params(d_a, d_c, m, n, k, n);
     gpu().context.synchronize();
     // Times `spec` on `params` (into d_c, poisoned first); returns the median ms and leaves the output in
     // d_c.
-    const auto time = [&](const plan::GemmSpec& spec) {
+    const auto time_ms = [&](const plan::GemmSpec& spec) {
       d_c.fill_bytes_async(kPoisonByte, stream.handle());
       spec.check(params);
-      const driver::Function& function = gemm_function(spec);
-      for (int i = 0; i < 5; ++i)
-        plan::launch_gemm(function, spec, params, stream.handle(), device_multiprocessors());
-      std::vector<float> milliseconds;
-      for (int i = 0; i < 20; ++i) {
-        const driver::Event start = driver::Event::create();
-        const driver::Event stop = driver::Event::create();
-        start.record(stream.handle());
-        plan::launch_gemm(function, spec, params, stream.handle(), device_multiprocessors());
-        stop.record(stream.handle());
-        milliseconds.push_back(driver::elapsed_ms(start, stop));
-      }
-      std::nth_element(milliseconds.begin(), milliseconds.begin() + 10, milliseconds.end());
-      stream.synchronize();
-      return double(milliseconds[10]);
+      return median_launch_ms(spec, params, stream);
     };
     const auto tflops = [&](double ms) { return 2.0 * m * n * double(k) / (ms * 1e-3) / 1e12; };
 
@@ -705,7 +701,7 @@ TEST_CASE("4-bit weight GEMM speed: wgmma_w4 vs bf16 wgmma and mma.sync", "[.gem
                             bounds + widths[s]};
       bounds += widths[s];
     }
-    const double bf16_ms = time(bf16);
+    const double bf16_ms = time_ms(bf16);
     std::printf("%5d %5d %5d  %-24s %-22s %10.4f %10.1f\n", m, n, k, "bf16", spec_name(bf16).c_str(), bf16_ms,
                 tflops(bf16_ms));
 
@@ -714,7 +710,7 @@ TEST_CASE("4-bit weight GEMM speed: wgmma_w4 vs bf16 wgmma and mma.sync", "[.gem
                 std::begin(params.segments));
       plan::GemmSpec spec{3, false, plan::choose_gemm_tiling(m, n, k, arch)};
       spec.weights = encodings[f];
-      const double mma_ms = time(spec);
+      const double mma_ms = time_ms(spec);
       const std::vector<std::uint16_t> baseline = d_c.download_all<std::uint16_t>();
       std::printf("%5d %5d %5d  %-24s %-22s %10.4f %10.1f %.2fx\n", m, n, k,
                   encoding_name(spec.weights).c_str(), spec_name(spec).c_str(), mma_ms, tflops(mma_ms),
@@ -724,7 +720,7 @@ TEST_CASE("4-bit weight GEMM speed: wgmma_w4 vs bf16 wgmma and mma.sync", "[.gem
       for (const plan::GemmSm90Tiling& tiling : kW4Tilings) {
         spec.kernel = plan::GemmKernel::wgmma_w4;
         spec.sm90 = tiling;
-        const double ms = time(spec);
+        const double ms = time_ms(spec);
         const std::vector<std::uint16_t> output = d_c.download_all<std::uint16_t>();
         const std::size_t unwritten = std::size_t(std::count(output.begin(), output.end(), kPoisonBits));
         const double difference = reference::relative_l2_error(to_doubles(baseline), to_doubles(output));
