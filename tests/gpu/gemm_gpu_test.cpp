@@ -346,13 +346,11 @@ QuantizedWeights upload_quantized(const config::WeightEncoding& weights, int k,
   return result;
 }
 
-// The sm_90a mixed-input kernel's two tilings (token tile 256 with 6 slots, 128 with 8).
-const plan::GemmSm90Tiling kW4Tilings[] = {{256, 6}, {128, 8}};
-
 // A quantized W against reference::linear over reference::dequantize of the same bytes: every mma.sync
-// tiling, or (`w4_kernel`) both tilings of the sm_90a wgmma_w4 kernel; poisoned C with guard columns.
+// tiling, or the given tilings of the sm_90a wgmma_w4 kernel; poisoned C with guard columns.
 void check_quantized_gemm(const config::WeightEncoding& weights, int m, int k, const std::vector<int>& widths,
-                          bool has_bias, std::uint64_t seed, bool w4_kernel = false) {
+                          bool has_bias, std::uint64_t seed,
+                          const std::vector<plan::GemmSm90Tiling>& w4_tilings = {}) {
   gpu().context.make_current();
   const int n = std::accumulate(widths.begin(), widths.end(), 0);
   const long long ldc = n + 8;
@@ -368,8 +366,8 @@ void check_quantized_gemm(const config::WeightEncoding& weights, int m, int k, c
   spec.has_bias = has_bias;
   spec.weights = weights;
   std::vector<plan::GemmSpec> kernels;
-  if (w4_kernel) {
-    for (const plan::GemmSm90Tiling& tiling : kW4Tilings) {
+  if (!w4_tilings.empty()) {
+    for (const plan::GemmSm90Tiling& tiling : w4_tilings) {
       spec.kernel = plan::GemmKernel::wgmma_w4;
       spec.sm90 = tiling;
       kernels.push_back(spec);
@@ -638,16 +636,20 @@ TEST_CASE("sm_90a 4-bit weight GEMM matches the reference per format", "[gpu][ge
     const int llama[] = {4096, 1024, 1024};
     CHECK(plan::choose_w4_gemm_kernel(weights, arch, 2048, 6144, 4096, llama).kernel ==
           plan::GemmKernel::wgmma_w4);
-    // M 1000 (3.9 tiles of 256), N 1536 + 64 (12.5 tiles of 128, a ragged last segment), K 4096.
-    check_quantized_gemm(weights, 1000, 4096, {1536, 64}, true, seed++, true);
+    // NVRTC takes seconds per specialization: the cases share four (segments, bias, tiling) per format.
+    // M 1000 (3.9 tiles of 256), N 1536 + 64 (12.5 tiles of 128, a ragged last segment), K 4096, bias.
+    check_quantized_gemm(weights, 1000, 4096, {1536, 64}, true, seed++, {{256, 6}, {128, 8}});
     // K not a multiple of 128 where the group allows: 4064 = 63.5 slots of 64, 4032 = 63 slots (groups of
-    // 64); groups of 128 take 3968 = 31 x 128.
+    // 64); groups of 128 take 3968 = 31 x 128. No bias (the Llama QKV specialization).
     const int k_tail = weights.group_size == 128 ? 3968 : (weights.group_size == 64 ? 4032 : 4064);
-    check_quantized_gemm(weights, 1000, k_tail, {1536, 64}, false, seed++, true);
-    // Three segments with bias (a q | k | v split), few tokens; one token.
-    check_quantized_gemm(weights, 37, 2880 - (weights.group_size == 128 ? 64 : 0), {256, 128, 72}, true,
-                         seed++, true);
-    check_quantized_gemm(weights, 1, 1024, {200}, true, seed++, true);
+    check_quantized_gemm(weights, 1000, k_tail, {1536, 64}, false, seed++, {{256, 6}});
+    // Three segments with bias (a q | k | v split), few tokens, then one token: the heuristic's 128-token
+    // tile for both.
+    CHECK(plan::choose_w4_gemm_kernel(weights, arch, 37, 456, 2880, std::vector<int>{256, 128, 72}).sm90 ==
+          plan::GemmSm90Tiling{128, 8});
+    const int k_few = 2880 - (weights.group_size == 128 ? 64 : 0);
+    check_quantized_gemm(weights, 37, k_few, {256, 128, 72}, true, seed++, {{128, 8}});
+    check_quantized_gemm(weights, 1, k_few, {128, 128, 8}, true, seed++, {{128, 8}});
   }
 }
 
@@ -717,7 +719,7 @@ TEST_CASE("4-bit weight GEMM speed: wgmma_w4 vs bf16 wgmma and mma.sync", "[.gem
                   bf16_ms / mma_ms);
       const plan::GemmKernelChoice choice = plan::choose_w4_gemm_kernel(encodings[f], arch, m, n, k, widths);
       CHECK(choice.kernel == plan::GemmKernel::wgmma_w4);
-      for (const plan::GemmSm90Tiling& tiling : kW4Tilings) {
+      for (const plan::GemmSm90Tiling tiling : {plan::GemmSm90Tiling{256, 6}, plan::GemmSm90Tiling{128, 8}}) {
         spec.kernel = plan::GemmKernel::wgmma_w4;
         spec.sm90 = tiling;
         const double ms = time_ms(spec);
