@@ -57,6 +57,11 @@ GemmParams llama_qkv_params(int m) {
 TEST_CASE("wgmma_w4: sm_90a, the row-major 4-bit formats, segments of whole 128-row tiles",
           "[plan][gemm][gemm_w4]") {
   const int llama[] = {4096, 1024, 1024};
+  if (!sm90_w4_gemm_enabled()) {  // switched off (gemm_spec.cpp): every 4-bit product stays on mma.sync
+    for (const config::WeightEncoding& encoding : w4_encodings())
+      CHECK(choose_w4_gemm_kernel(encoding, kSm90a, 8192, 6144, 4096, llama).kernel == GemmKernel::mma_sync);
+    return;
+  }
   for (const config::WeightEncoding& encoding : w4_encodings()) {
     INFO(config::to_string(encoding.format) << " group " << encoding.group_size);
     CHECK(sm90_w4_gemm_supports(encoding));
@@ -68,7 +73,6 @@ TEST_CASE("wgmma_w4: sm_90a, the row-major 4-bit formats, segments of whole 128-
     CHECK(choose_w4_gemm_kernel(encoding, {9, 0, false}, 8192, 6144, 4096, llama).kernel ==
           GemmKernel::mma_sync);
   }
-  CHECK(sm90_w4_gemm_enabled());
   // Formats whose codes are not [N, K / 2] row-major bytes stay on mma.sync.
   const config::WeightEncoding others[] = {
       format(config::WeightFormat::bf16),

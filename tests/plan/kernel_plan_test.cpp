@@ -45,9 +45,11 @@ TEST_CASE("on sm_90a the 4-bit plans run the wgmma_w4 kernel; other formats and 
     const config::AttentionConfig config =
         config::load_file(std::string(ATTNPLAN_SOURCE_DIR) + "/plans/" + name + ".json");
     const plan::KernelPlan kernels = plan::plan_kernels(config, hopper);
-    CHECK(kernels.qkv_projection.kernel == plan::GemmKernel::wgmma_w4);
-    CHECK(kernels.output_projection.kernel == plan::GemmKernel::wgmma_w4);
-    CHECK(kernels.kernels[1].source.header == "attnplan/gemm_sm90_w4.cuh");
+    // sm90_w4_gemm_enabled switches the kernel off in one place; the plan then keeps mma.sync.
+    const bool w4 = plan::sm90_w4_gemm_enabled();
+    CHECK(kernels.qkv_projection.kernel == (w4 ? plan::GemmKernel::wgmma_w4 : plan::GemmKernel::mma_sync));
+    CHECK(kernels.output_projection.kernel == kernels.qkv_projection.kernel);
+    CHECK(kernels.kernels[1].source.header == (w4 ? "attnplan/gemm_sm90_w4.cuh" : "attnplan/gemm.cuh"));
     CHECK(plan::plan_kernels(config, config::Arch{8, 0, false}).qkv_projection.kernel ==
           plan::GemmKernel::mma_sync);
   }
