@@ -170,12 +170,17 @@ std::string weight_policy(const config::WeightEncoding& encoding) {
 // The wgmma_w4 kernel's stub: the format's policy of gemm.cuh is its loader.
 compiler::KernelSource sm90_w4_source(const GemmSpec& spec) {
   if (!sm90_w4_gemm_supports(spec.weights)) {
-    throw Error(Stage::input,
-                fmt::format("gemm: the wgmma_w4 kernel reads mxfp4, nvfp4 and 4-bit affine weights, not {}{}",
-                            config::to_string(spec.weights.format),
-                            spec.weights.format == WeightFormat::affine
-                                ? fmt::format(" with {} bits", spec.weights.bits)
-                                : ""));
+    throw Error(
+        Stage::input,
+        fmt::format(
+            "gemm: the wgmma_w4 kernel reads mxfp4, nvfp4, 4-bit affine and 4-bit GPTQ without act order "
+            "weights, not {}{}",
+            config::to_string(spec.weights.format),
+            spec.weights.format == WeightFormat::affine ? fmt::format(" with {} bits", spec.weights.bits)
+            : spec.weights.format == WeightFormat::packed_integer
+                ? fmt::format(" ({}, {} bits{})", config::to_string(spec.weights.scheme), spec.weights.bits,
+                              spec.weights.act_order ? ", act order" : "")
+                : ""));
   }
   compiler::KernelSource source;
   source.family = "gemm_sm90_w4";
@@ -251,6 +256,14 @@ bool sm90_w4_gemm_supports(const config::WeightEncoding& encoding) {
     case WeightFormat::affine:
       return encoding.bits == 4 &&
              (encoding.group_size == 32 || encoding.group_size == 64 || encoding.group_size == 128);
+    case WeightFormat::packed_integer:
+      // GPTQ's [K / 8, N] words (AWQ packs along N: a byte holds two columns, not two k). A group must
+      // hold whole k16 steps and tile the 64-wide K slot (or a whole number of them).
+      return encoding.scheme != config::PackedIntegerScheme::awq && encoding.bits == 4 &&
+             !encoding.act_order &&
+             (encoding.group_size == -1 ||
+              (encoding.group_size > 0 && encoding.group_size % 16 == 0 &&
+               (64 % encoding.group_size == 0 || encoding.group_size % 64 == 0)));
     default:
       return false;
   }
@@ -283,13 +296,20 @@ GemmSm90Params make_gemm_sm90_w4_params(const GemmSpec& spec, const GemmParams& 
   sm90.gemm = params;
   encode_tensor_map(sm90.a_map, params.a, params.k, params.m, params.lda, kGemmSm90W4BlockK,
                     spec.sm90.block_n, "a");
+  const bool gptq = spec.weights.format == WeightFormat::packed_integer;
   for (int s = 0; s < spec.segments; ++s) {
     const GemmSegment& segment = params.segments[s];
-    // Codes as bytes [rows, K / 2]: boxes of 64 k (32 bytes) of 128 rows, unswizzled.
-    encode_tensor_map_2d(sm90.w_maps[s], segment.weight, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, params.k / 2,
-                         segment.n_end - segment.n_begin, params.k / 2, kGemmSm90W4BlockK / 2,
-                         kGemmSm90W4BlockRows, CU_TENSOR_MAP_SWIZZLE_NONE,
-                         fmt::format("segments[{}].weight", s));
+    const int rows = segment.n_end - segment.n_begin;
+    const std::string field = fmt::format("segments[{}].weight", s);
+    if (gptq) {  // words [K / 8, rows]: boxes of 8 word rows (64 k) of 128 weight rows, unswizzled
+      encode_tensor_map_2d(sm90.w_maps[s], segment.weight, CU_TENSOR_MAP_DATA_TYPE_UINT32, 4, rows,
+                           params.k / 8, rows, kGemmSm90W4BlockRows, kGemmSm90W4BlockK / 8,
+                           CU_TENSOR_MAP_SWIZZLE_NONE, field);
+    } else {  // bytes [rows, K / 2]: boxes of 64 k (32 bytes) of 128 rows, unswizzled
+      encode_tensor_map_2d(sm90.w_maps[s], segment.weight, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, params.k / 2,
+                           rows, params.k / 2, kGemmSm90W4BlockK / 2, kGemmSm90W4BlockRows,
+                           CU_TENSOR_MAP_SWIZZLE_NONE, field);
+    }
   }
   return sm90;
 }

@@ -83,8 +83,10 @@ GemmKernelChoice choose_gemm_kernel(config::Arch arch, int m_hint, int n, int k,
 // and 4-bit projections stay on the mma.sync kernel. One place to turn it off if it misbehaves on a GPU.
 bool sm90_w4_gemm_enabled();
 
-// Whether the wgmma_w4 kernel has a loader for `encoding`: 4-bit codes stored row by row ([N, K / 2]
-// bytes, low nibble first): mxfp4, nvfp4, affine with bits 4. GPTQ / AWQ ([K, N]-ordered words) are not.
+// Whether the wgmma_w4 kernel has a loader for `encoding`: 4-bit codes in k order, two per byte, low
+// nibble first: rows of bytes [N, K / 2] (mxfp4, nvfp4, affine with bits 4) or GPTQ / GPTQ v2 words
+// [K / 8, N] (bits 4, no act order, group -1 or a multiple of 16 that divides or is divided by 64). AWQ
+// (packed along N) is not.
 bool sm90_w4_gemm_supports(const config::WeightEncoding& encoding);
 
 // The kernel for a quantized [m_hint, k] x [k, n] product on `arch` (segments as in choose_gemm_kernel).

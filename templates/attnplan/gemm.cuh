@@ -180,32 +180,51 @@ struct GptqWeights {
   __device__ static long long word_index(int r, int c, int k_offset, int row_in_segment, int width, int) {
     return static_cast<long long>(k_offset / per_word + r) * width + row_in_segment;
   }
+  // Scale and zero point (with v1's + 1) of W row `row` of the segment in group `group`.
+  __device__ static float group_scale(const GemmSegment& segment, int row, int group, int /*k_total*/) {
+    const int width = segment.n_end - segment.n_begin;
+    return static_cast<const float*>(segment.scales)[static_cast<long long>(group) * width + row];
+  }
+  __device__ static float zero_point(const GemmSegment& segment, int row, int group) {
+    const int width = segment.n_end - segment.n_begin;
+    const unsigned word = static_cast<const unsigned*>(
+        segment.zeros)[static_cast<long long>(group) * (width / per_word) + row / per_word];
+    return float((word >> (kBits * (row % per_word))) & ((1u << kBits) - 1u)) + (kV2 ? 0.0f : 1.0f);
+  }
   // words: the stage's tile; n: W row in the segment, tile_row: its row in the tile; kk: k - k_offset.
   template <int kBlockN, int kBlockK>
   __device__ static void dequantize(const unsigned* words, int tile_row, int kk, const GemmSegment& segment,
                                     int n, int k, int k_total, float (&values)[8]) {
-    const int width = segment.n_end - segment.n_begin;
-    const float* scales = static_cast<const float*>(segment.scales);
-    const unsigned* zeros = static_cast<const unsigned*>(segment.zeros);
     constexpr unsigned mask = (1u << kBits) - 1u;
-    const auto zero_of = [&](int g) {
-      const unsigned word = zeros[static_cast<long long>(g) * (width / per_word) + n / per_word];
-      return float((word >> (kBits * (n % per_word))) & mask) + (kV2 ? 0.0f : 1.0f);
-    };
     int g = kGroupSize > 0 ? k / kGroupSize : 0;
-    float s = scales[static_cast<long long>(g) * width + n];
-    float z = zero_of(g);
+    float s = group_scale(segment, n, g, k_total);
+    float z = zero_point(segment, n, g);
 #pragma unroll
     for (int e = 0; e < 8; ++e) {
       const unsigned word = words[((kk + e) / per_word) * kBlockN + tile_row];
       const unsigned q = (word >> (kBits * ((kk + e) % per_word))) & mask;
       if constexpr (kActOrder) {
         g = segment.g_idx[k + e];
-        s = scales[static_cast<long long>(g) * width + n];
-        z = zero_of(g);
+        s = group_scale(segment, n, g, k_total);
+        z = zero_point(segment, n, g);
       }
       values[e] = s * (float(q) - z);
     }
+  }
+
+  // For the sm_90a kernel (gemm_sm90_w4.cuh; 4 bits, no act order): the codes are 32-bit words
+  // [K / 8, rows] (k_major_words), a byte of a word holds two consecutive k (low nibble first), and a value
+  // is q * s + offset with offset = -s * z.
+  static constexpr int group_size = kGroupSize;  // -1: one group (per channel)
+  static constexpr bool k_major_words = true;
+  static constexpr bool has_offset = true;
+  static constexpr float code_pair_unit = 1.0f;
+  __device__ static float2 code_pair(unsigned byte) {
+    static_assert(kBits == 4 && !kActOrder, "code pairs: 4-bit codes in k order");
+    return u4_pair_to_float2(byte);
+  }
+  __device__ static float group_offset(const GemmSegment& segment, int row, int group, int k_total) {
+    return -group_scale(segment, row, group, k_total) * zero_point(segment, row, group);
   }
 };
 

@@ -1,6 +1,7 @@
 // The sm_90a mixed-input projection GEMM: C[M, N] = X[M, K] · dequant(W)[N, K]^T (+ bias[N]) for 4-bit
-// weights whose rows store their codes contiguously ([N, K / 2] bytes, low nibble = even k: mxfp4, nvfp4,
-// MLX affine 4-bit), bf16 activations, fp32 accumulation, one rounding to bf16 — gemm.cuh's semantics.
+// weights whose codes are stored in k order, two per byte, low nibble first: rows of bytes [N, K / 2]
+// (mxfp4, nvfp4, MLX affine 4-bit) or GPTQ's words [K / 8, N] (4-bit, no act order); bf16 activations,
+// fp32 accumulation, one rounding to bf16 — gemm.cuh's semantics.
 //
 // wgmma reads its A operand from registers or shared memory and B from shared memory only, so the operands
 // are swapped: a tile computes C^T[128 weight rows, block_tokens] = W'[128, K] · X[block_tokens, K]^T with
@@ -31,8 +32,15 @@
 
 namespace attnplan::kernels {
 
+// Whether a format stores its codes as GPTQ does: 32-bit words [K / 8, rows], word i of a row holding k
+// 8 i .. 8 i + 7 at 4 bits each (the others: bytes [rows, K / 2]).
+template <class Format>
+inline constexpr bool k_major_words_v = requires {
+  Format::k_major_words;
+};
+
 // kFormat: a 4-bit policy of gemm.cuh with code_pair, group_scale (and group_offset where has_offset):
-// Mxfp4Weights, Nvfp4Weights or AffineWeights<4, group>.
+// Mxfp4Weights, Nvfp4Weights, AffineWeights<4, group> or GptqWeights<4, v2, group, false>.
 template <int kBlockTokens, int kStages, int kSegments, bool kHasBias, class kFormat>
 struct GemmSm90W4Traits {
   using Params = GemmSm90Params;
@@ -57,8 +65,12 @@ struct GemmSm90W4Traits {
   static constexpr int ring_bytes = stages * slot_bytes;
   static constexpr int dynamic_shared_bytes = gemm_sm90_w4_dynamic_shared_bytes(block_tokens, stages);
 
-  // Scales per weight row that one slot's 64 k touch, and the k16 steps one scale covers.
-  static constexpr int group_size = Format::group_size;
+  // Codes: bytes [rows, K / 2] (a slot: [128, 32] bytes), or GPTQ words [K / 8, rows] (a slot: [8, 128]
+  // words). Either way byte l % 4 of the slot's word 2 s (+ 1) of a row holds its k 16 s + 2 (l % 4) (+ 8).
+  static constexpr bool k_major_words = k_major_words_v<Format>;
+  // Scales per weight row that one slot's 64 k touch, and the k16 steps one scale covers (a per-channel
+  // group, -1, is one group longer than any K).
+  static constexpr int group_size = Format::group_size > 0 ? Format::group_size : (1 << 30);
   static constexpr int scales_per_slot = group_size >= block_k ? 1 : block_k / group_size;
   static constexpr int steps_per_scale = k_steps / scales_per_slot;
 
@@ -137,9 +149,13 @@ __global__ void __launch_bounds__(Traits::threads, 1)
                 segment_tile<Traits::segments>(params, coordinates.n * Traits::block_rows);
             sm90::tma_load_2d(x_slot, &params.a_map, full, k_tile * Traits::block_k,
                               coordinates.m * Traits::block_tokens);
-            // The codes' x coordinate is in bytes: two k per byte.
-            sm90::tma_load_2d(x_slot + Traits::x_slot_bytes, codes.map, full, k_tile * Traits::code_row_bytes,
-                              codes.row);
+            if constexpr (Traits::k_major_words) {  // x: the weight row, y: the word row (8 k each)
+              sm90::tma_load_2d(x_slot + Traits::x_slot_bytes, codes.map, full, codes.row,
+                                k_tile * Traits::block_k / 8);
+            } else {  // x: bytes along the row (two k per byte), y: the weight row
+              sm90::tma_load_2d(x_slot + Traits::x_slot_bytes, codes.map, full,
+                                k_tile * Traits::code_row_bytes, codes.row);
+            }
           });
     }
     return;
@@ -211,16 +227,22 @@ __global__ void __launch_bounds__(Traits::threads, 1)
                                  static_cast<unsigned>(use / Traits::stages) & 1u);
       const unsigned char* codes =
           ring_pointer + (use % Traits::stages) * Traits::slot_bytes + Traits::x_slot_bytes;
-      // The 8 code words of each fragment row ([128, 32] bytes, row-major, unswizzled).
+      // The 8 code words of each fragment row (unswizzled).
       unsigned words[2][8];
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const uint4* source =
-            reinterpret_cast<const uint4*>(codes + (fragment_row + 8 * h) * Traits::code_row_bytes);
-        const uint4 first = source[0];
-        const uint4 second = source[1];
-        words[h][0] = first.x, words[h][1] = first.y, words[h][2] = first.z, words[h][3] = first.w;
-        words[h][4] = second.x, words[h][5] = second.y, words[h][6] = second.z, words[h][7] = second.w;
+        if constexpr (Traits::k_major_words) {  // [8, 128] words: a warp reads 8 consecutive words per load
+          const unsigned* column = reinterpret_cast<const unsigned*>(codes) + fragment_row + 8 * h;
+#pragma unroll
+          for (int i = 0; i < 8; ++i) words[h][i] = column[i * Traits::block_rows];
+        } else {  // [128, 32] bytes, row-major
+          const uint4* source =
+              reinterpret_cast<const uint4*>(codes + (fragment_row + 8 * h) * Traits::code_row_bytes);
+          const uint4 first = source[0];
+          const uint4 second = source[1];
+          words[h][0] = first.x, words[h][1] = first.y, words[h][2] = first.z, words[h][3] = first.w;
+          words[h][4] = second.x, words[h][5] = second.y, words[h][6] = second.z, words[h][7] = second.w;
+        }
       }
 #pragma unroll
       for (int step = 0; step < Traits::k_steps; ++step) {

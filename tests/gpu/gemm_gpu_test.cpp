@@ -617,6 +617,8 @@ std::vector<config::WeightEncoding> w4_encodings() {
     encodings.push_back(encoding);
   }
   for (int group : {32, 64, 128}) encodings.push_back(testing::affine_encoding(4, group));
+  encodings.push_back(testing::packed_encoding(config::PackedIntegerScheme::gptq, 4, 128, false));
+  encodings.push_back(testing::packed_encoding(config::PackedIntegerScheme::gptq_v2, 4, -1, false));
   return encodings;
 }
 
@@ -674,9 +676,9 @@ TEST_CASE("4-bit weight GEMM speed: wgmma_w4 vs bf16 wgmma and mma.sync", "[.gem
   std::mt19937_64 rng(12);
   const driver::DeviceBuffer d_w =
       driver::DeviceBuffer::from_host(random_bf16(std::size_t(n) * k, rng, 0.0, 1.0 / std::sqrt(k)));
-  std::vector<config::WeightEncoding> encodings = w4_encodings();
-  encodings.erase(encodings.begin() + 2);  // affine g32 times like g64
-  encodings.pop_back();                    // and g128
+  // One of each code layout and decode: E2M1 (two scale kinds), affine (g64: g32 and g128 time alike), GPTQ.
+  const std::vector<config::WeightEncoding> all = w4_encodings();
+  const std::vector<config::WeightEncoding> encodings = {all[0], all[1], all[3], all[5]};
   std::vector<QuantizedWeights> quantized;
   for (std::size_t f = 0; f < encodings.size(); ++f)
     quantized.push_back(upload_quantized(encodings[f], k, widths, {}, 500 + f, false));

@@ -29,8 +29,14 @@ config::WeightEncoding format(config::WeightFormat weight_format) {
 
 // Every encoding the kernel reads: one specialization each.
 std::vector<config::WeightEncoding> w4_encodings() {
-  return {format(config::WeightFormat::mxfp4), format(config::WeightFormat::nvfp4),
-          testing::affine_encoding(4, 32), testing::affine_encoding(4, 64), testing::affine_encoding(4, 128)};
+  return {format(config::WeightFormat::mxfp4),
+          format(config::WeightFormat::nvfp4),
+          testing::affine_encoding(4, 32),
+          testing::affine_encoding(4, 64),
+          testing::affine_encoding(4, 128),
+          testing::packed_encoding(config::PackedIntegerScheme::gptq, 4, 128, false),
+          testing::packed_encoding(config::PackedIntegerScheme::gptq_v2, 4, -1, false),
+          testing::packed_encoding(config::PackedIntegerScheme::gptq, 4, 32, false)};
 }
 
 // Llama-3.1-8B q | k | v in mxfp4 over fake, aligned device addresses.
@@ -79,7 +85,9 @@ TEST_CASE("wgmma_w4: sm_90a, the row-major 4-bit formats, segments of whole 128-
       format(config::WeightFormat::fp8),
       format(config::WeightFormat::mxfp8),
       testing::packed_encoding(config::PackedIntegerScheme::awq, 4, 128, false),
-      testing::packed_encoding(config::PackedIntegerScheme::gptq, 4, 128, false),
+      testing::packed_encoding(config::PackedIntegerScheme::gptq, 4, 128, true),  // act order
+      testing::packed_encoding(config::PackedIntegerScheme::gptq, 8, 128, false),
+      testing::packed_encoding(config::PackedIntegerScheme::gptq, 4, 8, false),  // groups inside a k16 step
       testing::affine_encoding(3, 64),
       testing::affine_encoding(8, 64),
   };
@@ -166,8 +174,10 @@ TEST_CASE("wgmma_w4 specializations compile for sm_90a: register-A wgmma, no spi
           "gemm_sm90_w4 %-6s g%-3d tokens %d stages %d: %3d registers, %d spill bytes, %d stack bytes, %d "
           "dynamic smem\n",
           std::string(config::to_string(encoding.format)).c_str(),
-          encoding.format == config::WeightFormat::affine ? encoding.group_size : 0, tiling.block_n,
-          tiling.stages, usage.registers, usage.spill_bytes(), usage.stack_bytes,
+          encoding.format == config::WeightFormat::mxfp4 || encoding.format == config::WeightFormat::nvfp4
+              ? 0
+              : encoding.group_size,
+          tiling.block_n, tiling.stages, usage.registers, usage.spill_bytes(), usage.stack_bytes,
           spec.dynamic_shared_bytes());
       CHECK(kernel.lowered_name.find("gemm_sm90_w4_kernel") != std::string::npos);
       CHECK(usage.spill_bytes() == 0);

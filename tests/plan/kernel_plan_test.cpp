@@ -56,6 +56,9 @@ TEST_CASE("on sm_90a the 4-bit plans run the wgmma_w4 kernel; other formats and 
   const config::AttentionConfig awq =
       config::load_file(std::string(ATTNPLAN_SOURCE_DIR) + "/plans/llama-3.1-8b-awq.json");
   CHECK(plan::plan_kernels(awq, hopper).qkv_projection.kernel == plan::GemmKernel::mma_sync);
+  const config::AttentionConfig gptq_act_order =
+      config::load_file(std::string(ATTNPLAN_SOURCE_DIR) + "/plans/llama-3.1-8b-gptq.json");
+  CHECK(plan::plan_kernels(gptq_act_order, hopper).qkv_projection.kernel == plan::GemmKernel::mma_sync);
 }
 
 TEST_CASE("a config with nothing to postprocess skips that kernel", "[plan]") {
