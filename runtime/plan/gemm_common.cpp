@@ -54,7 +54,7 @@ bool check_gemm_operands(const GemmParams& params, int segments, bool has_bias, 
 
 void encode_tensor_map(TensorMap& map, CUtensorMapDataType type, int element_bytes, const void* base,
                        int columns, int rows, long long row_stride, int box_columns, int box_rows,
-                       std::string_view what) {
+                       std::string_view what, CUtensorMapSwizzle swizzle) {
   static_assert(sizeof(TensorMap) == sizeof(CUtensorMap) && alignof(TensorMap) == alignof(CUtensorMap),
                 "TensorMap must have CUtensorMap's layout");
   const cuuint64_t dims[2] = {cuuint64_t(columns), cuuint64_t(rows)};
@@ -63,7 +63,7 @@ void encode_tensor_map(TensorMap& map, CUtensorMapDataType type, int element_byt
   const cuuint32_t element_strides[2] = {1, 1};
   driver::check(driver::api().cuTensorMapEncodeTiled(
                     reinterpret_cast<CUtensorMap*>(&map), type, 2, const_cast<void*>(base), dims, strides,
-                    box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                    box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
                     CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
                 fmt::format("cuTensorMapEncodeTiled ({}: [{}, {}] of {}-byte elements, row stride {})", what,
                             rows, columns, element_bytes, row_stride));

@@ -139,10 +139,59 @@ std::string weight_policy(const config::WeightEncoding& encoding) {
   }
 }
 
+// The wgmma_w4 kernel's stub: the format's policy of gemm.cuh is its loader.
+compiler::KernelSource sm90_w4_source(const GemmSpec& spec) {
+  if (!sm90_w4_gemm_supports(spec.weights)) {
+    throw Error(
+        Stage::input,
+        fmt::format(
+            "gemm: the wgmma_w4 kernel reads mxfp4, nvfp4, 4-bit affine and 4-bit GPTQ without act order "
+            "weights, not {}{}",
+            config::to_string(spec.weights.format),
+            spec.weights.format == WeightFormat::affine ? fmt::format(" with {} bits", spec.weights.bits)
+            : spec.weights.format == WeightFormat::packed_integer
+                ? fmt::format(" ({}, {} bits{})", config::to_string(spec.weights.scheme), spec.weights.bits,
+                              spec.weights.act_order ? ", act order" : "")
+                : ""));
+  }
+  compiler::KernelSource source;
+  source.family = "gemm_sm90_w4";
+  source.header = "attnplan/gemm_sm90_w4.cuh";
+  source.traits = "attnplan::kernels::GemmSm90W4Traits";
+  source.kernel = "attnplan::kernels::gemm_sm90_w4_kernel";
+  source.grid_constant = true;  // the tensor maps must stay in parameter memory
+  source.arguments = {{"block_tokens", std::to_string(spec.sm90.block_n)},
+                      {"stages", std::to_string(spec.sm90.stages)},
+                      {"segments", std::to_string(spec.segments)},
+                      {"has_bias", cxx_bool(spec.has_bias)},
+                      {"weights", weight_policy(spec.weights)}};
+  source.spec = {{"family", source.family},
+                 {"kernel", gemm_kernel_name(spec.kernel)},
+                 {"block_tokens", spec.sm90.block_n},
+                 {"block_rows", kGemmSm90W4BlockRows},
+                 {"block_k", kGemmSm90W4BlockK},
+                 {"stages", spec.sm90.stages},
+                 {"segments", spec.segments},
+                 {"has_bias", spec.has_bias},
+                 {"weights",
+                  {{"format", config::to_string(spec.weights.format)},
+                   {"bits", spec.weights.bits},
+                   {"group_size", spec.weights.group_size}}},
+                 {"dynamic_shared_bytes", spec.dynamic_shared_bytes()}};
+  return source;
+}
+
 }  // namespace
 
 std::string_view gemm_kernel_name(GemmKernel kernel) {
-  return kernel == GemmKernel::wgmma ? "wgmma" : "mma_sync";
+  switch (kernel) {
+    case GemmKernel::wgmma:
+      return "wgmma";
+    case GemmKernel::wgmma_w4:
+      return "wgmma_w4";
+    default:
+      return "mma_sync";
+  }
 }
 
 GemmKernelChoice choose_gemm_kernel(config::Arch arch, int m_hint, int n, int k,
@@ -165,6 +214,75 @@ GemmKernelChoice choose_gemm_kernel(config::Arch arch, int m_hint, int n, int k,
   };
   if (cost(kWide, 1.0) <= cost(kNarrow, 1.1)) choice.sm90 = kWide;
   return choice;
+}
+
+bool sm90_w4_gemm_enabled() {
+  return true;
+}
+
+bool sm90_w4_gemm_supports(const config::WeightEncoding& encoding) {
+  switch (encoding.format) {
+    case WeightFormat::mxfp4:
+    case WeightFormat::nvfp4:
+      return true;
+    case WeightFormat::affine:
+      return encoding.bits == 4 &&
+             (encoding.group_size == 32 || encoding.group_size == 64 || encoding.group_size == 128);
+    case WeightFormat::packed_integer:
+      // GPTQ's [K / 8, N] words (AWQ packs along N: a byte holds two columns, not two k). A group must
+      // hold whole k16 steps and tile the 64-wide K slot (or a whole number of them).
+      return encoding.scheme != config::PackedIntegerScheme::awq && encoding.bits == 4 &&
+             !encoding.act_order &&
+             (encoding.group_size == -1 ||
+              (encoding.group_size > 0 && encoding.group_size % 16 == 0 &&
+               (64 % encoding.group_size == 0 || encoding.group_size % 64 == 0)));
+    default:
+      return false;
+  }
+}
+
+GemmKernelChoice choose_w4_gemm_kernel(const config::WeightEncoding& encoding, config::Arch arch, int m_hint,
+                                       int n, int k, std::span<const int> segment_widths) {
+  GemmKernelChoice choice;
+  if (!sm90_w4_gemm_enabled() || !sm90_w4_gemm_supports(encoding)) return choice;
+  if (arch.sm() != 90 || !arch.arch_specific) return choice;  // wgmma exists only in sm_90a
+  if (n <= 0 || k <= 0 || k % 32 != 0 || segment_widths.empty()) return choice;
+  if (!segments_fit(segment_widths, kGemmSm90W4BlockRows)) return choice;
+  constexpr GemmSm90Tiling kWide{.block_n = 256, .stages = 6};
+  constexpr GemmSm90Tiling kNarrow{.block_n = 128, .stages = 8};
+  // Busiest SM's rounds of tiles times a tile's time (proportional to its tokens; a 128-token tile does
+  // ~10% less per token: the weight slice is decoded once per tile, so twice as often per token).
+  const std::int64_t sms = typical_sm_count(arch);
+  const std::int64_t row_tiles = ceil_div(n, kGemmSm90W4BlockRows);
+  auto cost = [&](const GemmSm90Tiling& t, double per_token) {
+    return double(ceil_div(ceil_div(std::max(m_hint, 1), t.block_n) * row_tiles, sms)) * t.block_n *
+           per_token;
+  };
+  choice.kernel = GemmKernel::wgmma_w4;
+  choice.sm90 = cost(kWide, 1.0) <= cost(kNarrow, 1.1) ? kWide : kNarrow;
+  return choice;
+}
+
+GemmSm90Params make_gemm_sm90_w4_params(const GemmSpec& spec, const GemmParams& params) {
+  GemmSm90Params sm90{};
+  sm90.gemm = params;
+  encode_tensor_map(sm90.a_map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, params.a, params.k, params.m, params.lda,
+                    kGemmSm90W4BlockK, spec.sm90.block_n, "gemm a");
+  const bool gptq = spec.weights.format == WeightFormat::packed_integer;
+  for (int s = 0; s < spec.segments; ++s) {
+    const GemmSegment& segment = params.segments[s];
+    const int rows = segment.n_end - segment.n_begin;
+    const std::string field = fmt::format("gemm segments[{}].weight", s);
+    if (gptq) {  // words [K / 8, rows]: boxes of 8 word rows (64 k) of 128 weight rows, unswizzled
+      encode_tensor_map(sm90.w_maps[s], CU_TENSOR_MAP_DATA_TYPE_UINT32, 4, segment.weight, rows, params.k / 8,
+                        rows, kGemmSm90W4BlockRows, kGemmSm90W4BlockK / 8, field, CU_TENSOR_MAP_SWIZZLE_NONE);
+    } else {  // bytes [rows, K / 2]: boxes of 64 k (32 bytes) of 128 rows, unswizzled
+      encode_tensor_map(sm90.w_maps[s], CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, segment.weight, params.k / 2, rows,
+                        params.k / 2, kGemmSm90W4BlockK / 2, kGemmSm90W4BlockRows, field,
+                        CU_TENSOR_MAP_SWIZZLE_NONE);
+    }
+  }
+  return sm90;
 }
 
 int typical_sm_count(config::Arch arch) {
@@ -248,6 +366,7 @@ compiler::KernelSource GemmSpec::source() const {
     throw Error(Stage::input, fmt::format("gemm: the wgmma kernel reads bf16 weights only, not {}",
                                           config::to_string(weights.format)));
   }
+  if (kernel == GemmKernel::wgmma_w4) return sm90_w4_source(*this);
   compiler::KernelSource source;
   if (kernel == GemmKernel::wgmma) {
     source.family = "gemm_sm90";
@@ -303,19 +422,24 @@ compiler::KernelSource GemmSpec::source() const {
 }
 
 int GemmSpec::threads() const {
-  return kernel == GemmKernel::wgmma ? 3 * 128 : tiling.threads();  // producer + 2 consumer warpgroups
+  // wgmma kernels: producer + 2 consumer warpgroups.
+  return kernel == GemmKernel::mma_sync ? tiling.threads() : 3 * 128;
 }
 
 int GemmSpec::dynamic_shared_bytes() const {
   if (kernel == GemmKernel::wgmma) return gemm_sm90_dynamic_shared_bytes(sm90.block_n, sm90.stages);
+  if (kernel == GemmKernel::wgmma_w4) return gemm_sm90_w4_dynamic_shared_bytes(sm90.block_n, sm90.stages);
   return gemm_dynamic_shared_bytes(tiling.block_m, tiling.block_n, tiling.block_k, tiling.stages,
                                    weight_bits(weights));
 }
 
 driver::LaunchShape GemmSpec::launch_shape(int m, int n, int multiprocessors) const {
-  const bool wgmma = kernel == GemmKernel::wgmma;
-  const int block_m = wgmma ? kGemmSm90BlockM : tiling.block_m;
-  const int block_n = wgmma ? sm90.block_n : tiling.block_n;
+  const bool wgmma = kernel != GemmKernel::mma_sync;
+  // wgmma_w4 tiles are [block_n tokens, 128 weight rows].
+  const int block_m = kernel == GemmKernel::wgmma ? kGemmSm90BlockM : wgmma ? sm90.block_n : tiling.block_m;
+  const int block_n = kernel == GemmKernel::wgmma ? sm90.block_n
+                      : wgmma                     ? kGemmSm90W4BlockRows
+                                                  : tiling.block_n;
   std::int64_t tiles = ceil_div(m, block_m) * ceil_div(n, block_n);
   if (m <= 0 || n <= 0 || tiles > 0x7fffffff) {
     throw Error(Stage::input, fmt::format("gemm: no launch shape for M = {}, N = {}", m, n));
@@ -372,16 +496,23 @@ void GemmSpec::check(const GemmParams& params) const {
             fmt::format("K = {} is not a multiple of {} ({} weights copy 16-byte chunks)", params.k,
                         per_chunk, config::to_string(weights.format)));
   }
-  if (kernel == GemmKernel::wgmma) {
+  if (kernel != GemmKernel::mma_sync) {
     require(params.k > 0, "K = 0: the wgmma kernel needs K > 0 (TMA dimensions are positive)");
+    // Weight rows per tile: wgmma_w4 tiles always span 128.
+    const int tile_rows = kernel == GemmKernel::wgmma ? sm90.block_n : kGemmSm90W4BlockRows;
     for (int s = 0; s + 1 < segments; ++s) {
       const int width = params.segments[s].n_end - params.segments[s].n_begin;
       require(
-          width % sm90.block_n == 0,
-          fmt::format("segments[{}] is {} wide, not a multiple of the wgmma kernel's block_n = {} (a tile "
-                      "would straddle two segments)",
-                      s, width, sm90.block_n));
+          width % tile_rows == 0,
+          fmt::format("segments[{}] is {} wide, not a multiple of the {} kernel's {} weight rows per tile "
+                      "(a tile would straddle two segments)",
+                      s, width, gemm_kernel_name(kernel), tile_rows));
     }
+  }
+  if (kernel == GemmKernel::wgmma_w4) {
+    require(params.k % 32 == 0,
+            fmt::format("K = {} is not a multiple of 32 (the wgmma_w4 kernel's 16-byte rows of 4-bit codes)",
+                        params.k));
   }
 }
 
@@ -405,6 +536,8 @@ void launch_gemm(const driver::Function& function, const GemmSpec& spec, const G
   const driver::LaunchShape shape = spec.launch_shape(params.m, params.n, multiprocessors);
   if (spec.kernel == GemmKernel::wgmma) {
     driver::launch(function, shape, stream, make_gemm_sm90_params(spec, params));
+  } else if (spec.kernel == GemmKernel::wgmma_w4) {
+    driver::launch(function, shape, stream, make_gemm_sm90_w4_params(spec, params));
   } else {
     driver::launch(function, shape, stream, params);
   }

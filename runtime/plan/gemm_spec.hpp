@@ -1,15 +1,18 @@
 // The bf16 projection GEMM (QKV and output projections): its kernel and tile heuristics, its typed kernel
 // spec, and the host-side checks of its Params against the spec. Templates: templates/attnplan/gemm.cuh
-// (mma.sync, every arch) and templates/attnplan/gemm_sm90.cuh (TMA + wgmma, sm_90a only).
+// (mma.sync, every arch), templates/attnplan/gemm_sm90.cuh (TMA + wgmma, sm_90a only) and
+// templates/attnplan/gemm_sm90_w4.cuh (4-bit weights as wgmma's register A operand, sm_90a only).
 #pragma once
 
 #include <cuda.h>
 
 #include <span>
+#include <string>
 #include <string_view>
 
 #include "attnplan/gemm_params.h"
 #include "attnplan/gemm_sm90_params.h"
+#include "attnplan/gemm_sm90_w4_params.h"
 #include "compiler/kernel_source.hpp"
 #include "config/attention_config.hpp"
 #include "config/target.hpp"
@@ -46,11 +49,13 @@ int typical_sm_count(config::Arch arch);
 enum class GemmKernel {
   mma_sync,  // gemm.cuh: cp.async + mma.sync m16n8k16, sm_80 and later
   wgmma,     // gemm_sm90.cuh: TMA + wgmma, warp-specialized and persistent, sm_90a only
+  wgmma_w4,  // gemm_sm90_w4.cuh: the same structure for 4-bit weights (register A operand), sm_90a only
 };
 
-std::string_view gemm_kernel_name(GemmKernel kernel);  // "mma_sync", "wgmma"
+std::string_view gemm_kernel_name(GemmKernel kernel);  // "mma_sync", "wgmma", "wgmma_w4"
 
-// The sm_90a kernel's shape: tile [128, block_n] of C, K slices of 64, a ring of `stages` slots.
+// The sm_90a kernels' shape: tile [128, block_n] of C, K slices of 64, a ring of `stages` slots. For
+// wgmma_w4 the tile is [block_n tokens, 128 weight rows] (block_n is then the token tile, the wgmma N).
 struct GemmSm90Tiling {
   int block_n = 256;  // 128 or 256: the wgmma N of each consumer warpgroup
   int stages = 4;     // ring slots of [128 + block_n, 64] bf16 (4 x 48 KiB at 256, 6 x 32 KiB at 128)
@@ -73,6 +78,23 @@ struct GemmKernelChoice {
 // mma_sync (then choose_gemm_tiling picks its tiling).
 GemmKernelChoice choose_gemm_kernel(config::Arch arch, int m_hint, int n, int k,
                                     std::span<const int> segment_widths);
+
+// The switch of the sm_90a mixed-input kernel (wgmma_w4): when false, choose_w4_gemm_kernel never picks it
+// and 4-bit projections stay on the mma.sync kernel. One place to turn it off if it misbehaves on a GPU.
+bool sm90_w4_gemm_enabled();
+
+// Whether the wgmma_w4 kernel has a loader for `encoding`: 4-bit codes in k order, two per byte, low
+// nibble first: rows of bytes [N, K / 2] (mxfp4, nvfp4, affine with bits 4) or GPTQ / GPTQ v2 words
+// [K / 8, N] (bits 4, no act order, group -1 or a multiple of 16 that divides or is divided by 64). AWQ
+// (packed along N) is not.
+bool sm90_w4_gemm_supports(const config::WeightEncoding& encoding);
+
+// The kernel for a quantized [m_hint, k] x [k, n] product on `arch` (segments as in choose_gemm_kernel).
+// Pure. wgmma_w4 when enabled, on sm_90a, for a format it supports, with every segment but the last a
+// multiple of 128 rows and K a multiple of 32; block_n (the token tile) 256 with 6 slots unless 128 with
+// 8 needs fewer rounds of tiles over the SMs by more than the 10% it costs per token. Otherwise mma_sync.
+GemmKernelChoice choose_w4_gemm_kernel(const config::WeightEncoding& encoding, config::Arch arch, int m_hint,
+                                       int n, int k, std::span<const int> segment_widths);
 
 // Whether the mma.sync GEMM has a weight loader policy for `encoding` (gemm.cuh): bf16, fp8 with bf16
 // activations (any scale granularity), mxfp8, mxfp4 and nvfp4. packed_integer, affine and fp8 activations
@@ -112,6 +134,10 @@ struct GemmSpec {
 // for A and one per weight segment, encoded with cuTensorMapEncodeTiled — a host-only driver call that
 // neither allocates nor synchronizes, so it is legal per launch and during stream capture.
 GemmSm90Params make_gemm_sm90_params(const GemmSpec& spec, const GemmParams& params);
+
+// The wgmma_w4 kernel's Params (gemm_sm90_w4_params.h): `params` plus the tensor maps of X and of each
+// segment's codes.
+GemmSm90Params make_gemm_sm90_w4_params(const GemmSpec& spec, const GemmParams& params);
 
 // Queues spec's kernel for `params` on `stream` (encoding the tensor maps for wgmma). `multiprocessors`:
 // the device's SM count (the wgmma kernel's persistent grid). Nothing is launched when M or N is 0.

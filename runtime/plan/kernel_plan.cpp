@@ -106,10 +106,12 @@ void require_supported(const config::AttentionConfig& config, const config::Arch
   }
 }
 
-// The wgmma kernel reads bf16 weights only; quantized formats keep the mma.sync kernel and its loaders.
+// bf16: the wgmma kernel where it fits. Quantized: the mixed-input wgmma_w4 kernel for the 4-bit formats
+// it reads (switched off by sm90_w4_gemm_enabled), else the mma.sync kernel and its loaders.
 GemmKernelChoice choose_projection_kernel(const config::WeightEncoding& weights, const config::Arch& arch,
                                           int m_hint, int n, int k, std::span<const int> segment_widths) {
-  if (weights.format != config::WeightFormat::bf16) return {};
+  if (weights.format != config::WeightFormat::bf16)
+    return choose_w4_gemm_kernel(weights, arch, m_hint, n, k, segment_widths);
   return choose_gemm_kernel(arch, m_hint, n, k, segment_widths);
 }
 

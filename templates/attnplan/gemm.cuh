@@ -10,6 +10,8 @@
 // memory and writes it back with 16-byte row-contiguous stores.
 #pragma once
 
+#include <cuda_fp16.h>
+
 #include "attnplan/common.cuh"
 #include "attnplan/gemm_params.h"
 
@@ -54,6 +56,24 @@ __device__ __forceinline__ float e2m1_to_float(unsigned nibble) {
   return (nibble & 8u) != 0u ? -value : value;
 }
 
+// The two E2M1 codes of `byte` (low nibble first) as floats times 2^-14, without a branch or table: a
+// code's exponent and mantissa bits placed at fp16 bits 11..9 (sign at 15) make an fp16 of exactly the
+// code's value times 2^-14, E2M1's subnormal 0.5 included (the fp16 subnormal 2^-15); fp16 -> f32 is exact.
+__device__ __forceinline__ float2 e2m1_pair_to_float2_scaled(unsigned byte) {
+  const unsigned spread = (byte & 0xFFu) * 0x1001u;  // nibble 0 at bits 0..3, nibble 1 at bits 16..19
+  const unsigned bits = ((spread & 0x00070007u) << 9) | ((spread & 0x00080008u) << 12);
+  return __half22float2(*reinterpret_cast<const __half2*>(&bits));
+}
+
+// The two 4-bit unsigned integers of `byte` (low nibble first) as exact floats: fp16 1024 + q (q in the
+// low mantissa bits of 1024's exponent), minus 1024.
+__device__ __forceinline__ float2 u4_pair_to_float2(unsigned byte) {
+  const unsigned spread = (byte & 0xFFu) * 0x1001u;
+  const unsigned bits = (spread & 0x000F000Fu) | 0x64006400u;
+  const __half2 biased = *reinterpret_cast<const __half2*>(&bits);
+  return __half22float2(__hsub2(biased, __floats2half2_rn(1024.0f, 1024.0f)));
+}
+
 // fp8 e4m3fn weights, weight-only (activations stay bf16). kGranularity: 0 one f32 scale for the tensor,
 // 1 one f32 per row, 2 one f32 per 128x128 block ([ceil(rows / 128), ceil(K / 128)]).
 template <int kGranularity>
@@ -87,34 +107,46 @@ struct Mxfp8Weights {
   }
 };
 
-// OCP MXFP4: E2M1 pairs per byte (low nibble = even k), one E8M0 scale per 32 values ([rows, K / 32]).
-struct Mxfp4Weights {
+// The 4-bit formats that store a row's codes contiguously ([rows, K / 2] bytes, low nibble = even k) also
+// say, for the sm_90a mixed-input kernel (gemm_sm90_w4.cuh), how one code becomes a value: value =
+// code_value(code) * group_scale(...) (+ group_offset(...) where has_offset), with one scale per
+// `group_size` consecutive k of a row. The mma.sync loaders below decode through the same functions.
+// code_pair(byte) is the fast form for both codes of a byte: code_value of each times code_pair_unit.
+
+// The E2M1 formats' codes and their mma.sync loader; Format supplies group_size and group_scale (CRTP).
+template <class Format>
+struct E2m1Codes {
   static constexpr int bits = 4;
+  static constexpr bool has_offset = false;
+  static constexpr float code_pair_unit = 0x1p-14f;
+  __device__ static float code_value(unsigned code) { return e2m1_to_float(code); }
+  __device__ static float2 code_pair(unsigned byte) { return e2m1_pair_to_float2_scaled(byte); }
   __device__ static void dequantize(const unsigned char* raw, const GemmSegment& segment, int row, int k,
                                     int k_total, float (&values)[8]) {
-    const float s =
-        e8m0_to_float(static_cast<const unsigned char*>(segment.scales)[row * (k_total / 32) + k / 32]);
+    const float s = Format::group_scale(segment, row, k / Format::group_size, k_total);
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      values[2 * e] = e2m1_to_float(raw[e] & 15u) * s;
-      values[2 * e + 1] = e2m1_to_float(raw[e] >> 4) * s;
+      values[2 * e] = code_value(raw[e] & 15u) * s;
+      values[2 * e + 1] = code_value(raw[e] >> 4) * s;
     }
   }
 };
 
+// OCP MXFP4: E2M1 pairs per byte (low nibble = even k), one E8M0 scale per 32 values ([rows, K / 32]).
+struct Mxfp4Weights : E2m1Codes<Mxfp4Weights> {
+  static constexpr int group_size = 32;
+  // row: W row within the segment; group: k / group_size.
+  __device__ static float group_scale(const GemmSegment& segment, int row, int group, int k_total) {
+    return e8m0_to_float(static_cast<const unsigned char*>(segment.scales)[row * (k_total / 32) + group]);
+  }
+};
+
 // NVFP4 (ModelOpt): E2M1 pairs, one e4m3fn scale per 16 values ([rows, K / 16]) times the f32 scale_2.
-struct Nvfp4Weights {
-  static constexpr int bits = 4;
-  __device__ static void dequantize(const unsigned char* raw, const GemmSegment& segment, int row, int k,
-                                    int k_total, float (&values)[8]) {
-    const float block =
-        e4m3fn_to_float(static_cast<const unsigned char*>(segment.scales)[row * (k_total / 16) + k / 16]);
-    const float s = block * segment.scale_2[0];
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      values[2 * e] = e2m1_to_float(raw[e] & 15u) * s;
-      values[2 * e + 1] = e2m1_to_float(raw[e] >> 4) * s;
-    }
+struct Nvfp4Weights : E2m1Codes<Nvfp4Weights> {
+  static constexpr int group_size = 16;
+  __device__ static float group_scale(const GemmSegment& segment, int row, int group, int k_total) {
+    return e4m3fn_to_float(static_cast<const unsigned char*>(segment.scales)[row * (k_total / 16) + group]) *
+           segment.scale_2[0];
   }
 };
 
@@ -148,32 +180,51 @@ struct GptqWeights {
   __device__ static long long word_index(int r, int c, int k_offset, int row_in_segment, int width, int) {
     return static_cast<long long>(k_offset / per_word + r) * width + row_in_segment;
   }
+  // Scale and zero point (with v1's + 1) of W row `row` of the segment in group `group`.
+  __device__ static float group_scale(const GemmSegment& segment, int row, int group, int /*k_total*/) {
+    const int width = segment.n_end - segment.n_begin;
+    return static_cast<const float*>(segment.scales)[static_cast<long long>(group) * width + row];
+  }
+  __device__ static float zero_point(const GemmSegment& segment, int row, int group) {
+    const int width = segment.n_end - segment.n_begin;
+    const unsigned word = static_cast<const unsigned*>(
+        segment.zeros)[static_cast<long long>(group) * (width / per_word) + row / per_word];
+    return float((word >> (kBits * (row % per_word))) & ((1u << kBits) - 1u)) + (kV2 ? 0.0f : 1.0f);
+  }
   // words: the stage's tile; n: W row in the segment, tile_row: its row in the tile; kk: k - k_offset.
   template <int kBlockN, int kBlockK>
   __device__ static void dequantize(const unsigned* words, int tile_row, int kk, const GemmSegment& segment,
                                     int n, int k, int k_total, float (&values)[8]) {
-    const int width = segment.n_end - segment.n_begin;
-    const float* scales = static_cast<const float*>(segment.scales);
-    const unsigned* zeros = static_cast<const unsigned*>(segment.zeros);
     constexpr unsigned mask = (1u << kBits) - 1u;
-    const auto zero_of = [&](int g) {
-      const unsigned word = zeros[static_cast<long long>(g) * (width / per_word) + n / per_word];
-      return float((word >> (kBits * (n % per_word))) & mask) + (kV2 ? 0.0f : 1.0f);
-    };
     int g = kGroupSize > 0 ? k / kGroupSize : 0;
-    float s = scales[static_cast<long long>(g) * width + n];
-    float z = zero_of(g);
+    float s = group_scale(segment, n, g, k_total);
+    float z = zero_point(segment, n, g);
 #pragma unroll
     for (int e = 0; e < 8; ++e) {
       const unsigned word = words[((kk + e) / per_word) * kBlockN + tile_row];
       const unsigned q = (word >> (kBits * ((kk + e) % per_word))) & mask;
       if constexpr (kActOrder) {
         g = segment.g_idx[k + e];
-        s = scales[static_cast<long long>(g) * width + n];
-        z = zero_of(g);
+        s = group_scale(segment, n, g, k_total);
+        z = zero_point(segment, n, g);
       }
       values[e] = s * (float(q) - z);
     }
+  }
+
+  // For the sm_90a kernel (gemm_sm90_w4.cuh; 4 bits, no act order): the codes are 32-bit words
+  // [K / 8, rows] (k_major_words), a byte of a word holds two consecutive k (low nibble first), and a value
+  // is q * s + offset with offset = -s * z.
+  static constexpr int group_size = kGroupSize;  // -1: one group (per channel)
+  static constexpr bool k_major_words = true;
+  static constexpr bool has_offset = true;
+  static constexpr float code_pair_unit = 1.0f;
+  __device__ static float2 code_pair(unsigned byte) {
+    static_assert(kBits == 4 && !kActOrder, "code pairs: 4-bit codes in k order");
+    return u4_pair_to_float2(byte);
+  }
+  __device__ static float group_offset(const GemmSegment& segment, int row, int group, int k_total) {
+    return -group_scale(segment, row, group, k_total) * zero_point(segment, row, group);
   }
 };
 
@@ -226,6 +277,24 @@ struct AffineWeights {
   static constexpr bool word_copied = true;
   static_assert(kBits >= 2 && kBits <= 8 && kBits != 7, "MLX widths 2, 3, 4, 5, 6, 8");
   static_assert(kGroupSize == 32 || kGroupSize == 64 || kGroupSize == 128, "MLX groups 32, 64, 128");
+  static constexpr int group_size = kGroupSize;
+  static constexpr bool has_offset = true;
+  static constexpr float code_pair_unit = 1.0f;
+  __device__ static float code_value(unsigned code) { return float(code); }
+  // 4-bit only (the sm_90a kernel's width).
+  __device__ static float2 code_pair(unsigned byte) {
+    static_assert(kBits == 4, "code pairs are two 4-bit codes of one byte");
+    return u4_pair_to_float2(byte);
+  }
+  // row: W row within the segment; group: k / group_size. Scales and biases are f32 [rows, K / group].
+  __device__ static float group_scale(const GemmSegment& segment, int row, int group, int k_total) {
+    return static_cast<const float*>(
+        segment.scales)[static_cast<long long>(row) * (k_total / kGroupSize) + group];
+  }
+  __device__ static float group_offset(const GemmSegment& segment, int row, int group, int k_total) {
+    return static_cast<const float*>(
+        segment.zeros)[static_cast<long long>(row) * (k_total / kGroupSize) + group];
+  }
   template <int kBlockN, int kBlockK>
   static constexpr int tile_rows = kBlockN;
   template <int kBlockN, int kBlockK>
@@ -248,13 +317,12 @@ struct AffineWeights {
     unsigned long long stream = 0;
 #pragma unroll
     for (int b = 0; b < kBits; ++b) stream |= static_cast<unsigned long long>(bytes[b]) << (8 * b);
-    const long long group = static_cast<long long>(n) * (k_total / kGroupSize) + k / kGroupSize;
-    const float s = static_cast<const float*>(segment.scales)[group];
-    const float bias = static_cast<const float*>(segment.zeros)[group];
+    const float s = group_scale(segment, n, k / kGroupSize, k_total);
+    const float bias = group_offset(segment, n, k / kGroupSize, k_total);
 #pragma unroll
     for (int e = 0; e < 8; ++e) {
       const unsigned q = static_cast<unsigned>(stream >> (kBits * e)) & ((1u << kBits) - 1u);
-      values[e] = s * float(q) + bias;
+      values[e] = s * code_value(q) + bias;
     }
   }
 };

@@ -69,6 +69,69 @@ struct GemmSm90Traits {
                 "setmaxnreg targets exceed the register file");
 };
 
+// Pieces the warp-specialized sm_90a GEMMs share (this kernel and gemm_sm90_w4.cuh).
+
+// Every ring slot's "full" barrier (one arrival: the producer's arrive_expect_tx, plus the TMA bytes) and
+// "empty" barrier (kEmptyArrivals: one per consumer warp), initialized by thread 0 and made visible to
+// every thread and to the async proxy before anyone uses them. Call with the whole CTA.
+template <int kStages, unsigned kEmptyArrivals>
+__device__ __forceinline__ void init_ring_barriers(unsigned full_barriers, unsigned empty_barriers) {
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      sm90::mbarrier_init(full_barriers + 8 * s, 1);
+      sm90::mbarrier_init(empty_barriers + 8 * s, kEmptyArrivals);
+    }
+    sm90::fence_barrier_init();
+  }
+  __syncthreads();
+}
+
+// The weight segment holding logical W row n0 (a tile's first row; tiles never straddle segments): its
+// tensor map and n0's row within the segment.
+struct SegmentTile {
+  const void* map;
+  int row;
+};
+
+template <int kSegments>
+__device__ __forceinline__ SegmentTile segment_tile(const GemmSm90Params& params, int n0) {
+  // Compile-time indices only: no local-memory copy of the arrays.
+  SegmentTile tile{&params.w_maps[0], n0};
+#pragma unroll
+  for (int s = 1; s < kSegments; ++s) {
+    if (n0 >= params.gemm.segments[s].n_begin)
+      tile = {&params.w_maps[s], n0 - params.gemm.segments[s].n_begin};
+  }
+  return tile;
+}
+
+// The producer thread's walk: prefetches the tensor maps, then goes through the CTA's tiles (blockIdx.x,
+// + gridDim.x, ... of tiles_m x tiles_n in grouped order) as its consumers do, and for each of a tile's
+// k_tiles ring slots waits until the consumers released the slot's previous use (a fresh barrier passes
+// parity 1), announces kSlotBytes on the slot's full barrier (TMA counts full boxes, zero fill included)
+// and calls load(coordinates, k_tile, slot address, full barrier) to issue the slot's TMA loads.
+// `slot_use` counts slot uses across tiles: slot slot_use % kStages, phase (slot_use / kStages) % 2.
+template <int kStages, int kSlotBytes, int kSegments, int kGroup, class Load>
+__device__ __forceinline__ void produce_ring(const GemmSm90Params& params, unsigned ring,
+                                             unsigned full_barriers, unsigned empty_barriers, int tiles_m,
+                                             int tiles_n, int k_tiles, Load&& load) {
+  sm90::prefetch_tensor_map(&params.a_map);
+#pragma unroll
+  for (int s = 0; s < kSegments; ++s) sm90::prefetch_tensor_map(&params.w_maps[s]);
+  int slot_use = 0;
+  for (int tile = blockIdx.x; tile < tiles_m * tiles_n; tile += gridDim.x) {
+    const TileCoordinates coordinates = grouped_tile<kGroup>(tile, tiles_m, tiles_n);
+    for (int k_tile = 0; k_tile < k_tiles; ++k_tile, ++slot_use) {
+      const int slot = slot_use % kStages;
+      const unsigned phase = (slot_use / kStages) & 1u;
+      sm90::mbarrier_wait_parity(empty_barriers + 8 * slot, phase ^ 1u);
+      const unsigned full = full_barriers + 8 * slot;
+      sm90::mbarrier_arrive_expect_tx(full, kSlotBytes);
+      load(coordinates, k_tile, ring + slot * kSlotBytes, full);
+    }
+  }
+}
+
 // grid: [min(tiles, SMs)] persistent CTAs, block: [Traits::threads], dynamic shared memory:
 // Traits::dynamic_shared_bytes.
 template <class Traits>
@@ -83,14 +146,7 @@ __global__ void __launch_bounds__(Traits::threads, 1)
   const GemmParams& gemm = params.gemm;
 
   const int warpgroup = threadIdx.x / 128;
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < Traits::stages; ++s) {
-      sm90::mbarrier_init(full_barriers + 8 * s, 1);  // the producer's arrive_expect_tx
-      sm90::mbarrier_init(empty_barriers + 8 * s, Traits::empty_arrivals);
-    }
-    sm90::fence_barrier_init();
-  }
-  __syncthreads();
+  init_ring_barriers<Traits::stages, Traits::empty_arrivals>(full_barriers, empty_barriers);
 
   const int tiles_m = (gemm.m + Traits::block_m - 1) / Traits::block_m;
   const int tiles_n = (gemm.n + Traits::block_n - 1) / Traits::block_n;
@@ -98,40 +154,19 @@ __global__ void __launch_bounds__(Traits::threads, 1)
   const int k_tiles = (gemm.k + Traits::block_k - 1) / Traits::block_k;
 
   if (warpgroup == 0) {
-    // Producer. Every CTA walks the same tile sequence as its consumers; `slot_use` counts ring slot uses
-    // across tiles: slot slot_use % stages, phase (slot_use / stages) % 2.
+    // Producer: one thread issues every TMA load.
     sm90::setmaxnreg_decrease<Traits::producer_registers>();
     if (threadIdx.x == 0) {
-      sm90::prefetch_tensor_map(&params.a_map);
-#pragma unroll
-      for (int s = 0; s < Traits::segments; ++s) sm90::prefetch_tensor_map(&params.w_maps[s]);
-      int slot_use = 0;
-      for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-        const TileCoordinates coordinates = grouped_tile<Traits::group_m>(tile, tiles_m, tiles_n);
-        const int m0 = coordinates.m * Traits::block_m;
-        const int n0 = coordinates.n * Traits::block_n;
-        // The segment holding the tile (compile-time indices only: no local-memory copy of the array).
-        const void* w_map = &params.w_maps[0];
-        int w_row = n0;  // tile row 0 within its segment
-#pragma unroll
-        for (int s = 1; s < Traits::segments; ++s) {
-          if (n0 >= gemm.segments[s].n_begin) {
-            w_map = &params.w_maps[s];
-            w_row = n0 - gemm.segments[s].n_begin;
-          }
-        }
-        for (int k_tile = 0; k_tile < k_tiles; ++k_tile, ++slot_use) {
-          const int slot = slot_use % Traits::stages;
-          const unsigned phase = (slot_use / Traits::stages) & 1u;
-          // Wait until both consumers released the slot's previous use (a fresh barrier passes parity 1).
-          sm90::mbarrier_wait_parity(empty_barriers + 8 * slot, phase ^ 1u);
-          const unsigned full = full_barriers + 8 * slot;
-          const unsigned a_slot = ring + slot * Traits::slot_bytes;
-          sm90::mbarrier_arrive_expect_tx(full, Traits::slot_bytes);  // full boxes, zero fill included
-          sm90::tma_load_2d(a_slot, &params.a_map, full, k_tile * Traits::block_k, m0);
-          sm90::tma_load_2d(a_slot + Traits::a_slot_bytes, w_map, full, k_tile * Traits::block_k, w_row);
-        }
-      }
+      produce_ring<Traits::stages, Traits::slot_bytes, Traits::segments, Traits::group_m>(
+          params, ring, full_barriers, empty_barriers, tiles_m, tiles_n, k_tiles,
+          [&](TileCoordinates coordinates, int k_tile, unsigned a_slot, unsigned full) {
+            const SegmentTile w_tile =
+                segment_tile<Traits::segments>(params, coordinates.n * Traits::block_n);
+            sm90::tma_load_2d(a_slot, &params.a_map, full, k_tile * Traits::block_k,
+                              coordinates.m * Traits::block_m);
+            sm90::tma_load_2d(a_slot + Traits::a_slot_bytes, w_tile.map, full, k_tile * Traits::block_k,
+                              w_tile.row);
+          });
     }
     return;
   }

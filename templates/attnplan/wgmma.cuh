@@ -103,12 +103,17 @@ __device__ __forceinline__ void wgmma_wait_group() {
 }
 
 // Keeps the compiler from moving accesses of an accumulator register across a wgmma fence / wait: the
-// asynchronous wgmma writes the registers behind the compiler's back.
+// asynchronous wgmma writes the registers behind the compiler's back. The unsigned form is for register A
+// fragments: fenced after wgmma_wait_group, they stay live (and so unreused by the compiler) until the
+// wgmmas that read them have completed.
 __device__ __forceinline__ void fence_register(float& value) {
   asm volatile("" : "+f"(value)::"memory");
 }
-template <int kCount>
-__device__ __forceinline__ void fence_registers(float (&values)[kCount]) {
+__device__ __forceinline__ void fence_register(unsigned& value) {
+  asm volatile("" : "+r"(value)::"memory");
+}
+template <class Register, int kCount>
+__device__ __forceinline__ void fence_registers(Register (&values)[kCount]) {
 #pragma unroll
   for (int i = 0; i < kCount; ++i) fence_register(values[i]);
 }

@@ -48,9 +48,11 @@ std::string tiling_name(const plan::GemmTiling& t) {
          std::to_string(t.stages);
 }
 
-// "128x128x32/4" for mma.sync, "wgmma 128x256x64/4" for the sm_90a kernel.
+// "128x128x32/4" for mma.sync, "wgmma 128x256x64/4" and "wgmma_w4 256x128x64/6" for the sm_90a kernels.
 std::string spec_name(const plan::GemmSpec& spec) {
   if (spec.kernel == plan::GemmKernel::mma_sync) return tiling_name(spec.tiling);
+  if (spec.kernel == plan::GemmKernel::wgmma_w4)  // tokens x weight rows
+    return "wgmma_w4 " + std::to_string(spec.sm90.block_n) + "x128x64/" + std::to_string(spec.sm90.stages);
   return "wgmma 128x" + std::to_string(spec.sm90.block_n) + "x64/" + std::to_string(spec.sm90.stages);
 }
 
@@ -233,55 +235,90 @@ std::string encoding_name(const config::WeightEncoding& weights) {
   }
 }
 
-// A quantized W in segments, each with its own packed bytes and scales (io::random_projection), against
-// reference::linear over reference::dequantize of the same bytes. Every tiling, poisoned C with guard
-// columns, NaN past the end of every operand's allocation.
-void check_quantized_gemm(const config::WeightEncoding& weights, int m, int k, const std::vector<int>& widths,
-                          bool has_bias, std::uint64_t seed) {
-  gpu().context.make_current();
-  const int n = std::accumulate(widths.begin(), widths.end(), 0);
-  const long long ldc = n + 8;
-  std::mt19937_64 rng(seed);
-  const std::vector<std::uint16_t> a_values = random_bf16(std::size_t(m) * k, rng, 0.1, 1.0);
-  const std::vector<std::uint16_t> bias_bits = random_bf16(n, rng, 0.0, 0.5);
-  driver::DeviceBuffer d_a = upload_with_nan_tail(a_values, k);
-
-  plan::GemmSpec spec;
-  spec.segments = int(widths.size());
-  spec.has_bias = has_bias;
-  spec.weights = weights;
+// Params of C [m, n] (row stride ldc) = A [m, k] (row stride k) x W^T; the segments are the caller's.
+GemmParams dense_gemm_params(const driver::DeviceBuffer& a, driver::DeviceBuffer& c, int m, int n, int k,
+                             long long ldc) {
   GemmParams params{};
-  const QuantizedSegments w = upload_quantized_segments(
-      weights, k, widths, has_bias ? bias_bits : std::vector<std::uint16_t>{}, seed, params);
-  driver::DeviceBuffer d_c(std::size_t(m + 1) * ldc * 2);
-  params.a = d_a.data<const bf16_bits>();
-  params.c = d_c.data<bf16_bits>();
+  params.a = a.data<const bf16_bits>();
+  params.c = c.data<bf16_bits>();
   params.m = m;
   params.n = n;
   params.k = k;
   params.lda = k;
   params.ldc = ldc;
+  return params;
+}
+
+// A quantized W in segments on the device (gpu_support's upload_quantized_segments) with its segment
+// table, ready to copy into any GemmParams.
+struct QuantizedWeights {
+  QuantizedSegments data;  // buffers, and the dequantized W and bias the reference uses
+  GemmSegment segments[kMaxGemmSegments] = {};
+};
+
+QuantizedWeights upload_quantized(const config::WeightEncoding& weights, int k, const std::vector<int>& widths,
+                                  const std::vector<std::uint16_t>& bias_bits, std::uint64_t seed) {
+  QuantizedWeights result;
+  GemmParams params{};
+  result.data = upload_quantized_segments(weights, k, widths, bias_bits, seed, params);
+  std::copy(std::begin(params.segments), std::end(params.segments), std::begin(result.segments));
+  return result;
+}
+
+// A quantized W against reference::linear over reference::dequantize of the same bytes: every mma.sync
+// tiling, or the given tilings of the sm_90a wgmma_w4 kernel; poisoned C with guard columns.
+void check_quantized_gemm(const config::WeightEncoding& weights, int m, int k, const std::vector<int>& widths,
+                          bool has_bias, std::uint64_t seed,
+                          const std::vector<plan::GemmSm90Tiling>& w4_tilings = {}) {
+  gpu().context.make_current();
+  const int n = std::accumulate(widths.begin(), widths.end(), 0);
+  const long long ldc = n + 8;
+  std::mt19937_64 rng(seed);
+  const std::vector<std::uint16_t> a_values = random_bf16(std::size_t(m) * k, rng, 0.1, 1.0);
+  const std::vector<std::uint16_t> bias_bits =
+      has_bias ? random_bf16(n, rng, 0.0, 0.5) : std::vector<std::uint16_t>{};
+  driver::DeviceBuffer d_a = upload_with_nan_tail(a_values, k);
+  const QuantizedWeights w = upload_quantized(weights, k, widths, bias_bits, seed);
+
+  plan::GemmSpec spec;
+  spec.segments = int(widths.size());
+  spec.has_bias = has_bias;
+  spec.weights = weights;
+  std::vector<plan::GemmSpec> kernels;
+  if (!w4_tilings.empty()) {
+    for (const plan::GemmSm90Tiling& tiling : w4_tilings) {
+      spec.kernel = plan::GemmKernel::wgmma_w4;
+      spec.sm90 = tiling;
+      kernels.push_back(spec);
+    }
+  } else {
+    for (const plan::GemmTiling& tiling : kTilings) {
+      spec.tiling = tiling;
+      kernels.push_back(spec);
+    }
+  }
+  driver::DeviceBuffer d_c(std::size_t(m + 1) * ldc * 2);
+  GemmParams params = dense_gemm_params(d_a, d_c, m, n, k, ldc);
+  std::copy(std::begin(w.segments), std::end(w.segments), std::begin(params.segments));
   const reference::Tensor expected =
-      reference::linear(reference::Tensor({m, k}, to_doubles(a_values)), w.weight, w.bias);
+      reference::linear(reference::Tensor({m, k}, to_doubles(a_values)), w.data.weight, w.data.bias);
 
   driver::Stream stream = driver::Stream::create();
   gpu().context.synchronize();
-  for (const plan::GemmTiling& tiling : kTilings) {
-    spec.tiling = tiling;
-    INFO(encoding_name(weights) << ": M " << m << " N " << n << " K " << k << " tiling "
-                                << tiling_name(tiling));
-    spec.check(params);
-    const driver::Function& function = gemm_function(spec);
+  for (const plan::GemmSpec& each : kernels) {
+    INFO(encoding_name(weights) << ": M " << m << " N " << n << " K " << k << " kernel " << spec_name(each));
+    each.check(params);
+    const driver::Function& function = gemm_function(each);
     d_c.fill_bytes_async(kPoisonByte, stream.handle());
-    driver::launch(function, spec.launch_shape(m, n), stream.handle(), params);
+    plan::launch_gemm(function, each, params, stream.handle(), device_multiprocessors());
     stream.synchronize();
     const std::vector<std::uint16_t> output = d_c.download_all<std::uint16_t>();
     const std::vector<double> got = checked_output(output, m, n, ldc);
     const double error = reference::relative_l2_error(expected.data, got);
-    std::printf("quantized gemm %-28s M %5d N %5d K %5d tiling %-12s relative L2 error %.3e\n",
-                encoding_name(weights).c_str(), m, n, k, tiling_name(tiling).c_str(), error);
+    std::printf("quantized gemm %-28s M %5d N %5d K %5d kernel %-22s relative L2 error %.3e\n",
+                encoding_name(weights).c_str(), m, n, k, spec_name(each).c_str(), error);
     INFO("relative L2 error " << error);
-    // W rounds once to bf16 in shared memory (reference: exact); fp32 accumulation; one output rounding.
+    // W rounds once to bf16 (reference: exact); fp32 accumulation; one output rounding.
     CHECK(error < 1e-2);
   }
 }
@@ -406,6 +443,30 @@ TEST_CASE("projection GEMM throughput on a prefill-sized QKV product", "[.][benc
   }
 }
 
+namespace {
+
+// `spec` on `params` (checked by the caller): the median of 20 CUDA-event timings after 5 warm-up
+// launches, in ms; the stream is synchronized on return.
+double median_launch_ms(const plan::GemmSpec& spec, const GemmParams& params, const driver::Stream& stream) {
+  const driver::Function& function = gemm_function(spec);
+  for (int i = 0; i < 5; ++i)
+    plan::launch_gemm(function, spec, params, stream.handle(), device_multiprocessors());
+  std::vector<float> milliseconds;
+  for (int i = 0; i < 20; ++i) {
+    const driver::Event start = driver::Event::create();
+    const driver::Event stop = driver::Event::create();
+    start.record(stream.handle());
+    plan::launch_gemm(function, spec, params, stream.handle(), device_multiprocessors());
+    stop.record(stream.handle());
+    milliseconds.push_back(driver::elapsed_ms(start, stop));
+  }
+  std::nth_element(milliseconds.begin(), milliseconds.begin() + 10, milliseconds.end());
+  stream.synchronize();
+  return double(milliseconds[10]);
+}
+
+}  // namespace
+
 // The number issue #6 is about: 8192 x 6144 x 4096 (Llama-3-8B's QKV at 8192 tokens, q | k | v segments),
 // mma.sync's best tiling against the wgmma kernel. Median of 20 CUDA-event timings after 5 warm-up
 // launches. The wgmma outputs are also compared with mma.sync's (a CPU reference of this size is too slow).
@@ -446,22 +507,8 @@ TEST_CASE("projection GEMM speed: mma.sync vs wgmma at 8192x6144x4096", "[.gemm_
     d_c.fill_bytes_async(kPoisonByte, stream.handle());
     params.c = d_c.data<bf16_bits>();
     spec.check(params);
-    const driver::Function& function = gemm_function(spec);
-    for (int i = 0; i < 5; ++i)
-      plan::launch_gemm(function, spec, params, stream.handle(), device_multiprocessors());
-    std::vector<float> milliseconds;
-    for (int i = 0; i < 20; ++i) {
-      const driver::Event start = driver::Event::create();
-      const driver::Event stop = driver::Event::create();
-      start.record(stream.handle());
-      plan::launch_gemm(function, spec, params, stream.handle(), device_multiprocessors());
-      stop.record(stream.handle());
-      milliseconds.push_back(driver::elapsed_ms(start, stop));
-    }
-    std::nth_element(milliseconds.begin(), milliseconds.begin() + 10, milliseconds.end());
-    const double median_ms = milliseconds[10];
+    const double median_ms = median_launch_ms(spec, params, stream);
     const double tflops = 2.0 * m * n * double(k) / (median_ms * 1e-3) / 1e12;
-    stream.synchronize();
     const std::vector<std::uint16_t> output = d_c.download_all<std::uint16_t>();
     const std::size_t unwritten = std::size_t(std::count(output.begin(), output.end(), kPoisonBits));
     double difference = 0;
@@ -475,5 +522,143 @@ TEST_CASE("projection GEMM speed: mma.sync vs wgmma at 8192x6144x4096", "[.gemm_
     CHECK(unwritten == 0);
     CHECK(difference < 1e-2);
     CHECK(median_ms > 0);
+  }
+}
+
+namespace {
+
+// The formats the sm_90a mixed-input kernel reads.
+std::vector<config::WeightEncoding> w4_encodings() {
+  std::vector<config::WeightEncoding> encodings;
+  for (auto format : {config::WeightFormat::mxfp4, config::WeightFormat::nvfp4}) {
+    config::WeightEncoding encoding;
+    encoding.format = format;
+    encodings.push_back(encoding);
+  }
+  for (int group : {32, 64, 128}) encodings.push_back(testing::affine_encoding(4, group));
+  encodings.push_back(testing::packed_encoding(config::PackedIntegerScheme::gptq, 4, 128, false));
+  encodings.push_back(testing::packed_encoding(config::PackedIntegerScheme::gptq_v2, 4, -1, false));
+  return encodings;
+}
+
+}  // namespace
+
+// The sm_90a mixed-input GEMM (wgmma_w4: dequantized 4-bit weights as wgmma's register A operand) against
+// the reference, per format, on shapes that are no tile multiple. Run: test_gpu "[gemm_w4]".
+TEST_CASE("sm_90a 4-bit weight GEMM matches the reference per format", "[gpu][gemm][gemm_w4]") {
+  const config::Arch arch = device_arch();
+  if (arch.sm() != 90 || !arch.arch_specific) {
+    WARN("wgmma_w4 needs sm_90a; " << arch.name() << " skips it");
+    return;
+  }
+  std::uint64_t seed = 6100;
+  for (const config::WeightEncoding& weights : w4_encodings()) {
+    // The plan picks this kernel for the Llama-3.1-8B QKV shape (unless sm90_w4_gemm_enabled says no; the
+    // kernel is still tested).
+    const int llama[] = {4096, 1024, 1024};
+    const bool enabled = plan::sm90_w4_gemm_enabled();
+    CHECK(plan::choose_w4_gemm_kernel(weights, arch, 2048, 6144, 4096, llama).kernel ==
+          (enabled ? plan::GemmKernel::wgmma_w4 : plan::GemmKernel::mma_sync));
+    // NVRTC takes seconds per specialization: the cases share four (segments, bias, tiling) per format.
+    // M 1000 (3.9 tiles of 256), N 1536 + 64 (12.5 tiles of 128, a ragged last segment), K 4096, bias.
+    check_quantized_gemm(weights, 1000, 4096, {1536, 64}, true, seed++, {{256, 6}, {128, 8}});
+    // K not a multiple of 128 where the group allows: 4064 = 63.5 slots of 64, 4032 = 63 slots (groups of
+    // 64); groups of 128 take 3968 = 31 x 128. No bias (the Llama QKV specialization).
+    const int k_tail = weights.group_size == 128 ? 3968 : (weights.group_size == 64 ? 4032 : 4064);
+    check_quantized_gemm(weights, 1000, k_tail, {1536, 64}, false, seed++, {{256, 6}});
+    // Three segments with bias (a q | k | v split), few tokens, then one token: the heuristic's 128-token
+    // tile for both.
+    if (enabled) {
+      CHECK(plan::choose_w4_gemm_kernel(weights, arch, 37, 456, 2880, std::vector<int>{256, 128, 72}).sm90 ==
+            plan::GemmSm90Tiling{128, 8});
+    }
+    const int k_few = 2880 - (weights.group_size == 128 ? 64 : 0);
+    check_quantized_gemm(weights, 37, k_few, {256, 128, 72}, true, seed++, {{128, 8}});
+    check_quantized_gemm(weights, 1, k_few, {128, 128, 8}, true, seed++, {{128, 8}});
+  }
+}
+
+// Issue #6's 4-bit row: the Llama-3.1-8B QKV product (N 6144 = 4096 | 1024 | 1024, K 4096) at 512, 2048 and
+// 8192 tokens, the bf16 wgmma kernel (the plan's pick) next to each 4-bit format on wgmma_w4 (both tilings;
+// "<-" marks the plan's pick) and on mma.sync (the plan's tiling). Median of 20 CUDA-event timings after 5
+// warm-up launches; every 4-bit output is compared with mma.sync's on the same weights.
+// Run: test_gpu "[.gemm_w4_speed]".
+TEST_CASE("4-bit weight GEMM speed: wgmma_w4 vs bf16 wgmma and mma.sync", "[.gemm_w4_speed][gpu][gemm]") {
+  const config::Arch arch = device_arch();
+  if (arch.sm() != 90 || !arch.arch_specific) {
+    WARN("wgmma_w4 needs sm_90a; " << arch.name() << " skips it");
+    return;
+  }
+  constexpr int n = 6144, k = 4096;
+  const std::vector<int> widths = {4096, 1024, 1024};
+  gpu().context.make_current();
+  std::mt19937_64 rng(12);
+  const driver::DeviceBuffer d_w =
+      driver::DeviceBuffer::from_host(random_bf16(std::size_t(n) * k, rng, 0.0, 1.0 / std::sqrt(k)));
+  // One of each code layout and decode: E2M1 (two scale kinds), affine (g64: g32 and g128 time alike), GPTQ.
+  const std::vector<config::WeightEncoding> all = w4_encodings();
+  const std::vector<config::WeightEncoding> encodings = {all[0], all[1], all[3], all[5]};
+  std::vector<QuantizedWeights> quantized;
+  for (std::size_t f = 0; f < encodings.size(); ++f)
+    quantized.push_back(upload_quantized(encodings[f], k, widths, {}, 500 + f));
+  driver::Stream stream = driver::Stream::create();
+  std::printf("\n%-17s %-24s %-22s %10s %10s %s\n", "shape (M N K)", "weights", "kernel", "median ms",
+              "TFLOP/s", "vs bf16 wgmma");
+  for (const int m : {512, 2048, 8192}) {
+    const driver::DeviceBuffer d_a =
+        driver::DeviceBuffer::from_host(random_bf16(std::size_t(m) * k, rng, 0.1, 1.0));
+    driver::DeviceBuffer d_c(std::size_t(m) * n * 2);
+    GemmParams params = dense_gemm_params(d_a, d_c, m, n, k, n);
+    gpu().context.synchronize();
+    // Times `spec` on `params` (into d_c, poisoned first); returns the median ms and leaves the output in
+    // d_c.
+    const auto time_ms = [&](const plan::GemmSpec& spec) {
+      d_c.fill_bytes_async(kPoisonByte, stream.handle());
+      spec.check(params);
+      return median_launch_ms(spec, params, stream);
+    };
+    const auto tflops = [&](double ms) { return 2.0 * m * n * double(k) / (ms * 1e-3) / 1e12; };
+
+    const plan::GemmKernelChoice bf16_choice = plan::choose_gemm_kernel(arch, m, n, k, widths);
+    plan::GemmSpec bf16{3, false, plan::choose_gemm_tiling(m, n, k, arch), bf16_choice.kernel,
+                        bf16_choice.sm90};
+    int bounds = 0;
+    for (int s = 0; s < 3; ++s) {
+      params.segments[s] = {d_w.data<const bf16_bits>() + std::size_t(bounds) * k, nullptr, bounds,
+                            bounds + widths[s]};
+      bounds += widths[s];
+    }
+    const double bf16_ms = time_ms(bf16);
+    std::printf("%5d %5d %5d  %-24s %-22s %10.4f %10.1f\n", m, n, k, "bf16", spec_name(bf16).c_str(), bf16_ms,
+                tflops(bf16_ms));
+
+    for (std::size_t f = 0; f < encodings.size(); ++f) {
+      std::copy(std::begin(quantized[f].segments), std::end(quantized[f].segments),
+                std::begin(params.segments));
+      plan::GemmSpec spec{3, false, plan::choose_gemm_tiling(m, n, k, arch)};
+      spec.weights = encodings[f];
+      const double mma_ms = time_ms(spec);
+      const std::vector<std::uint16_t> baseline = d_c.download_all<std::uint16_t>();
+      std::printf("%5d %5d %5d  %-24s %-22s %10.4f %10.1f %.2fx\n", m, n, k,
+                  encoding_name(spec.weights).c_str(), spec_name(spec).c_str(), mma_ms, tflops(mma_ms),
+                  bf16_ms / mma_ms);
+      const plan::GemmKernelChoice choice = plan::choose_w4_gemm_kernel(encodings[f], arch, m, n, k, widths);
+      CHECK(choice.kernel ==
+            (plan::sm90_w4_gemm_enabled() ? plan::GemmKernel::wgmma_w4 : plan::GemmKernel::mma_sync));
+      for (const plan::GemmSm90Tiling tiling : {plan::GemmSm90Tiling{256, 6}, plan::GemmSm90Tiling{128, 8}}) {
+        spec.kernel = plan::GemmKernel::wgmma_w4;
+        spec.sm90 = tiling;
+        const double ms = time_ms(spec);
+        const std::vector<std::uint16_t> output = d_c.download_all<std::uint16_t>();
+        const std::size_t unwritten = std::size_t(std::count(output.begin(), output.end(), kPoisonBits));
+        const double difference = reference::relative_l2_error(to_doubles(baseline), to_doubles(output));
+        std::printf(
+            "%5d %5d %5d  %-24s %-22s %10.4f %10.1f %.2fx  vs mma.sync rel. L2 %.2e, unwritten %zu %s\n", m,
+            n, k, encoding_name(spec.weights).c_str(), spec_name(spec).c_str(), ms, tflops(ms), bf16_ms / ms,
+            difference, unwritten, choice.sm90 == tiling ? "<- plan" : "");
+        CHECK(unwritten == 0);
+        CHECK(difference < 1e-2);
+      }
+    }
   }
 }

@@ -37,6 +37,30 @@ TEST_CASE("on sm_90a both projections run the wgmma kernel; elsewhere mma.sync",
   }
 }
 
+TEST_CASE("on sm_90a the 4-bit plans run the wgmma_w4 kernel; other formats and archs mma.sync",
+          "[plan][gemm][gemm_w4]") {
+  const config::Arch hopper{9, 0, true};
+  for (const char* name : {"llama-3.1-8b-nvfp4", "llama-3.1-8b-mlx-4bit", "gpt-oss-20b-mxfp4"}) {
+    INFO(name);
+    const config::AttentionConfig config =
+        config::load_file(std::string(ATTNPLAN_SOURCE_DIR) + "/plans/" + name + ".json");
+    const plan::KernelPlan kernels = plan::plan_kernels(config, hopper);
+    // sm90_w4_gemm_enabled switches the kernel off in one place; the plan then keeps mma.sync.
+    const bool w4 = plan::sm90_w4_gemm_enabled();
+    CHECK(kernels.qkv_projection.kernel == (w4 ? plan::GemmKernel::wgmma_w4 : plan::GemmKernel::mma_sync));
+    CHECK(kernels.output_projection.kernel == kernels.qkv_projection.kernel);
+    CHECK(kernels.kernels[1].source.header == (w4 ? "attnplan/gemm_sm90_w4.cuh" : "attnplan/gemm.cuh"));
+    CHECK(plan::plan_kernels(config, config::Arch{8, 0, false}).qkv_projection.kernel ==
+          plan::GemmKernel::mma_sync);
+  }
+  const config::AttentionConfig awq =
+      config::load_file(std::string(ATTNPLAN_SOURCE_DIR) + "/plans/llama-3.1-8b-awq.json");
+  CHECK(plan::plan_kernels(awq, hopper).qkv_projection.kernel == plan::GemmKernel::mma_sync);
+  const config::AttentionConfig gptq_act_order =
+      config::load_file(std::string(ATTNPLAN_SOURCE_DIR) + "/plans/llama-3.1-8b-gptq.json");
+  CHECK(plan::plan_kernels(gptq_act_order, hopper).qkv_projection.kernel == plan::GemmKernel::mma_sync);
+}
+
 TEST_CASE("a config with nothing to postprocess skips that kernel", "[plan]") {
   config::AttentionConfig config = llama();
   config.rotary.dim = 0;  // no RoPE, no norms
