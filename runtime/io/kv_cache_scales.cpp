@@ -10,6 +10,7 @@
 #include "core/bf16.hpp"
 #include "core/error.hpp"
 #include "io/float16.hpp"
+#include "io/load_problems.hpp"
 
 namespace attnplan::io {
 namespace {
@@ -133,13 +134,7 @@ std::optional<KvCacheScales> read_kv_cache_scales(const SafetensorsFile& file,
                                                   const std::string& prefix) {
   std::vector<std::string> problems;
   auto scales = read_kv_cache_scales(file, config, prefix, problems);
-  if (!problems.empty()) {
-    std::string message =
-        fmt::format("{} problem{} with the fp8 KV cache scales under \"{}\" in {}", problems.size(),
-                    problems.size() == 1 ? "" : "s", prefix, file.path().string());
-    if (problems.size() == 1) message += ": " + problems.front();
-    throw Error(Stage::input, std::move(message), {}, std::move(problems));
-  }
+  throw_if_problems(std::move(problems), "with the fp8 KV cache scales", prefix, file);
   return scales;
 }
 

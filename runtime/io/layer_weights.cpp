@@ -15,6 +15,7 @@
 #include "io/checked_math.hpp"
 #include "io/float16.hpp"
 #include "io/kv_cache_scales.hpp"
+#include "io/load_problems.hpp"
 #include "io/projection_format.hpp"
 
 namespace attnplan::io {
@@ -566,13 +567,7 @@ HostLayerWeights load_layer_weights(const SafetensorsFile& file, const config::A
   std::vector<std::string> problems =
       check_layer(file, config, prefix, expected_tensors(file, config, prefix, fused_bias));
   std::optional<KvCacheScales> kv_scales = read_kv_cache_scales(file, config, prefix, problems);
-  if (!problems.empty()) {
-    std::string message =
-        fmt::format("{} problem{} in the attention weights under \"{}\" in {}", problems.size(),
-                    problems.size() == 1 ? "" : "s", prefix, file.path().string());
-    if (problems.size() == 1) message += ": " + problems.front();
-    throw Error(Stage::input, std::move(message), {}, std::move(problems));
-  }
+  throw_if_problems(std::move(problems), "in the attention weights", prefix, file);
 
   // Every tensor below was checked above: present, dtype and shape as expected.
   const std::int64_t q_rows = std::int64_t{config.query_heads} * config.head_dim;
