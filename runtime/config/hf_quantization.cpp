@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <array>
 #include <regex>
 #include <string_view>
@@ -241,7 +242,8 @@ void read_compressed_tensors(Fields& q, HfQuantization& out) {
     } else {
       const auto first = groups->begin();
       Fields g(first.value(), q.path("config_groups") + "/" + pointer_token(first.key()), q.problems());
-      g.get("targets");
+      const std::vector<std::string> targets = read_patterns(g, "targets");
+      if (std::find(targets.begin(), targets.end(), "Linear") == targets.end()) out.targets = targets;
       g.get("output_activations");
       g.get("format");
       out.weights_quantized = true;
@@ -462,7 +464,11 @@ void apply_hf_quantization(const HfQuantization& quantization, int layer, Attent
       }
       named = named || names_module(pattern, module);
     }
-    return quantization.patterns_list_converted ? named : !named;
+    const bool targeted =
+        quantization.targets.empty() ||
+        std::any_of(quantization.targets.begin(), quantization.targets.end(),
+                    [&](const std::string& target) { return names_module(target, module); });
+    return targeted && (quantization.patterns_list_converted ? named : !named);
   };
   const WeightEncoding bf16{};
   config.projection.output = converted("o_proj") ? quantization.encoding : bf16;

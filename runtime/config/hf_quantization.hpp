@@ -26,6 +26,8 @@ struct HfQuantization {
   // false: the patterns name modules kept unconverted; true: they name the only modules converted
   // (GPTQ `modules_in_block_to_quantize`).
   bool patterns_list_converted = false;
+  // compressed-tensors group `targets` other than "Linear": only the modules they name are converted.
+  std::vector<std::string> targets;
   std::optional<KvCacheDtype> kv_cache;  // a KV cache quantization was described
   std::vector<std::string> notes;        // caveats for the user
 };

@@ -206,6 +206,13 @@ TEST_CASE("modules left unconverted keep their projections in bf16", "[config][h
   compressed["ignore"] = {"lm_head", "re:.*self_attn\\.(q|k|v|o)_proj$"};
   CHECK(import_hf_config(with(compressed)).projection.qkv == kBf16);
 
+  // compressed-tensors targets other than Linear convert only what they name.
+  compressed = kCompressedFp8;
+  compressed["config_groups"]["group_0"]["targets"] = {"re:.*mlp.*", "re:.*o_proj"};
+  const AttentionConfig targeted = import_hf_config(with(compressed));
+  CHECK(targeted.projection.qkv == kBf16);
+  CHECK(targeted.projection.output.format == WeightFormat::fp8);
+
   // GPTQ's modules_in_block_to_quantize lists what is converted.
   json gptq = kGptq;
   gptq["modules_in_block_to_quantize"] = {{"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"},
