@@ -79,11 +79,10 @@ GemmKernelChoice choose_gemm_kernel(config::Arch arch, int m_hint, int n, int k,
 // less per column: the A slice is re-read per tile and the epilogue share is larger). Pure.
 double gemm_sm90_cost(int m, int n, const GemmSm90Tiling& tiling, int sms);
 
-// Tokens a second wgmma specialization of a projection is meant for: a plan built for max_tokens (8k) also
-// serves short chunks, whose few row tiles leave SMs idle with the max_tokens tiling (issue #6: 0.49-0.84x
-// cuBLAS at 512 tokens). Not planned yet: plan_kernels would compile choose_gemm_kernel(arch,
-// kSmallLaunchTokens, ...) beside the max_tokens choice when their tilings differ, and each launch would
-// pick one with choose_gemm_variant.
+// Tokens a second wgmma specialization of a projection is planned for: a plan built for max_tokens (8k)
+// also serves short chunks, whose few row tiles leave SMs idle with the max_tokens tiling (issue #6:
+// 0.49-0.84x cuBLAS at 512 tokens). plan_kernels compiles choose_gemm_kernel(arch, kSmallLaunchTokens, ...)
+// beside the max_tokens choice when their tilings differ; each launch picks one with choose_gemm_variant.
 inline constexpr int kSmallLaunchTokens = 512;
 
 // Which of a projection's two compiled wgmma tilings one launch of M = m rows runs.

@@ -25,6 +25,10 @@ std::string_view to_string(StageKind stage) {
   return "unknown";
 }
 
+bool is_small_variant(const PlannedKernel& kernel) {
+  return kernel.name == kQkvProjectionSmallName || kernel.name == kOutputProjectionSmallName;
+}
+
 bool KernelPlan::has(StageKind stage) const {
   for (const PlannedKernel& kernel : kernels) {
     if (kernel.stage == stage) return true;
@@ -81,6 +85,20 @@ GemmKernelChoice choose_projection_kernel(const config::WeightEncoding& weights,
   return choose_gemm_kernel(arch, m_hint, n, k, segment_widths);
 }
 
+// The projection's specialization for kSmallLaunchTokens-row launches, when the wgmma kernel would tile
+// those differently from the max_tokens plan (issue #6).
+std::optional<GemmSpec> small_specialization(const GemmSpec& planned, const config::AttentionConfig& config,
+                                             const config::Arch& arch, int n, int k,
+                                             std::span<const int> segment_widths) {
+  if (planned.kernel != GemmKernel::wgmma || config.max_tokens <= kSmallLaunchTokens) return std::nullopt;
+  const GemmKernelChoice small =
+      choose_projection_kernel(planned.weights, arch, kSmallLaunchTokens, n, k, segment_widths);
+  if (small.kernel != GemmKernel::wgmma || small.sm90 == planned.sm90) return std::nullopt;
+  GemmSpec spec = planned;
+  spec.sm90 = small.sm90;
+  return spec;
+}
+
 }  // namespace
 
 KernelPlan plan_kernels(const config::AttentionConfig& config, const config::Arch& arch) {
@@ -109,6 +127,8 @@ KernelPlan plan_kernels(const config::AttentionConfig& config, const config::Arc
                                                              q_width + k_width + v_width, hidden, widths);
     plan.qkv_projection.kernel = choice.kernel;
     plan.qkv_projection.sm90 = choice.sm90;
+    plan.qkv_projection_small =
+        small_specialization(plan.qkv_projection, config, arch, q_width + k_width + v_width, hidden, widths);
   }
 
   plan.qkv_postprocess = QkvPostprocessSpec::from_config(config);
@@ -131,10 +151,16 @@ KernelPlan plan_kernels(const config::AttentionConfig& config, const config::Arc
       config.projection.output, arch, config.max_tokens, hidden, attention_width, output_widths);
   plan.output_projection.kernel = output_choice.kernel;
   plan.output_projection.sm90 = output_choice.sm90;
+  plan.output_projection_small =
+      small_specialization(plan.output_projection, config, arch, hidden, attention_width, output_widths);
 
   plan.kernels.push_back({StageKind::input_norm, "input_rmsnorm", plan.input_norm.source(), 0});
   plan.kernels.push_back({StageKind::qkv_projection, "qkv_projection", plan.qkv_projection.source(),
                           plan.qkv_projection.dynamic_shared_bytes()});
+  if (const auto& small = plan.qkv_projection_small) {
+    plan.kernels.push_back({StageKind::qkv_projection, std::string(kQkvProjectionSmallName), small->source(),
+                            small->dynamic_shared_bytes()});
+  }
   if (plan.qkv_postprocess.has_work()) {
     plan.kernels.push_back({StageKind::qkv_postprocess, "qkv_postprocess", plan.qkv_postprocess.source(), 0});
   }
@@ -143,6 +169,10 @@ KernelPlan plan_kernels(const config::AttentionConfig& config, const config::Arc
       {StageKind::attention, "attention", plan.attention.source(), plan.attention.dynamic_shared_bytes()});
   plan.kernels.push_back({StageKind::output_projection, "output_projection", plan.output_projection.source(),
                           plan.output_projection.dynamic_shared_bytes()});
+  if (const auto& small = plan.output_projection_small) {
+    plan.kernels.push_back({StageKind::output_projection, std::string(kOutputProjectionSmallName),
+                            small->source(), small->dynamic_shared_bytes()});
+  }
   return plan;
 }
 

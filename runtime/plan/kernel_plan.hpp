@@ -2,6 +2,7 @@
 // compiler. Each planned kernel carries its typed spec rendered to a KernelSource.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -33,11 +34,19 @@ struct KernelPlan {
   QkvPostprocessSpec qkv_postprocess;  // q/k/v norms and RoPE in place; skipped when it has no work
   KvStoreSpec kv_store;
   AttentionSpec attention;
-  GemmSpec output_projection;          // [T, Hq * Dv] x [hidden, Hq * Dv]^T
-  std::vector<PlannedKernel> kernels;  // in launch order
+  GemmSpec output_projection;  // [T, Hq * Dv] x [hidden, Hq * Dv]^T
+  // The projections' kSmallLaunchTokens specializations (wgmma, another block_n), planned only when their
+  // tiling differs from the max_tokens one; each launch picks one by choose_gemm_variant.
+  std::optional<GemmSpec> qkv_projection_small, output_projection_small;
+  std::vector<PlannedKernel> kernels;  // in launch order; a small specialization right after its stage's
 
   bool has(StageKind stage) const;
 };
+
+// The names of the small specializations' kernels (same StageKind as the planned projection).
+inline constexpr std::string_view kQkvProjectionSmallName = "qkv_projection_small";
+inline constexpr std::string_view kOutputProjectionSmallName = "output_projection_small";
+bool is_small_variant(const PlannedKernel& kernel);
 
 // Throws Error(config) when the config asks for something the kernels cannot do yet (a quantized
 // projection format, an fp8 KV cache, a head dim the attention kernel does not support).

@@ -25,12 +25,25 @@ struct PrefillPlan::Loaded {
   driver::Context context;
   std::vector<driver::Module> modules;  // own the functions below
   driver::Function input_norm, qkv_projection, qkv_postprocess, kv_store, attention, output_projection;
+  // The kSmallLaunchTokens specializations, where planned (KernelPlan::qkv_projection_small, ...).
+  driver::Function qkv_projection_small, output_projection_small;
   driver::DeviceBuffer rope_frequencies;  // [rotary_dim / 2] doubles, uploaded once at load
   double rope_attention_factor = 1.0;
   int multiprocessors = 0;  // the device's SMs: the persistent wgmma GEMM's grid
 };
 
 namespace {
+
+// The projection's function and spec for this launch's M: the planned one, or its small specialization
+// where the plan has one and choose_gemm_variant prefers it.
+std::pair<const driver::Function*, const GemmSpec*> projection_variant(
+    const driver::Function& planned_function, const GemmSpec& planned, const driver::Function& small_function,
+    const std::optional<GemmSpec>& small, const GemmParams& params, int multiprocessors) {
+  if (small && choose_gemm_variant(params.m, params.n, planned.sm90, small->sm90, multiprocessors).small) {
+    return {&small_function, &*small};
+  }
+  return {&planned_function, &planned};
+}
 
 void require(bool condition, const std::string& message) {
   if (!condition) throw Error(Stage::input, message);
@@ -213,7 +226,11 @@ void PrefillPlan::execute(const ExecuteArgs& args, CUstream stream, const StageO
     projection.segments[1].g_idx = w.k_g_idx;
     projection.segments[2].g_idx = w.v_g_idx;
   }
-  kernels.qkv_projection.check(projection);
+  const Loaded& loaded = *loaded_;
+  const auto [qkv_function, qkv_spec] =
+      projection_variant(loaded.qkv_projection, kernels.qkv_projection, loaded.qkv_projection_small,
+                         kernels.qkv_projection_small, projection, loaded.multiprocessors);
+  qkv_spec->check(projection);
 
   QkvPostprocessParams post{};
   post.qkv = qkv;
@@ -276,17 +293,19 @@ void PrefillPlan::execute(const ExecuteArgs& args, CUstream stream, const StageO
   output.segments[0].scale_2 = w.o_scale_2;
   output.segments[0].zeros = w.o_zeros;
   output.segments[0].g_idx = w.o_g_idx;
-  kernels.output_projection.check(output);
+  const auto [output_function, output_spec] =
+      projection_variant(loaded.output_projection, kernels.output_projection, loaded.output_projection_small,
+                         kernels.output_projection_small, output, loaded.multiprocessors);
+  output_spec->check(output);
 
   // Enqueue in spec order. The observer (debugging only) sees each stage's results in the workspace.
-  const Loaded& loaded = *loaded_;
   loaded.context.make_current();
   auto notify = [&](StageKind stage) {
     if (observer) observer(stage, layout);
   };
   enqueue_input_norm(norm, stream);
   notify(StageKind::input_norm);
-  launch_gemm(loaded.qkv_projection, kernels.qkv_projection, projection, stream, loaded.multiprocessors);
+  launch_gemm(*qkv_function, *qkv_spec, projection, stream, loaded.multiprocessors);
   notify(StageKind::qkv_projection);
   if (kernels.has(StageKind::qkv_postprocess)) {
     driver::launch(loaded.qkv_postprocess,
@@ -301,7 +320,7 @@ void PrefillPlan::execute(const ExecuteArgs& args, CUstream stream, const StageO
                  kernels.attention.launch_shape(batch.num_seqs, batch.max_query_len, config.query_heads),
                  stream, attend);
   notify(StageKind::attention);
-  launch_gemm(loaded.output_projection, kernels.output_projection, output, stream, loaded.multiprocessors);
+  launch_gemm(*output_function, *output_spec, output, stream, loaded.multiprocessors);
   notify(StageKind::output_projection);
 }
 
@@ -417,22 +436,24 @@ plan::PrefillPlan Runtime::load(const plan::CompiledPlan& compiled) {
                             "--arch {} or target.arch \"auto\"",
                             plan_arch, options_.device, device.name, device.arch_name(), device.arch_name()));
   }
-  auto loaded = std::make_unique<plan::PrefillPlan::Loaded>(
-      plan::PrefillPlan::Loaded{driver::Context(options_.device), {}, {}, {}, {}, {}, {}, {}, {}, 1.0});
+  auto loaded = std::make_unique<plan::PrefillPlan::Loaded>(plan::PrefillPlan::Loaded{
+      driver::Context(options_.device), {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, 1.0});
   loaded->multiprocessors = device.multiprocessors;
   loaded->context.make_current();
   for (const plan::PlanKernel& kernel : compiled.kernels) {
     driver::Module& module = loaded->modules.emplace_back(driver::Module::load(kernel.entry->cubin));
     driver::Function function = module.function(kernel.lowered_name);
-    const int shared =
-        compiled.kernels_planned.kernels.at(&kernel - compiled.kernels.data()).dynamic_shared_bytes;
+    const plan::PlannedKernel& planned =
+        compiled.kernels_planned.kernels.at(&kernel - compiled.kernels.data());
+    const int shared = planned.dynamic_shared_bytes;
     if (shared > 48 * 1024) function.set_max_dynamic_shared_bytes(shared);
+    const bool small = plan::is_small_variant(planned);
     switch (kernel.stage) {
       case plan::StageKind::input_norm:
         loaded->input_norm = function;
         break;
       case plan::StageKind::qkv_projection:
-        loaded->qkv_projection = function;
+        (small ? loaded->qkv_projection_small : loaded->qkv_projection) = function;
         break;
       case plan::StageKind::qkv_postprocess:
         loaded->qkv_postprocess = function;
@@ -444,7 +465,7 @@ plan::PrefillPlan Runtime::load(const plan::CompiledPlan& compiled) {
         loaded->attention = function;
         break;
       case plan::StageKind::output_projection:
-        loaded->output_projection = function;
+        (small ? loaded->output_projection_small : loaded->output_projection) = function;
         break;
     }
   }
