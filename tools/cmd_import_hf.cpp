@@ -73,7 +73,11 @@ Command import_hf_command() {
       "(Llama, Mistral, Qwen2/2.5, Qwen3, Gemma 2, Gemma 3, Phi-3/Phi-4, gpt-oss, GPT-J, GPT-NeoX). Fields "
       "that\n"
       "change attention but attnplan/v1 cannot express, and fields it does not know, are errors naming\n"
-      "them. The result is validated before it is written. Exits 0 on success, 1 on bad input.";
+      "them. A quantized checkpoint's quantization_config (fp8, awq, gptq, mxfp4, modelopt, "
+      "compressed-tensors)\n"
+      "or MLX quantization sets the projection formats and the KV cache dtype (docs/config.md). The result "
+      "is\n"
+      "validated before it is written. Exits 0 on success, 1 on bad input.";
   command.options = {
       {"--layer", "N", "the layer whose kind (sliding or full) to describe, where layers differ (default 0)"},
       {"--output", "OUT", "write the config here instead of stdout"},

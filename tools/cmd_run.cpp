@@ -68,7 +68,8 @@ Command run_command() {
       "context_len > 0, past_key [sum(context_lens), kv_heads, head_dim] and past_value [.., "
       "value_head_dim]\n"
       "with each sequence's cached tokens in order. OUT receives `output` [T, hidden] bf16 (the attention\n"
-      "output after o_proj, before any residual) and, with --dump-stages, every intermediate.";
+      "output after o_proj, before any residual) and, with --dump-stages, every intermediate. With an fp8\n"
+      "KV cache the layer's k_scale / v_scale tensors are used (else the config's; docs/config.md).";
   command.options = {{"--weights", "W", "safetensors file with the layer's weights"},
                      {"--prefix", "P", "tensor name prefix of the layer (default: none)"},
                      {"--input", "IN", "safetensors file with hidden_states (and the batch)"},
@@ -166,11 +167,11 @@ Command run_command() {
     const check::DeviceWeights device_weights = check::upload_weights(config, weights);
     driver::DeviceBuffer input = driver::DeviceBuffer::from_host(io::to_bf16_bits(hidden_states));
     driver::DeviceBuffer output(std::size_t(tokens) * config.hidden_size * 2);
-    // An fp8 cache holds the prefix as the fp8 store would have written it, with the config's scales
-    // (reading a checkpoint's own k_scale / v_scale is not done yet: docs/config.md).
+    // An fp8 cache holds the prefix as the fp8 store would have written it, with the scales the loader
+    // resolved: the checkpoint's k_scale / v_scale tensors, else the config's (docs/config.md).
     const bool fp8 = config.kv_cache.dtype == config::KvCacheDtype::fp8_e4m3;
-    const float k_scale = static_cast<float>(config.kv_cache.k_scale);
-    const float v_scale = static_cast<float>(config.kv_cache.v_scale);
+    const float k_scale = fp8 ? weights.kv_scales.value().k_scale : 1.0f;
+    const float v_scale = fp8 ? weights.kv_scales.value().v_scale : 1.0f;
     driver::DeviceBuffer keys =
         fp8 ? driver::DeviceBuffer::from_host(check::quantize_kv_pool_fp8(key_pool, k_scale))
             : driver::DeviceBuffer::from_host(key_pool);
@@ -224,6 +225,10 @@ Command run_command() {
     writer.add("output", io::Dtype::bf16, {tokens, config.hidden_size},
                as_bytes(output.download_all<std::uint16_t>()));
     writer.write(output_path);
+    if (fp8) {
+      fmt::print("fp8 KV cache scales: k_scale {} ({}), v_scale {} ({})\n", k_scale,
+                 weights.kv_scales->k_source, v_scale, weights.kv_scales->v_source);
+    }
     fmt::print("{}: {} tokens in {} sequences -> {}\n", config.name.empty() ? "layer" : config.name, tokens,
                seqs, output_path);
     return kExitOk;

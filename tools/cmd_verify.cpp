@@ -7,6 +7,8 @@
 #include "config/parse.hpp"
 #include "core/error.hpp"
 #include "driver/context.hpp"
+#include "io/layer_weights.hpp"
+#include "io/safetensors.hpp"
 #include "plan/runtime.hpp"
 #include "runtime_setup.hpp"
 
@@ -15,17 +17,22 @@ namespace attnplan::cli {
 Command verify_command() {
   Command command;
   command.name = "verify";
-  command.synopsis = "verify CONFIG [--tokens N] [--seqs S] [--prefix P] [--seed X] [--cache-dir D] [--json]";
+  command.synopsis =
+      "verify CONFIG [--tokens N] [--seqs S] [--prefix P] [--seed X] [--weights W [--layer L]] "
+      "[--cache-dir D] [--json]";
   command.description =
       "Runs the config's whole prefill plan on the GPU with random weights and inputs, and compares every\n"
       "stage with the double-precision CPU reference (relative L2 error; bf16 operands with fp32\n"
       "accumulation land under 1e-2). The chunk's KV slots are compared too, and every other slot of the\n"
-      "page pool must be untouched. Exits 0 when every stage is within tolerance, 2 otherwise.";
+      "page pool must be untouched. Exits 0 when every stage is within tolerance, 2 otherwise. With\n"
+      "--weights, the layer's weights (and an fp8 cache's k_scale / v_scale) come from that checkpoint.";
   command.options = {{"--tokens", "N", "chunk tokens over all sequences (default 256)"},
                      {"--seqs", "S", "sequences sharing the chunk (default 1)"},
                      {"--prefix", "P", "tokens already cached per sequence (default 0)"},
                      {"--seed", "X", "random seed (default 1)"},
                      {"--tolerance", "T", "relative L2 bound per stage (default 1e-2)"},
+                     {"--weights", "W", "checkpoint with the layer's weights (default: random)"},
+                     {"--layer", "L", "tensor name prefix in W, e.g. model.layers.7."},
                      {"--arch", "A", "compile for A instead of the device's arch"},
                      kCacheDirOption,
                      kCachePathOption,
@@ -46,7 +53,18 @@ Command verify_command() {
         throw Error(Stage::input, fmt::format("--tolerance {}: expected a number", *text));
       }
     }
-    const check::LayerCase layer = check::random_case(config, scenario);
+    check::LayerCase layer = check::random_case(config, scenario);
+    if (const auto weights_path = args.value("--weights")) {
+      // A checkpoint's layer replaces the random weights; its fp8 cache scales replace the config's.
+      const io::SafetensorsFile file = io::SafetensorsFile::open(*weights_path);
+      layer.weights = io::load_layer_weights(file, config, args.value("--layer").value_or(""));
+      if (layer.weights.kv_scales) {
+        layer.fp8 =
+            reference::KvFp8Scales{layer.weights.kv_scales->k_scale, layer.weights.kv_scales->v_scale};
+      }
+    } else if (args.value("--layer")) {
+      throw UsageError{"--layer needs --weights"};
+    }
 
     Runtime runtime(runtime_options(args));
     driver::Context context(runtime.options().device);

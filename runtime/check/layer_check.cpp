@@ -195,8 +195,9 @@ LayerCase random_case(const config::AttentionConfig& config, const Scenario& sce
     }
   }
   if (config.kv_cache.dtype == config::KvCacheDtype::fp8_e4m3) {
-    layer.fp8 = reference::KvFp8Scales{static_cast<float>(config.kv_cache.k_scale),
-                                       static_cast<float>(config.kv_cache.v_scale)};
+    // Random weights have no checkpoint scales: the config's, else 1 (docs/config.md).
+    layer.fp8 = reference::KvFp8Scales{static_cast<float>(config.kv_cache.k_scale.value_or(1.0)),
+                                       static_cast<float>(config.kv_cache.v_scale.value_or(1.0))};
   }
   return layer;
 }

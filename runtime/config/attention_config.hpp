@@ -89,10 +89,11 @@ struct KvCache {
   int block_size = 16;  // tokens per page
   KvCacheDtype dtype = KvCacheDtype::bf16;
   // fp8_e4m3 only: per-tensor scales, stored k_q = fp8(k / k_scale), read k = k_q * k_scale (formats.md).
-  // Defaults for callers that have no calibrated values; a checkpoint's own k_scale / v_scale tensors, when
-  // the loader finds them, take precedence (the plan takes the scales at run time, plan::KvCacheView).
-  double k_scale = 1.0;
-  double v_scale = 1.0;
+  // Unset means "not given": where a checkpoint is read (io::load_layer_weights) its own scale tensors are
+  // used and a given value must agree with them; without a checkpoint (random weights) an unset scale is 1.
+  // The plan takes the scales at run time (plan::KvCacheView), so they never change a kernel.
+  std::optional<double> k_scale;
+  std::optional<double> v_scale;
   friend bool operator==(const KvCache&, const KvCache&) = default;
 };
 

@@ -17,6 +17,8 @@
 #include <string_view>
 #include <vector>
 
+#include "config/hf_fields.hpp"
+#include "config/hf_quantization.hpp"
 #include "config/parse.hpp"
 #include "config/problems.hpp"
 #include "core/error.hpp"
@@ -25,6 +27,7 @@ namespace attnplan::config {
 namespace {
 
 using detail::describe;
+using detail::Fields;
 using detail::pointer_token;
 
 using nlohmann::json;
@@ -96,128 +99,6 @@ constexpr std::string_view kGenericIrrelevant[] = {"_name_or_path",
                                                    "use_bfloat16",
                                                    "use_cache",
                                                    "vocab_size"};
-
-// One JSON object of the HF config (the top level, text_config, rope_scaling) and the keys read
-// from it so far. Reading a key marks it known; `refuse_unknown` then reports every other key.
-// null reads as absent, as HF's `None` does.
-class Fields {
- public:
-  Fields(const json& object, std::string prefix, std::vector<std::string>& problems)
-      : object_(object), prefix_(std::move(prefix)), problems_(problems) {}
-
-  std::string path(std::string_view key) const { return prefix_ + "/" + pointer_token(key); }
-  const std::string& prefix() const { return prefix_; }
-  std::vector<std::string>& problems() { return problems_; }
-  bool has(std::string_view key) const { return get_unmarked(key) != nullptr; }
-
-  void problem(std::string_view key, std::string_view rule) {
-    problems_.push_back(fmt::format("{}: {}", path(key), rule));
-  }
-
-  const json* get(std::string_view key) {
-    known_.insert(std::string(key));
-    return get_unmarked(key);
-  }
-
-  // A value read without marking it known: for a neighbour's fallback (yarn's max positions).
-  const json* get_unmarked(std::string_view key) const {
-    const auto it = object_.find(std::string(key));
-    if (it == object_.end() || it->is_null()) return nullptr;
-    return &*it;
-  }
-
-  std::optional<std::int64_t> integer(std::string_view key) {
-    const json* value = get(key);
-    if (value == nullptr) return std::nullopt;
-    if (!value->is_number_integer()) {
-      problem(key, fmt::format("expected an integer, got {}", describe(*value)));
-      return std::nullopt;
-    }
-    return value->get<std::int64_t>();
-  }
-
-  // A count or size: a positive integer that fits attnplan's int fields.
-  std::optional<int> positive(std::string_view key) {
-    const std::optional<std::int64_t> value = integer(key);
-    if (!value) return std::nullopt;
-    if (*value <= 0 || *value > INT_MAX) {
-      problem(key, fmt::format("expected a positive integer, got {}", *value));
-      return std::nullopt;
-    }
-    return static_cast<int>(*value);
-  }
-
-  int required_positive(std::string_view key) {
-    if (get_unmarked(key) == nullptr) {
-      get(key);
-      problem(key, "required");
-      return 0;
-    }
-    return positive(key).value_or(0);
-  }
-
-  std::optional<double> number(std::string_view key) {
-    const json* value = get(key);
-    if (value == nullptr) return std::nullopt;
-    if (!value->is_number()) {
-      problem(key, fmt::format("expected a number, got {}", describe(*value)));
-      return std::nullopt;
-    }
-    return value->get<double>();
-  }
-
-  std::optional<bool> boolean(std::string_view key) {
-    const json* value = get(key);
-    if (value == nullptr) return std::nullopt;
-    if (!value->is_boolean()) {
-      problem(key, fmt::format("expected true or false, got {}", describe(*value)));
-      return std::nullopt;
-    }
-    return value->get<bool>();
-  }
-
-  std::optional<std::string> string(std::string_view key) {
-    const json* value = get(key);
-    if (value == nullptr) return std::nullopt;
-    if (!value->is_string()) {
-      problem(key, fmt::format("expected a string, got {}", describe(*value)));
-      return std::nullopt;
-    }
-    return value->get<std::string>();
-  }
-
-  void irrelevant(std::initializer_list<std::string_view> keys) {
-    for (std::string_view key : keys) known_.insert(std::string(key));
-  }
-  void irrelevant_generic() {
-    for (std::string_view key : kGenericIrrelevant) known_.insert(std::string(key));
-  }
-
-  // Keys neither read nor listed irrelevant: one problem naming them all.
-  void refuse_unknown(std::string_view family) {
-    std::string unknown;
-    for (const auto& [key, value] : object_.items()) {
-      if (known_.count(key) != 0) continue;
-      unknown += unknown.empty() ? key : ", " + key;
-    }
-    if (unknown.empty()) return;
-    const std::string where = prefix_.empty() ? "" : fmt::format(" (under {})", prefix_);
-    problems_.push_back(fmt::format("unsupported HF config fields for {}{}: {}", family, where, unknown));
-  }
-
-  // Keys not read, each reported as not belonging to `owner` (rope_scaling parameters).
-  void refuse_unknown_parameters(std::string_view owner) {
-    for (const auto& [key, value] : object_.items()) {
-      if (known_.count(key) == 0) problem(key, fmt::format("not a parameter of {}", owner));
-    }
-  }
-
- private:
-  const json& object_;
-  std::string prefix_;
-  std::vector<std::string>& problems_;
-  std::set<std::string, std::less<>> known_;
-};
 
 // HF `rope_scaling` (`rope_type`, or the older `type`) -> rotary.scaling. Only the types attnplan/v1
 // computes exactly are accepted; every parameter must belong to the chosen type.
@@ -618,10 +499,9 @@ AttentionConfig import_hf_config(const json& hf, int layer_index, std::vector<st
   std::vector<std::string> problems;
   std::vector<std::string> caveats;
   Fields top(hf, "", problems);
-  top.irrelevant_generic();
-  if (top.get("quantization_config") != nullptr) {
-    top.problem("quantization_config", "quantized checkpoints: not supported by import-hf yet");
-  }
+  top.irrelevant_all(kGenericIrrelevant);
+  // Read before the family's fields: gemma3 refuses its unknown top-level keys early.
+  const detail::HfQuantization quantization = detail::read_hf_quantization(top);
   const std::optional<std::string> model_type = top.string("model_type");
   if (!model_type) {
     if (!top.has("model_type")) top.problem("model_type", fmt::format("required (one of {})", kFamilies));
@@ -645,7 +525,7 @@ AttentionConfig import_hf_config(const json& hf, int layer_index, std::vector<st
     }
     top.refuse_unknown("gemma3");
     nested.emplace(*text, "/text_config", problems);
-    nested->irrelevant_generic();
+    nested->irrelevant_all(kGenericIrrelevant);
     if (const std::optional<std::string> text_type = nested->string("model_type");
         text_type && *text_type != "gemma3_text") {
       nested->problem("model_type", fmt::format("expected \"gemma3_text\", got \"{}\"", *text_type));
@@ -681,6 +561,8 @@ AttentionConfig import_hf_config(const json& hf, int layer_index, std::vector<st
                              kFamilies)});
   }
   f.refuse_unknown(family);
+  detail::apply_hf_quantization(quantization, layer_index, config, problems);
+  caveats.insert(caveats.end(), quantization.notes.begin(), quantization.notes.end());
   if (!problems.empty()) {
     throw Error(Stage::config, plural(problems.size(), "problem") + " in HF config", {}, problems);
   }

@@ -86,10 +86,11 @@ nlohmann::json to_json(const AttentionConfig& unresolved) {
   projection["fused_qkv"] = config.projection.fused_qkv;
   projection["output"] = encoding_to_json(config.projection.output);
   json kv_cache = {{"block_size", config.kv_cache.block_size}, {"dtype", to_string(config.kv_cache.dtype)}};
-  if (config.kv_cache.dtype == KvCacheDtype::fp8_e4m3) {  // bf16 caches have no scales to write
-    kv_cache["k_scale"] = number(config.kv_cache.k_scale);
-    kv_cache["v_scale"] = number(config.kv_cache.v_scale);
-  }
+  // An fp8 cache writes its scales (null: not given, taken from the checkpoint); a bf16 cache only a given
+  // scale (which validation allows to be 1 alone), so that parse(to_json(c)) == c.
+  const bool fp8_cache = config.kv_cache.dtype == KvCacheDtype::fp8_e4m3;
+  if (fp8_cache || config.kv_cache.k_scale) kv_cache["k_scale"] = optional_number(config.kv_cache.k_scale);
+  if (fp8_cache || config.kv_cache.v_scale) kv_cache["v_scale"] = optional_number(config.kv_cache.v_scale);
 
   return {
       {"schema", kSchema},

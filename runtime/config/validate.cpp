@@ -286,8 +286,10 @@ void check_runtime(const AttentionConfig& config, Problems& problems) {
     problems.add("/kv_cache/block_size", "{} is not a power of two in 1..{}", block_size,
                  limits::kMaxBlockSize);
   }
-  for (const auto& [field, scale] :
+  for (const auto& [field, given] :
        {std::pair{"k_scale", config.kv_cache.k_scale}, std::pair{"v_scale", config.kv_cache.v_scale}}) {
+    if (!given) continue;  // not given: a checkpoint's scale, or 1 without one
+    const double scale = *given;
     if (!std::isfinite(scale) || scale <= 0.0) {
       problems.add(fmt::format("/kv_cache/{}", field), "{} must be finite and > 0", scale);
     } else if (scale != 1.0 && config.kv_cache.dtype != KvCacheDtype::fp8_e4m3) {

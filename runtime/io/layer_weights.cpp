@@ -14,6 +14,8 @@
 #include "core/error.hpp"
 #include "io/checked_math.hpp"
 #include "io/float16.hpp"
+#include "io/kv_cache_scales.hpp"
+#include "io/load_problems.hpp"
 #include "io/projection_format.hpp"
 
 namespace attnplan::io {
@@ -331,7 +333,7 @@ std::vector<std::string> check_layer(const SafetensorsFile& file, const config::
     const std::string_view relative = std::string_view(name).substr(prefix.size());
     const bool attention_owned =
         relative.starts_with(kAttentionNamespace) || relative.starts_with(kInputNormNamespace);
-    if (!attention_owned || relative.starts_with(kDerivedBuffers)) continue;
+    if (!attention_owned || relative.starts_with(kDerivedBuffers) || is_kv_scale_name(relative)) continue;
     problems.push_back(fmt::format("{}: present but unused ({} {}): {}", name,
                                    to_string(file.info(name).dtype), shape_text(file.info(name).shape),
                                    unused_reason(relative, config)));
@@ -564,13 +566,8 @@ HostLayerWeights load_layer_weights(const SafetensorsFile& file, const config::A
   const bool fused_bias = fused && config.qkv_bias && file.contains(prefix + "self_attn.qkv_proj.bias");
   std::vector<std::string> problems =
       check_layer(file, config, prefix, expected_tensors(file, config, prefix, fused_bias));
-  if (!problems.empty()) {
-    std::string message =
-        fmt::format("{} problem{} in the attention weights under \"{}\" in {}", problems.size(),
-                    problems.size() == 1 ? "" : "s", prefix, file.path().string());
-    if (problems.size() == 1) message += ": " + problems.front();
-    throw Error(Stage::input, std::move(message), {}, std::move(problems));
-  }
+  std::optional<KvCacheScales> kv_scales = read_kv_cache_scales(file, config, prefix, problems);
+  throw_if_problems(std::move(problems), "in the attention weights", prefix, file);
 
   // Every tensor below was checked above: present, dtype and shape as expected.
   const std::int64_t q_rows = std::int64_t{config.query_heads} * config.head_dim;
@@ -610,6 +607,7 @@ HostLayerWeights load_layer_weights(const SafetensorsFile& file, const config::A
                   std::int64_t{config.query_heads} * config.value_head_dim, weights.o_proj, weights.o_quant);
   weights.o_bias = read_if(config.output_bias, file, attention + "o_proj.bias");
   weights.sinks = read_if(config.sinks, file, attention + "sinks");
+  weights.kv_scales = std::move(kv_scales);
   return weights;
 }
 

@@ -12,6 +12,7 @@
 //   self_attn.o_proj.weight             [hidden, Hq * Dv]
 //   self_attn.o_proj.bias               [hidden]             when output_bias
 //   self_attn.sinks                     [Hq]                 when sinks
+//   self_attn.k_scale, v_scale, ...     [] or [1]            kv_cache.dtype fp8_e4m3 (io/kv_cache_scales.hpp)
 // Projection weights are read in the format of config.projection.qkv / .output by the checkpoint names of
 // io/projection_format.hpp (bf16: the `weight` above; quantized: qweight, weight_scale, ... beside it). A
 // fused qkv_proj is bf16 only. Norm weights, biases and sinks may be BF16, F16 or F32 and keep their dtype
@@ -21,7 +22,9 @@
 // file has but the config would ignore (a q_norm without qkv_norm.query) means the config and the
 // checkpoint disagree. Exception: self_attn.rotary_emb.* (inv_freq buffers that old conversions saved;
 // derived from the config, never weights). Tensors of the rest of the layer (mlp.*,
-// post_attention_layernorm.*) and of other layers are not the attention's business and are ignored.
+// post_attention_layernorm.*) and of other layers are not the attention's business and are ignored. The
+// KV cache and attention scale names of io/kv_cache_scales.hpp are accepted with any cache dtype (a bf16
+// cache leaves them unused).
 #pragma once
 
 #include <cstdint>
@@ -32,6 +35,7 @@
 
 #include "config/attention_config.hpp"
 #include "io/dtype.hpp"
+#include "io/kv_cache_scales.hpp"
 #include "io/safetensors.hpp"
 
 namespace attnplan::io {
@@ -81,6 +85,9 @@ struct HostLayerWeights {
   std::optional<HostTensor> o_bias;                  // [hidden]
   std::optional<HostTensor> sinks;                   // [Hq]
   QuantizationTensors q_quant, k_quant, v_quant, o_quant;
+  // fp8_e4m3 cache: the scales to pass in plan::KvCacheView (the checkpoint's, else the config's); nullopt
+  // for a bf16 cache and for weights not read from a checkpoint.
+  std::optional<KvCacheScales> kv_scales;
   friend bool operator==(const HostLayerWeights&, const HostLayerWeights&) = default;
 };
 
@@ -89,6 +96,8 @@ struct HostLayerWeights {
 // shape, an unused tensor under the prefix — is collected into one Error(input) whose details() has one
 // line per problem, naming the tensor, what was expected and what was found; a missing tensor's line says
 // under which prefixes the file has it, or which names are close, so a wrong prefix is easy to spot.
+// With an fp8_e4m3 cache the KV cache scales are read too (read_kv_cache_scales: their problems join the
+// same Error) into `kv_scales`.
 // A quantized format with projection.fused_qkv is Error(input) at once.
 HostLayerWeights load_layer_weights(const SafetensorsFile& file, const config::AttentionConfig& config,
                                     const std::string& prefix);

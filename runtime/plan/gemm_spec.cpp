@@ -205,14 +205,25 @@ GemmKernelChoice choose_gemm_kernel(config::Arch arch, int m_hint, int n, int k,
   choice.kernel = GemmKernel::wgmma;
   choice.sm90 = kNarrow;
   if (!segments_fit(segment_widths, kWide.block_n)) return choice;
-  // Busiest SM's rounds of tiles times a tile's time (proportional to block_n; a 128-wide tile does ~10%
-  // less per column: the A slice is re-read per tile and the epilogue share is larger).
-  const std::int64_t sms = typical_sm_count(arch);
-  const std::int64_t row_tiles = ceil_div(std::max(m_hint, 1), kGemmSm90BlockM);
-  auto cost = [&](const GemmSm90Tiling& t, double per_column) {
-    return double(ceil_div(row_tiles * ceil_div(n, t.block_n), sms)) * t.block_n * per_column;
-  };
-  if (cost(kWide, 1.0) <= cost(kNarrow, 1.1)) choice.sm90 = kWide;
+  const int sms = typical_sm_count(arch);
+  if (gemm_sm90_cost(m_hint, n, kWide, sms) <= gemm_sm90_cost(m_hint, n, kNarrow, sms)) choice.sm90 = kWide;
+  return choice;
+}
+
+double gemm_sm90_cost(int m, int n, const GemmSm90Tiling& tiling, int sms) {
+  const double per_column = tiling.block_n < 256 ? 1.1 : 1.0;
+  const std::int64_t row_tiles = ceil_div(std::max(m, 1), kGemmSm90BlockM);
+  const std::int64_t tiles = row_tiles * ceil_div(std::max(n, 1), tiling.block_n);
+  return double(ceil_div(tiles, std::int64_t{std::max(sms, 1)})) * tiling.block_n * per_column;
+}
+
+GemmVariantChoice choose_gemm_variant(int m, int n, const GemmSm90Tiling& planned,
+                                      const GemmSm90Tiling& small, int multiprocessors) {
+  const int sms = multiprocessors > 0 ? multiprocessors : typical_sm_count(config::Arch{9, 0, true});
+  GemmVariantChoice choice;
+  choice.planned_cost = gemm_sm90_cost(m, n, planned, sms);
+  choice.small_cost = gemm_sm90_cost(m, n, small, sms);
+  choice.small = choice.small_cost < choice.planned_cost;
   return choice;
 }
 

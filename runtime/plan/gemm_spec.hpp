@@ -96,6 +96,28 @@ bool sm90_w4_gemm_supports(const config::WeightEncoding& encoding);
 GemmKernelChoice choose_w4_gemm_kernel(const config::WeightEncoding& encoding, config::Arch arch, int m_hint,
                                        int n, int k, std::span<const int> segment_widths);
 
+// The wgmma kernel's estimated time for M = m, N = n on `sms` SMs, in relative units: the busiest SM's
+// rounds of [128, block_n] tiles times a tile's time (proportional to block_n; a 128-wide tile does ~10%
+// less per column: the A slice is re-read per tile and the epilogue share is larger). Pure.
+double gemm_sm90_cost(int m, int n, const GemmSm90Tiling& tiling, int sms);
+
+// Tokens a second wgmma specialization of a projection is planned for: a plan built for max_tokens (8k)
+// also serves short chunks, whose few row tiles leave SMs idle with the max_tokens tiling (issue #6:
+// 0.49-0.84x cuBLAS at 512 tokens). plan_kernels compiles choose_gemm_kernel(arch, kSmallLaunchTokens, ...)
+// beside the max_tokens choice when their tilings differ; each launch picks one with choose_gemm_variant.
+inline constexpr int kSmallLaunchTokens = 512;
+
+// Which of a projection's two compiled wgmma tilings one launch of M = m rows runs.
+struct GemmVariantChoice {
+  bool small = false;                       // true: the kSmallLaunchTokens specialization
+  double planned_cost = 0, small_cost = 0;  // gemm_sm90_cost of each, for tests and logs
+};
+
+// Pure: the cheaper of the two by gemm_sm90_cost on `multiprocessors` SMs (typical_sm_count of sm_90
+// when 0); the planned one on a tie.
+GemmVariantChoice choose_gemm_variant(int m, int n, const GemmSm90Tiling& planned,
+                                      const GemmSm90Tiling& small, int multiprocessors);
+
 // Whether the mma.sync GEMM has a weight loader policy for `encoding` (gemm.cuh): bf16, fp8 with bf16
 // activations (any scale granularity), mxfp8, mxfp4 and nvfp4. packed_integer, affine and fp8 activations
 // are not implemented yet.

@@ -28,6 +28,10 @@ std::string_view to_string(StageKind stage) {
   return "unknown";
 }
 
+bool is_small_variant(const PlannedKernel& kernel) {
+  return kernel.name == kQkvProjectionSmallName || kernel.name == kOutputProjectionSmallName;
+}
+
 bool KernelPlan::has(StageKind stage) const {
   for (const PlannedKernel& kernel : kernels) {
     if (kernel.stage == stage) return true;
@@ -115,6 +119,20 @@ GemmKernelChoice choose_projection_kernel(const config::WeightEncoding& weights,
   return choose_gemm_kernel(arch, m_hint, n, k, segment_widths);
 }
 
+// The projection's specialization for kSmallLaunchTokens-row launches, when the wgmma kernel would tile
+// those differently from the max_tokens plan (issue #6).
+std::optional<GemmSpec> small_specialization(const GemmSpec& planned, const config::AttentionConfig& config,
+                                             const config::Arch& arch, int n, int k,
+                                             std::span<const int> segment_widths) {
+  if (planned.kernel != GemmKernel::wgmma || config.max_tokens <= kSmallLaunchTokens) return std::nullopt;
+  const GemmKernelChoice small =
+      choose_projection_kernel(planned.weights, arch, kSmallLaunchTokens, n, k, segment_widths);
+  if (small.kernel != GemmKernel::wgmma || small.sm90 == planned.sm90) return std::nullopt;
+  GemmSpec spec = planned;
+  spec.sm90 = small.sm90;
+  return spec;
+}
+
 }  // namespace
 
 KernelPlan plan_kernels(const config::AttentionConfig& config, const config::Arch& arch) {
@@ -143,6 +161,8 @@ KernelPlan plan_kernels(const config::AttentionConfig& config, const config::Arc
                                                              q_width + k_width + v_width, hidden, widths);
     plan.qkv_projection.kernel = choice.kernel;
     plan.qkv_projection.sm90 = choice.sm90;
+    plan.qkv_projection_small =
+        small_specialization(plan.qkv_projection, config, arch, q_width + k_width + v_width, hidden, widths);
   }
 
   plan.qkv_postprocess = QkvPostprocessSpec::from_config(config);
@@ -165,6 +185,8 @@ KernelPlan plan_kernels(const config::AttentionConfig& config, const config::Arc
       config.projection.output, arch, config.max_tokens, hidden, attention_width, output_widths);
   plan.output_projection.kernel = output_choice.kernel;
   plan.output_projection.sm90 = output_choice.sm90;
+  plan.output_projection_small =
+      small_specialization(plan.output_projection, config, arch, hidden, attention_width, output_widths);
 
   // fp8 activations (require_supported checked the arch and the shapes): an e4m3 GEMM replaces the one
   // above, fed by the quantizer.
@@ -178,10 +200,15 @@ KernelPlan plan_kernels(const config::AttentionConfig& config, const config::Arc
   if (uses_fp8_activations(config.projection.qkv)) plan.qkv_projection_fp8 = fp8_spec(plan.qkv_projection);
   if (uses_fp8_activations(config.projection.output))
     plan.output_projection_fp8 = fp8_spec(plan.output_projection);
+  // The fp8-activation GEMM replaces the bf16-activation one and its small-launch specialization.
+  if (plan.qkv_projection_fp8) plan.qkv_projection_small.reset();
+  if (plan.output_projection_fp8) plan.output_projection_small.reset();
   const auto add_projection = [&](StageKind quantize_stage, StageKind stage, const std::string& name,
-                                  const GemmSpec& spec, const std::optional<GemmFp8Spec>& fp8) {
+                                  const GemmSpec& spec, const std::optional<GemmFp8Spec>& fp8,
+                                  const std::optional<GemmSpec>& small, std::string_view small_name) {
     if (!fp8) {
       plan.kernels.push_back({stage, name, spec.source(), spec.dynamic_shared_bytes()});
+      if (small) plan.kernels.push_back({stage, std::string(small_name), small->source(), small->dynamic_shared_bytes()});
       return;
     }
     plan.kernels.push_back(
@@ -191,7 +218,7 @@ KernelPlan plan_kernels(const config::AttentionConfig& config, const config::Arc
 
   plan.kernels.push_back({StageKind::input_norm, "input_rmsnorm", plan.input_norm.source(), 0});
   add_projection(StageKind::qkv_quantize, StageKind::qkv_projection, "qkv_projection", plan.qkv_projection,
-                 plan.qkv_projection_fp8);
+                 plan.qkv_projection_fp8, plan.qkv_projection_small, kQkvProjectionSmallName);
   if (plan.qkv_postprocess.has_work()) {
     plan.kernels.push_back({StageKind::qkv_postprocess, "qkv_postprocess", plan.qkv_postprocess.source(), 0});
   }
@@ -199,7 +226,8 @@ KernelPlan plan_kernels(const config::AttentionConfig& config, const config::Arc
   plan.kernels.push_back(
       {StageKind::attention, "attention", plan.attention.source(), plan.attention.dynamic_shared_bytes()});
   add_projection(StageKind::output_quantize, StageKind::output_projection, "output_projection",
-                 plan.output_projection, plan.output_projection_fp8);
+                 plan.output_projection, plan.output_projection_fp8, plan.output_projection_small,
+                 kOutputProjectionSmallName);
   return plan;
 }
 

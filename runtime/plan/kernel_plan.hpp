@@ -51,10 +51,18 @@ struct KernelPlan {
   std::optional<GemmFp8Spec> qkv_projection_fp8;
   std::optional<GemmFp8Spec> output_projection_fp8;
   Fp8QuantizeSpec activation_quantize;  // the quantizer of both (K is a launch argument)
-  std::vector<PlannedKernel> kernels;   // in launch order
+  // The projections' kSmallLaunchTokens specializations (wgmma, another block_n), planned only when their
+  // tiling differs from the max_tokens one; each launch picks one by choose_gemm_variant.
+  std::optional<GemmSpec> qkv_projection_small, output_projection_small;
+  std::vector<PlannedKernel> kernels;  // in launch order; a small specialization right after its stage's
 
   bool has(StageKind stage) const;
 };
+
+// The names of the small specializations' kernels (same StageKind as the planned projection).
+inline constexpr std::string_view kQkvProjectionSmallName = "qkv_projection_small";
+inline constexpr std::string_view kOutputProjectionSmallName = "output_projection_small";
+bool is_small_variant(const PlannedKernel& kernel);
 
 // Throws Error(config) when the config asks for something the kernels cannot do yet (a quantized
 // projection format without a loader, fp8 activations on an arch without the fp8-activation GEMM or with

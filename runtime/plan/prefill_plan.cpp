@@ -26,6 +26,8 @@ struct PrefillPlan::Loaded {
   driver::Context context;
   std::vector<driver::Module> modules;  // own the functions below
   driver::Function input_norm, qkv_projection, qkv_postprocess, kv_store, attention, output_projection;
+  // The kSmallLaunchTokens specializations, where planned (KernelPlan::qkv_projection_small, ...).
+  driver::Function qkv_projection_small, output_projection_small;
   driver::DeviceBuffer rope_frequencies;  // [rotary_dim / 2] doubles, uploaded once at load
   double rope_attention_factor = 1.0;
   int multiprocessors = 0;                         // the device's SMs: the persistent wgmma GEMM's grid
@@ -33,6 +35,17 @@ struct PrefillPlan::Loaded {
 };
 
 namespace {
+
+// The projection's function and spec for this launch's M: the planned one, or its small specialization
+// where the plan has one and choose_gemm_variant prefers it.
+std::pair<const driver::Function*, const GemmSpec*> projection_variant(
+    const driver::Function& planned_function, const GemmSpec& planned, const driver::Function& small_function,
+    const std::optional<GemmSpec>& small, const GemmParams& params, int multiprocessors) {
+  if (small && choose_gemm_variant(params.m, params.n, planned.sm90, small->sm90, multiprocessors).small) {
+    return {&small_function, &*small};
+  }
+  return {&planned_function, &planned};
+}
 
 void require(bool condition, const std::string& message) {
   if (!condition) throw Error(Stage::input, message);
@@ -236,7 +249,11 @@ void PrefillPlan::execute(const ExecuteArgs& args, CUstream stream, const StageO
     projection.segments[1].g_idx = w.k_g_idx;
     projection.segments[2].g_idx = w.v_g_idx;
   }
-  check_projection(kernels.qkv_projection, kernels.qkv_projection_fp8, projection);
+  const Loaded& loaded = *loaded_;
+  const auto [qkv_function, qkv_spec] =
+      projection_variant(loaded.qkv_projection, kernels.qkv_projection, loaded.qkv_projection_small,
+                         kernels.qkv_projection_small, projection, loaded.multiprocessors);
+  check_projection(*qkv_spec, kernels.qkv_projection_fp8, projection);
 
   QkvPostprocessParams post{};
   post.qkv = qkv;
@@ -299,10 +316,12 @@ void PrefillPlan::execute(const ExecuteArgs& args, CUstream stream, const StageO
   output.segments[0].scale_2 = w.o_scale_2;
   output.segments[0].zeros = w.o_zeros;
   output.segments[0].g_idx = w.o_g_idx;
-  check_projection(kernels.output_projection, kernels.output_projection_fp8, output);
+  const auto [output_function, output_spec] =
+      projection_variant(loaded.output_projection, kernels.output_projection, loaded.output_projection_small,
+                         kernels.output_projection_small, output, loaded.multiprocessors);
+  check_projection(*output_spec, kernels.output_projection_fp8, output);
 
   // Enqueue in spec order. The observer (debugging only) sees each stage's results in the workspace.
-  const Loaded& loaded = *loaded_;
   loaded.context.make_current();
   auto notify = [&](StageKind stage) {
     if (observer) observer(stage, layout);
@@ -310,7 +329,7 @@ void PrefillPlan::execute(const ExecuteArgs& args, CUstream stream, const StageO
   enqueue_input_norm(norm, stream);
   notify(StageKind::input_norm);
   // A projection with fp8 activations: the quantizer into the workspace (its own stage), then the e4m3
-  // GEMM over the codes.
+  // GEMM over the codes. Otherwise the bf16 GEMM variant chosen for this launch's M.
   auto project = [&](StageKind quantize_stage, const driver::Function& quantize, StageKind stage,
                      const driver::Function& gemm, const GemmSpec& spec,
                      const std::optional<GemmFp8Spec>& fp8, const GemmParams& params) {
@@ -325,8 +344,8 @@ void PrefillPlan::execute(const ExecuteArgs& args, CUstream stream, const StageO
     }
     notify(stage);
   };
-  project(StageKind::qkv_quantize, loaded.qkv_quantize, StageKind::qkv_projection, loaded.qkv_projection,
-          kernels.qkv_projection, kernels.qkv_projection_fp8, projection);
+  project(StageKind::qkv_quantize, loaded.qkv_quantize, StageKind::qkv_projection, *qkv_function, *qkv_spec,
+          kernels.qkv_projection_fp8, projection);
   if (kernels.has(StageKind::qkv_postprocess)) {
     driver::launch(loaded.qkv_postprocess,
                    driver::LaunchShape{
@@ -340,8 +359,8 @@ void PrefillPlan::execute(const ExecuteArgs& args, CUstream stream, const StageO
                  kernels.attention.launch_shape(batch.num_seqs, batch.max_query_len, config.query_heads),
                  stream, attend);
   notify(StageKind::attention);
-  project(StageKind::output_quantize, loaded.output_quantize, StageKind::output_projection,
-          loaded.output_projection, kernels.output_projection, kernels.output_projection_fp8, output);
+  project(StageKind::output_quantize, loaded.output_quantize, StageKind::output_projection, *output_function,
+          *output_spec, kernels.output_projection_fp8, output);
 }
 
 void PrefillPlan::launch_input_norm(const InputNormArgs& args, CUstream stream) const {
@@ -457,15 +476,17 @@ plan::PrefillPlan Runtime::load(const plan::CompiledPlan& compiled) {
                             plan_arch, options_.device, device.name, device.arch_name(), device.arch_name()));
   }
   auto loaded = std::make_unique<plan::PrefillPlan::Loaded>(plan::PrefillPlan::Loaded{
-      driver::Context(options_.device), {}, {}, {}, {}, {}, {}, {}, {}, 1.0, 0, {}, {}});
+      driver::Context(options_.device), {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, 1.0, 0, {}, {}});
   loaded->multiprocessors = device.multiprocessors;
   loaded->context.make_current();
   for (const plan::PlanKernel& kernel : compiled.kernels) {
     driver::Module& module = loaded->modules.emplace_back(driver::Module::load(kernel.entry->cubin));
     driver::Function function = module.function(kernel.lowered_name);
-    const int shared =
-        compiled.kernels_planned.kernels.at(&kernel - compiled.kernels.data()).dynamic_shared_bytes;
+    const plan::PlannedKernel& planned =
+        compiled.kernels_planned.kernels.at(&kernel - compiled.kernels.data());
+    const int shared = planned.dynamic_shared_bytes;
     if (shared > 48 * 1024) function.set_max_dynamic_shared_bytes(shared);
+    const bool small = plan::is_small_variant(planned);
     switch (kernel.stage) {
       case plan::StageKind::input_norm:
         loaded->input_norm = function;
@@ -477,7 +498,7 @@ plan::PrefillPlan Runtime::load(const plan::CompiledPlan& compiled) {
         loaded->output_quantize = function;
         break;
       case plan::StageKind::qkv_projection:
-        loaded->qkv_projection = function;
+        (small ? loaded->qkv_projection_small : loaded->qkv_projection) = function;
         break;
       case plan::StageKind::qkv_postprocess:
         loaded->qkv_postprocess = function;
@@ -489,7 +510,7 @@ plan::PrefillPlan Runtime::load(const plan::CompiledPlan& compiled) {
         loaded->attention = function;
         break;
       case plan::StageKind::output_projection:
-        loaded->output_projection = function;
+        (small ? loaded->output_projection_small : loaded->output_projection) = function;
         break;
     }
   }

@@ -164,8 +164,8 @@ constexpr const char* kPhi4MiniPlainRope = R"({
   "torch_dtype": "bfloat16", "transformers_version": "4.45.0", "use_cache": true, "vocab_size": 200064
 })";
 
-// gpt-oss-20b without its quantization_config (the bf16 re-export): the MoE experts are what the
-// released checkpoint quantizes, and quantized checkpoints are refused for now.
+// gpt-oss-20b without its quantization_config (the bf16 re-export); the released one quantizes only the
+// MoE experts (tests/config/hf_quantization_test.cpp reads such configs).
 constexpr const char* kGptOss20B = R"({
   "architectures": ["GptOssForCausalLM"], "attention_bias": true, "attention_dropout": 0.0,
   "eos_token_id": 200002, "experts_per_token": 4, "head_dim": 64, "hidden_act": "silu",
@@ -431,13 +431,13 @@ TEST_CASE("rope types attnplan/v1 cannot express are refused by their path", "[c
   CHECK(has_line(problems_of(llama), "/rope_scaling/factor: required for rope type linear"));
 }
 
-TEST_CASE("quantized checkpoints are refused for now", "[config][hf_import]") {
+TEST_CASE("gpt-oss's quantization_config keeps its attention in bf16", "[config][hf_import]") {
   json hf = json::parse(kGptOss20B);
-  hf["quantization_config"] = {{"quant_method", "mxfp4"}};
-  const std::vector<std::string> problems = problems_of(hf);
-  CAPTURE(problems);
-  REQUIRE(problems.size() == 1);
-  CHECK(problems.front() == "/quantization_config: quantized checkpoints: not supported by import-hf yet");
+  hf["quantization_config"] = {
+      {"modules_to_not_convert",
+       {"model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"}},
+      {"quant_method", "mxfp4"}};
+  check_same_attention(import_hf_config(hf, 1), load_plan("gpt-oss-20b-full"));
 }
 
 TEST_CASE("missing, mistyped and contradicting fields name their path, all at once", "[config][hf_import]") {

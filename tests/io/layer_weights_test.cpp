@@ -526,3 +526,39 @@ TEST_CASE("read_tensor copies one tensor out of the file", "[io][layer_weights]"
   CHECK(tensor.element_count() == 2);
   CHECK(contains(expect_error([&] { read_tensor(file, "u"); }).message(), "no tensor named \"u\""));
 }
+
+TEST_CASE("an fp8 cache takes the layer's k_scale / v_scale; a bf16 cache leaves them unused",
+          "[io][layer_weights][kv_scales]") {
+  const AttentionConfig bf16_cache = small_config();
+  const AttentionConfig fp8_cache = small_config({{"kv_cache", {{"dtype", "fp8_e4m3"}}}});
+  TempDir dir;
+  const std::string prefix = "model.layers.2.";
+  const auto path = save(dir, make_weights(bf16_cache), prefix, false);
+  const float k_scale = 0.0421f, v_scale = 0.0173f;
+  std::vector<std::uint8_t> k_bytes(4), v_bytes(4);
+  std::memcpy(k_bytes.data(), &k_scale, 4);
+  std::memcpy(v_bytes.data(), &v_scale, 4);
+  const auto with_scales = edited(dir, path, {}, [&](SafetensorsWriter& writer) {
+    writer.add(prefix + "self_attn.k_proj.k_scale", Dtype::f32, {}, k_bytes);  // ModelOpt names
+    writer.add(prefix + "self_attn.v_proj.v_scale", Dtype::f32, {1}, v_bytes);
+  });
+  const SafetensorsFile file = SafetensorsFile::open(with_scales);
+
+  const HostLayerWeights fp8 = load_layer_weights(file, fp8_cache, prefix);
+  REQUIRE(fp8.kv_scales);
+  CHECK(fp8.kv_scales->k_scale == k_scale);
+  CHECK(fp8.kv_scales->v_scale == v_scale);
+  CHECK(fp8.kv_scales->k_source == prefix + "self_attn.k_proj.k_scale");
+
+  const HostLayerWeights bf16 = load_layer_weights(file, bf16_cache, prefix);
+  CHECK_FALSE(bf16.kv_scales);
+  CHECK(bf16.q_proj == fp8.q_proj);
+
+  // Scale problems join the weights' problems in one error.
+  const auto broken = edited(dir, path, {prefix + "self_attn.o_proj.weight"});
+  const Error error = load_error(broken, fp8_cache, prefix);
+  REQUIRE(error.details().size() == 3);
+  CHECK(contains(detail_about(error, prefix + "self_attn.o_proj.weight"), "missing"));
+  CHECK(contains(error.details()[1], "no k cache scale"));
+  CHECK(contains(error.details()[2], "no v cache scale"));
+}

@@ -223,6 +223,31 @@ TEST_CASE("gemm kernel: wgmma only for sm_90a, with segments a whole number of t
   CHECK(gemm_kernel_name(GemmKernel::mma_sync) == "mma_sync");
 }
 
+TEST_CASE("gemm variant: a launch's real M and SM count pick between two compiled wgmma tilings",
+          "[plan][gemm]") {
+  const GemmSm90Tiling wide{.block_n = 256, .stages = 4}, narrow{.block_n = 128, .stages = 6};
+  // Llama-3.1-8B o_proj (N 4096) planned for 8k tokens (wide). At 512 tokens: 4 x 16 = 64 wide tiles leave
+  // half of 132 SMs idle (one round of 256); 4 x 32 narrow tiles also take one round (128 x 1.1).
+  const GemmVariantChoice short_chunk = choose_gemm_variant(512, 4096, wide, narrow, 132);
+  CHECK(short_chunk.small);
+  CHECK(short_chunk.planned_cost == 256.0);
+  CHECK(short_chunk.small_cost == Approx(140.8));
+  // At 8k the planned tiling stays: 1024 wide tiles in 8 rounds beat 2048 narrow ones in 16.
+  CHECK_FALSE(choose_gemm_variant(8192, 4096, wide, narrow, 132).small);
+  // The qkv projection (N 6144) at 512 tokens: 96 wide tiles in one round beat 192 narrow in two.
+  CHECK_FALSE(choose_gemm_variant(512, 6144, wide, narrow, 132).small);
+  // The device's SM count decides, not the typical one: 66 SMs make the narrow tiles two rounds too.
+  CHECK_FALSE(choose_gemm_variant(512, 4096, wide, narrow, 66).small);
+  // 0 SMs: the typical sm_90 part (132); a tie keeps the planned tiling.
+  CHECK(choose_gemm_variant(512, 4096, wide, narrow, 0).small);
+  CHECK_FALSE(choose_gemm_variant(512, 4096, wide, wide, 132).small);
+  // choose_gemm_kernel compares the same costs at its m_hint on the typical SM count.
+  const int o_proj[] = {4096};
+  CHECK(choose_gemm_kernel(kSm90a, kSmallLaunchTokens, 4096, 4096, o_proj).sm90 == narrow);
+  CHECK(gemm_sm90_cost(1100, 4096, wide, 132) == 512.0);
+  CHECK(gemm_sm90_cost(1100, 4096, narrow, 132) == Approx(3 * 128 * 1.1));
+}
+
 TEST_CASE("gemm spec for wgmma: stub, shared memory, persistent launch shape, segment check",
           "[plan][gemm]") {
   const GemmSpec spec{.segments = 3,

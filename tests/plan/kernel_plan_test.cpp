@@ -16,8 +16,9 @@ TEST_CASE("the plan runs the layer's stages in spec order", "[plan]") {
   const plan::KernelPlan kernels = plan::plan_kernels(llama(), config::kDefaultArch);
   std::vector<std::string> names;
   for (const auto& kernel : kernels.kernels) names.push_back(kernel.name);
+  // On sm_90a, o_proj also gets its kSmallLaunchTokens specialization (128-wide tiles; see below).
   CHECK(names == std::vector<std::string>{"input_rmsnorm", "qkv_projection", "qkv_postprocess", "kv_store",
-                                          "attention", "output_projection"});
+                                          "attention", "output_projection", "output_projection_small"});
   CHECK(kernels.qkv_projection.segments == 3);  // separate q/k/v weights write one fused row
   CHECK(kernels.output_projection.segments == 1);
   CHECK(plan::qkv_row_width(llama()) == 32 * 128 + 8 * 128 * 2);
@@ -61,12 +62,38 @@ TEST_CASE("on sm_90a the 4-bit plans run the wgmma_w4 kernel; other formats and 
   CHECK(plan::plan_kernels(gptq_act_order, hopper).qkv_projection.kernel == plan::GemmKernel::mma_sync);
 }
 
+TEST_CASE("sm_90a plans a small-M projection specialization only where its tiling differs", "[plan][gemm]") {
+  // Llama o_proj (N 4096): 256-wide tiles for 8k tokens, 128-wide for 512; qkv (N 6144) keeps 256 at both.
+  const plan::KernelPlan hopper = plan::plan_kernels(llama(), config::Arch{9, 0, true});
+  REQUIRE(hopper.output_projection_small);
+  CHECK(hopper.output_projection.sm90.block_n == 256);
+  CHECK(hopper.output_projection_small->sm90.block_n == 128);
+  CHECK(hopper.output_projection_small->kernel == plan::GemmKernel::wgmma);
+  CHECK(hopper.output_projection_small->weights == hopper.output_projection.weights);
+  CHECK_FALSE(hopper.qkv_projection_small);
+  const plan::PlannedKernel& small = hopper.kernels.back();
+  CHECK(small.stage == plan::StageKind::output_projection);
+  CHECK(plan::is_small_variant(small));
+  CHECK_FALSE(plan::is_small_variant(hopper.kernels[hopper.kernels.size() - 2]));
+  CHECK(small.source.render_stub() != hopper.kernels[hopper.kernels.size() - 2].source.render_stub());
+  CHECK(small.dynamic_shared_bytes == hopper.output_projection_small->dynamic_shared_bytes());
+
+  // A plan for at most kSmallLaunchTokens, another arch, or the mma.sync kernel: one specialization.
+  config::AttentionConfig short_plan = llama();
+  short_plan.max_tokens = plan::kSmallLaunchTokens;
+  CHECK_FALSE(plan::plan_kernels(short_plan, config::Arch{9, 0, true}).output_projection_small);
+  CHECK_FALSE(plan::plan_kernels(llama(), config::Arch{8, 0, false}).output_projection_small);
+  config::AttentionConfig quantized = llama();
+  quantized.projection.output.format = config::WeightFormat::mxfp8;
+  CHECK_FALSE(plan::plan_kernels(quantized, config::Arch{9, 0, true}).output_projection_small);
+}
+
 TEST_CASE("a config with nothing to postprocess skips that kernel", "[plan]") {
   config::AttentionConfig config = llama();
   config.rotary.dim = 0;  // no RoPE, no norms
   const plan::KernelPlan kernels = plan::plan_kernels(config, config::kDefaultArch);
   CHECK_FALSE(kernels.has(plan::StageKind::qkv_postprocess));
-  CHECK(kernels.kernels.size() == 5);
+  CHECK(kernels.kernels.size() == 6);  // with output_projection_small
 }
 
 TEST_CASE("formats the kernels cannot run yet are refused with their JSON path", "[plan]") {

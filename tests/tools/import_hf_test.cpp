@@ -24,7 +24,7 @@ Result run(const fs::path& scratch, const std::vector<std::string>& args) {
   return run_cli(scratch, args);
 }
 
-// gpt-oss-20b's attention fields (its quantization_config left out: refused for now).
+// gpt-oss-20b's attention fields (its quantization_config left out).
 constexpr const char* kGptOss = R"({
   "architectures": ["GptOssForCausalLM"], "attention_bias": true, "head_dim": 64, "hidden_size": 2880,
   "layer_types": ["sliding_attention", "full_attention"], "max_position_embeddings": 131072,
