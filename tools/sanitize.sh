@@ -25,7 +25,7 @@ mkdir -p "$OUT"
 
 declare -A FILTER=(
   [memcheck]="${ATTNPLAN_SANITIZE_MEMCHECK:-~[plans]}"
-  [racecheck]="${ATTNPLAN_SANITIZE_RACECHECK:-[reliability][streams],[layer][chunks],[layer][graph],[rmsnorm],[kv_store],[qkv_postprocess],[attention][sm90],[gemm]~[quantized]}"
+  [racecheck]="${ATTNPLAN_SANITIZE_RACECHECK:-[reliability][streams],[layer][chunks],[layer][graph],[rmsnorm],[kv_store],[qkv_postprocess],[attention][sm90]}"
   [initcheck]="${ATTNPLAN_SANITIZE_INITCHECK:-[reliability],[layer][chunks],[rmsnorm],[kv_store],[qkv_postprocess],[gemm]}"
   [synccheck]="${ATTNPLAN_SANITIZE_SYNCCHECK:-[layer]~[plans],[reliability],[attention],[gemm]}"
 )
