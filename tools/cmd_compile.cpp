@@ -1,4 +1,5 @@
 #include <fmt/format.h>
+#include <algorithm>
 
 #include <cstdio>
 #include <filesystem>
@@ -42,14 +43,18 @@ void print_table(const plan::CompiledPlan& compiled, const Runtime& runtime) {
     fmt::print("tier    {} (read-only)\n", tier.string());
   }
   fmt::print("\n");
-  fmt::print("{:<17} {:<12} {:<8} {:>10} {:>9} {:>10} {:>9}\n", "kernel", "key", "cache", "compile ms",
-             "registers", "shared B", "spills B");
+  // The name column fits the longest stage name (output_projection_small where a plan has one).
+  std::size_t name_width = 17;
+  for (const plan::PlanKernel& kernel : compiled.kernels)
+    name_width = std::max(name_width, kernel.name.size());
+  fmt::print("{:<{}} {:<12} {:<8} {:>10} {:>9} {:>10} {:>9}\n", "kernel", name_width, "key", "cache",
+             "compile ms", "registers", "shared B", "spills B");
   int hits = 0;
   for (const plan::PlanKernel& kernel : compiled.kernels) {
     if (kernel.lookup != cache::Lookup::miss) ++hits;
-    fmt::print("{:<17} {:<12} {:<8} {:>10.1f} {:>9} {:>10} {:>9}\n", kernel.name, kernel.key.substr(0, 12),
-               lookup_name(kernel.lookup), kernel.compile_ms, kernel.resources.registers,
-               kernel.resources.shared_bytes, kernel.resources.spill_bytes());
+    fmt::print("{:<{}} {:<12} {:<8} {:>10.1f} {:>9} {:>10} {:>9}\n", kernel.name, name_width,
+               kernel.key.substr(0, 12), lookup_name(kernel.lookup), kernel.compile_ms,
+               kernel.resources.registers, kernel.resources.shared_bytes, kernel.resources.spill_bytes());
   }
   fmt::print("\n{} kernels: {} cached, {} compiled, {:.2f} s\n", compiled.kernels.size(), hits,
              compiled.kernels.size() - hits, compiled.wall_ms / 1000.0);
