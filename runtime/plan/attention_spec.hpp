@@ -82,9 +82,10 @@ int sm90_attention_shared_bytes(int head_dim, int block_n, int stages);
 // Pure. The sm_90a kernel's tile per head dim: 128 query rows (two consumer warpgroups of 64), key tiles of
 // 128 for D <= 128 and 64 for D = 256 (O [64, 256] fp32 is 128 registers per consumer thread; a 64-key S
 // keeps the rest under the 224 the consumers get); three stages with the overlapped softmax schedule
-// where they fit sm_90's 227 KiB (D 64 and 128), else two in series (D 256); heads_per_cta the largest
-// divisor of group_size up to 16 (each K/V tile then serves that many query heads; at least 8 tokens per CTA
-// keep the causal band's waste small). Throws Error(config) for other head dims or group_size < 1.
+// where they fit sm_90's 227 KiB (D 64 and 128), else two in series (D 256); ping-pong consumers always
+// (the fastest schedule at every head dim on the H200: docs/attention-notes.md, v3); heads_per_cta the
+// largest divisor of group_size up to 16 (each K/V tile then serves that many query heads; at least 8 tokens
+// per CTA keep the causal band's waste small). Throws Error(config) for other head dims or group_size < 1.
 AttentionTiling choose_sm90_attention_tiling(int head_dim, int group_size);
 
 struct AttentionSpec {
