@@ -208,7 +208,9 @@ KernelPlan plan_kernels(const config::AttentionConfig& config, const config::Arc
                                   const std::optional<GemmSpec>& small, std::string_view small_name) {
     if (!fp8) {
       plan.kernels.push_back({stage, name, spec.source(), spec.dynamic_shared_bytes()});
-      if (small) plan.kernels.push_back({stage, std::string(small_name), small->source(), small->dynamic_shared_bytes()});
+      if (small)
+        plan.kernels.push_back(
+            {stage, std::string(small_name), small->source(), small->dynamic_shared_bytes()});
       return;
     }
     plan.kernels.push_back(

@@ -256,8 +256,9 @@ struct QuantizedWeights {
   GemmSegment segments[kMaxGemmSegments] = {};
 };
 
-QuantizedWeights upload_quantized(const config::WeightEncoding& weights, int k, const std::vector<int>& widths,
-                                  const std::vector<std::uint16_t>& bias_bits, std::uint64_t seed) {
+QuantizedWeights upload_quantized(const config::WeightEncoding& weights, int k,
+                                  const std::vector<int>& widths, const std::vector<std::uint16_t>& bias_bits,
+                                  std::uint64_t seed) {
   QuantizedWeights result;
   GemmParams params{};
   result.data = upload_quantized_segments(weights, k, widths, bias_bits, seed, params);
