@@ -85,8 +85,9 @@ void read_fp8(Fields& q, HfQuantization& out) {
   if (scheme == "dynamic") {
     e.activation = ActivationType::fp8;
     out.notes.push_back(
-        "quantization_config: fp8 with dynamic activations imports as projection.activation fp8, which the "
-        "plan does not launch yet; set activation to bf16 to run the same weights weight-only");
+        "quantization_config: fp8 with dynamic activations imports as projection.activation fp8 (activations "
+        "quantized per token at run time; needs sm_89 or newer); set activation to bf16 to run the same "
+        "weights weight-only on older GPUs");
   } else if (scheme == "static") {
     q.problem("activation_scheme",
               "static is not supported: static activation scales (a calibrated input_scale per projection) "
