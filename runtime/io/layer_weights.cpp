@@ -165,6 +165,21 @@ std::string missing_hint(const SafetensorsFile& file, const std::string& prefix,
   return {};
 }
 
+// A quantized projection's calibrated static activation scale (`*_proj.input_scale`: ModelOpt FP8 /
+// NVFP4, llm-compressor static schemes). attnplan runs such weights weight-only or quantizes activations
+// per token at run time, so the scale is part of the checkpoint but not read. Under a bf16 projection the
+// tensor is a config mismatch and stays an error.
+bool is_unread_activation_scale(std::string_view relative, const config::AttentionConfig& config) {
+  const auto quantized = [](const config::WeightEncoding& e) {
+    return e.format != config::WeightFormat::bf16;
+  };
+  for (const std::string_view name : {"self_attn.q_proj.input_scale", "self_attn.k_proj.input_scale",
+                                      "self_attn.v_proj.input_scale", "self_attn.qkv_proj.input_scale"}) {
+    if (relative == name) return quantized(config.projection.qkv);
+  }
+  return relative == "self_attn.o_proj.input_scale" && quantized(config.projection.output);
+}
+
 // Why a tensor the file has under the attention's names is not one this config reads.
 std::string unused_reason(std::string_view relative, const config::AttentionConfig& config) {
   const bool fused = config.projection.fused_qkv;
@@ -172,6 +187,7 @@ std::string unused_reason(std::string_view relative, const config::AttentionConf
   if (relative == "self_attn.k_norm.weight") return "qkv_norm.key is false";
   if (relative == "self_attn.v_norm.weight") return "the value norm (qkv_norm.value) has no weight";
   if (relative == "self_attn.o_proj.bias") return "output_bias is false";
+  if (relative.ends_with("_proj.input_scale")) return "a static activation scale of a bf16 projection";
   if (relative == "self_attn.sinks") return "sinks is false";
   if (relative == "self_attn.qkv_proj.weight") return "projection.fused_qkv is false";
   if (relative == "self_attn.q_proj.weight" || relative == "self_attn.k_proj.weight" ||
@@ -333,7 +349,9 @@ std::vector<std::string> check_layer(const SafetensorsFile& file, const config::
     const std::string_view relative = std::string_view(name).substr(prefix.size());
     const bool attention_owned =
         relative.starts_with(kAttentionNamespace) || relative.starts_with(kInputNormNamespace);
-    if (!attention_owned || relative.starts_with(kDerivedBuffers) || is_kv_scale_name(relative)) continue;
+    if (!attention_owned || relative.starts_with(kDerivedBuffers) || is_kv_scale_name(relative) ||
+        is_unread_activation_scale(relative, config))
+      continue;
     problems.push_back(fmt::format("{}: present but unused ({} {}): {}", name,
                                    to_string(file.info(name).dtype), shape_text(file.info(name).shape),
                                    unused_reason(relative, config)));

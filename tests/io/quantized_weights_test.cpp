@@ -92,6 +92,35 @@ TEST_CASE("every projection format round-trips through save and load", "[io][qua
   }
 }
 
+TEST_CASE("a quantized projection's static input_scale is part of the checkpoint, not an error",
+          "[io][quantized]") {
+  // ModelOpt FP8 / NVFP4 and static llm-compressor checkpoints carry a calibrated `input_scale` per
+  // projection; attnplan quantizes activations itself (or runs weight-only) and does not read it.
+  TempDir dir;
+  const auto config =
+      quant_config({{"format", "fp8"}, {"scale_granularity", "tensor"}}, {{"format", "bf16"}});
+  const HostLayerWeights weights = random_weights(config, 5);
+  SafetensorsWriter writer;
+  io::save_layer_weights(writer, weights, "", config.projection);
+  const std::vector<std::uint8_t> scale = {0x00, 0x00, 0x80, 0x3f};  // f32 1.0
+  for (const char* name : {"q", "k", "v"})
+    writer.add(std::string("self_attn.") + name + "_proj.input_scale", io::Dtype::f32, {}, scale);
+  const auto path = dir.path() / "static.safetensors";
+  writer.write(path);
+  CHECK(io::load_layer_weights(SafetensorsFile::open(path), config, "") == weights);
+
+  // o_proj is bf16 here: its input_scale would mean the config and the checkpoint disagree.
+  SafetensorsWriter mismatched;
+  io::save_layer_weights(mismatched, weights, "", config.projection);
+  mismatched.add("self_attn.o_proj.input_scale", io::Dtype::f32, {}, scale);
+  const auto bad = dir.path() / "mismatched.safetensors";
+  mismatched.write(bad);
+  const auto error = expect_error([&] { io::load_layer_weights(SafetensorsFile::open(bad), config, ""); });
+  CHECK(contains(error.details().at(0),
+                 "self_attn.o_proj.input_scale: present but unused (F32 []): a static activation scale of a "
+                 "bf16 projection"));
+}
+
 TEST_CASE("GPTQ checkpoints are read by their names in [K, N] storage", "[io][quantized]") {
   TempDir dir;
   const auto config = quant_config({{"format", "packed_integer"}, {"scheme", "gptq"}, {"group_size", 32}},
