@@ -89,7 +89,12 @@ struct AttentionSm90Traits {
                 "register budgets exceed the register file");
 
   static constexpr int chunks = kHeadDim / 8;  // 16-byte chunks per row of q, k or v
+  // The Q copy: `chunks` consecutive threads per row. The K/V copies: two threads per row, each moving
+  // every other chunk (a warp-wide copy then reads whole 32-byte sectors, and a thread looks up one cache
+  // slot per row).
   static constexpr int rows_per_pass = producer_threads / chunks;
+  static constexpr int kv_rows_per_pass = producer_threads / 2;
+  static constexpr int kv_passes = kBlockN / kv_rows_per_pass;
 
   // Shared memory, bytes from a 1024-byte aligned base (the 128-byte swizzle is a function of address
   // bits): Q [block_m, head_dim], per stage K [block_n, head_dim] and V [block_n, head_dim], each stored as
@@ -111,8 +116,8 @@ struct AttentionSm90Traits {
   static_assert(kHeadsPerCta >= 1 && kHeadsPerCta <= 16 && kGroupSize % kHeadsPerCta == 0,
                 "heads_per_cta: a divisor of group_size, at most 16 (at least 8 tokens per CTA)");
   static_assert(kBlockSize >= 1 && (kBlockSize & (kBlockSize - 1)) == 0, "block_size must be a power of two");
-  static_assert(kBlockN % rows_per_pass == 0 && block_m % rows_per_pass == 0,
-                "the producer's passes must cover a tile exactly");
+  static_assert(block_m % rows_per_pass == 0 && kBlockN % kv_rows_per_pass == 0,
+                "the producer's passes must cover the Q and K/V tiles exactly");
   static_assert(kStages >= 2 && kStages <= 4, "stages: 2 to 4");
   static_assert(!kOverlapSoftmax || kStages >= 3,
                 "the overlapped schedule holds two stages per consumer: it needs a third for the producer");
@@ -180,13 +185,12 @@ __global__ void __launch_bounds__(Traits::threads, 1) attention_sm90_kernel(cons
     // Thread layout of the Q copy: `chunks` consecutive threads per row, rows_per_pass rows per pass.
     const int chunk = threadIdx.x % Traits::chunks;
     const int first_row = threadIdx.x / Traits::chunks;
-    // Thread layout of a K/V copy: two threads per row, thread parity p moving chunks 2 k + p, so each
-    // warp-wide copy reads whole 32-byte sectors, and a thread looks up one slot per row for
-    // chunks / 2 copies of K and as many of V (v3b looked a slot up per 16-byte chunk: most of the
-    // producer's instructions were that bookkeeping).
-    constexpr int kKvRowsPerPass = Traits::producer_threads / 2;
-    constexpr int kKvPasses = kBlockN / kKvRowsPerPass;
-    static_assert(kBlockN % kKvRowsPerPass == 0, "the K/V passes must cover a tile exactly");
+    // Thread layout of a K/V copy: thread parity p moves chunks 2 k + p of rows kv_first_row + pass *
+    // kv_rows_per_pass, so a thread looks up one slot per row for chunks / 2 copies of K and as many of V
+    // (before step d of attention-notes.md it looked a slot up per 16-byte chunk: most of the producer's
+    // instructions were that bookkeeping).
+    constexpr int kKvRowsPerPass = Traits::kv_rows_per_pass;
+    constexpr int kKvPasses = Traits::kv_passes;
     const int parity = threadIdx.x % 2;
     const int kv_first_row = threadIdx.x / 2;  // rows kv_first_row + 64 pass: the same row % 8 for each pass
     // key_cache / value_cache: [num_blocks * block_size slots, kv_heads, head_dim]
