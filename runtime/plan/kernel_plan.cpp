@@ -200,9 +200,8 @@ KernelPlan plan_kernels(const config::AttentionConfig& config, const config::Arc
   if (uses_fp8_activations(config.projection.qkv)) plan.qkv_projection_fp8 = fp8_spec(plan.qkv_projection);
   if (uses_fp8_activations(config.projection.output))
     plan.output_projection_fp8 = fp8_spec(plan.output_projection);
-  // The fp8-activation GEMM replaces the bf16-activation one and its small-launch specialization.
-  if (plan.qkv_projection_fp8) plan.qkv_projection_small.reset();
-  if (plan.output_projection_fp8) plan.output_projection_small.reset();
+  // An fp8-activation projection has no small-launch specialization: its GemmSpec is never the bf16
+  // wgmma kernel (choose_projection_kernel keeps fp8 weights off it), so small_specialization gave none.
   const auto add_projection = [&](StageKind quantize_stage, StageKind stage, const std::string& name,
                                   const GemmSpec& spec, const std::optional<GemmFp8Spec>& fp8,
                                   const std::optional<GemmSpec>& small, std::string_view small_name) {

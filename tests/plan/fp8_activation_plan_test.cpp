@@ -65,6 +65,9 @@ TEST_CASE("fp8 activations on sm_90a: a quantize stage before each e4m3 GEMM", "
   CHECK_FALSE(kernels.qkv_projection_fp8->has_bias);
   CHECK(kernels.qkv_projection_fp8->granularity == config::Fp8ScaleGranularity::block);
   CHECK(kernels.output_projection_fp8->segments == 1);
+  // The e4m3 GEMM replaces the bf16 one and never comes with a 512-token specialization.
+  CHECK_FALSE(kernels.qkv_projection_small.has_value());
+  CHECK_FALSE(kernels.output_projection_small.has_value());
   for (const auto& kernel : kernels.kernels) {
     INFO(kernel.name);
     if (kernel.stage == plan::StageKind::qkv_quantize || kernel.stage == plan::StageKind::output_quantize) {
