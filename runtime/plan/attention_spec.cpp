@@ -129,8 +129,8 @@ AttentionTiling choose_sm90_attention_tiling(int head_dim, int group_size) {
   AttentionTiling tiling;
   tiling.block_m = 128;
   tiling.block_n = head_dim <= 128 ? 128 : 64;
-  constexpr int kSm90SharedLimit = 227 * 1024;
-  tiling.stages = sm90_attention_shared_bytes(head_dim, tiling.block_n, 3) <= kSm90SharedLimit ? 3 : 2;
+  const int shared_limit = max_shared_bytes_per_block(config::Arch{9, 0, true});  // the kernel is sm_90a only
+  tiling.stages = sm90_attention_shared_bytes(head_dim, tiling.block_n, 3) <= shared_limit ? 3 : 2;
   tiling.overlap_softmax = tiling.stages >= 3;
   tiling.ping_pong = true;
   tiling.min_blocks_per_sm = 1;
