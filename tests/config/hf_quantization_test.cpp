@@ -254,6 +254,7 @@ TEST_CASE("module patterns: dotted components, '*' within one, re: regexes", "[c
 TEST_CASE("ModelOpt and compressed-tensors map what they can and name what they cannot",
           "[config][hf_quantization]") {
   const AttentionConfig compressed = import_hf_config(with(kCompressedFp8));
+  CHECK(compressed.projection == load_plan("llama-3.1-8b-fp8-dynamic").projection);
   CHECK(compressed.projection.qkv.format == WeightFormat::fp8);
   CHECK(compressed.projection.qkv.scale_granularity == Fp8ScaleGranularity::channel);
   CHECK(compressed.projection.qkv.activation == ActivationType::fp8);
@@ -284,9 +285,15 @@ TEST_CASE("ModelOpt and compressed-tensors map what they can and name what they 
   fp8.erase("group_size");
   std::vector<std::string> notes;
   const AttentionConfig modelopt_fp8 = import_hf_config(with(fp8), 0, &notes);
+  CHECK(modelopt_fp8.projection == load_plan("llama-3.1-8b-fp8").projection);
   CHECK(modelopt_fp8.projection.qkv.format == WeightFormat::fp8);
   CHECK(modelopt_fp8.projection.qkv.activation == ActivationType::bf16);
   CHECK(notes.size() == 1);
+
+  json mxfp8 = kModeloptNvfp4;
+  mxfp8["quant_algo"] = "MXFP8";
+  mxfp8.erase("group_size");
+  CHECK(import_hf_config(with(mxfp8)).projection == load_plan("llama-3.1-8b-mxfp8").projection);
 
   // hf_quant_config.json's nesting under `quantization`.
   const json nested = {{"quant_method", "modelopt"},
