@@ -57,10 +57,10 @@ Command run_command() {
   Command command;
   command.name = "run";
   command.synopsis =
-      "run CONFIG --weights W.safetensors [--prefix P] --input IN.safetensors --output OUT.safetensors "
+      "run CONFIG --weights W.safetensors [--layer L] --input IN.safetensors --output OUT.safetensors "
       "[--dump-stages]";
   command.description =
-      "Runs one layer's prefill on the GPU. The weights are read by their HF names under --prefix (e.g.\n"
+      "Runs one layer's prefill on the GPU. The weights are read by their HF names under --layer (e.g.\n"
       "model.layers.7.), so one layer of a real checkpoint runs as it is. IN holds hidden_states [T, "
       "hidden]\n"
       "(bf16, f16 or f32) and optionally query_starts [S + 1] and context_lens [S] (int32; default one\n"
@@ -71,7 +71,7 @@ Command run_command() {
       "output after o_proj, before any residual) and, with --dump-stages, every intermediate. With an fp8\n"
       "KV cache the layer's k_scale / v_scale tensors are used (else the config's; docs/config.md).";
   command.options = {{"--weights", "W", "safetensors file with the layer's weights"},
-                     {"--prefix", "P", "tensor name prefix of the layer (default: none)"},
+                     {"--layer", "L", "tensor name prefix of the layer, e.g. model.layers.7. (default: none)"},
                      {"--input", "IN", "safetensors file with hidden_states (and the batch)"},
                      {"--output", "OUT", "safetensors file to write"},
                      {"--dump-stages", "", "also write normed, qkv_projection, qkv_postprocessed, attention"},
@@ -88,7 +88,7 @@ Command run_command() {
     };
     const io::SafetensorsFile weights_file = io::SafetensorsFile::open(required("--weights"));
     const io::HostLayerWeights weights =
-        io::load_layer_weights(weights_file, config, args.value("--prefix").value_or(""));
+        io::load_layer_weights(weights_file, config, args.value("--layer").value_or(""));
     const io::SafetensorsFile input_file = io::SafetensorsFile::open(required("--input"));
     const std::string output_path = required("--output");
 

@@ -85,7 +85,7 @@ def main():
         with open(paths["config.json"], "w") as f:
             json.dump(attnplan_config, f, indent=2)
         command = [binary, "run", paths["config.json"], "--weights", paths["weights.safetensors"],
-                   "--prefix", "model.layers.0.", "--input", paths["input.safetensors"],
+                   "--layer", "model.layers.0.", "--input", paths["input.safetensors"],
                    "--output", paths["output.safetensors"]]
         print("$", " ".join(command), flush=True)
         result = subprocess.run(command, capture_output=True, text=True)

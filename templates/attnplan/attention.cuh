@@ -209,6 +209,35 @@ struct KeyTileSchedule {
     }
     return best;
   }
+
+  // Attaches the spans of sequence `seq` that meet the query positions [q_first, q_last] (sorted and
+  // disjoint, so a contiguous run of the sequence's CSR list). Only with kHasSpans: params has spans then.
+  __device__ void attach_spans(const AttentionParams& params, int seq, int q_first, int q_last) {
+    const int span_begin = params.span_offsets[seq];
+    const int span_end = params.span_offsets[seq + 1];
+    int reach_first = span_end, reach_last = span_end;  // spans [reach_first, reach_last) meet the tile
+    for (int i = span_begin; i < span_end; ++i) {
+      if (params.span_bounds[2 * i] <= q_last && params.span_bounds[2 * i + 1] > q_first) {
+        if (reach_first == span_end) reach_first = i;
+        reach_last = i + 1;
+      }
+    }
+    spans = params.span_bounds + 2 * reach_first;
+    span_count = reach_last - reach_first;
+  }
+
+  // The keys a query at `position` (inside the query tile) sees through its span, as the closed range
+  // [first, last]; first > last when it is in none. A row of the tile can only be in an attached span.
+  __device__ void row_span(int position, int kv_len, int& first, int& last) const {
+    first = 0;
+    last = -1;
+    for (int i = 0; i < span_count; ++i) {
+      if (spans[2 * i] <= position && position < spans[2 * i + 1]) {
+        first = spans[2 * i];
+        last = min(spans[2 * i + 1], kv_len) - 1;
+      }
+    }
+  }
 };
 
 __host__ __device__ constexpr int next_power_of_two(int value) {
@@ -367,27 +396,11 @@ __global__ void __launch_bounds__(Traits::threads, Traits::min_blocks_per_sm)
     row_band_first[half] = Traits::has_window ? position - params.window + 1 : 0;
   }
   if constexpr (Traits::has_spans) {
-    const int span_begin = params.span_offsets[seq];
-    const int span_end = params.span_offsets[seq + 1];
-    int reach_first = span_end, reach_last = span_end;  // spans [reach_first, reach_last) meet the tile
-    for (int i = span_begin; i < span_end; ++i) {
-      const int start = params.span_bounds[2 * i];
-      const int end = params.span_bounds[2 * i + 1];
-      if (start <= q_last && end > q_first) {
-        if (reach_first == span_end) reach_first = i;
-        reach_last = i + 1;
-      }
+    schedule.attach_spans(params, seq, q_first, q_last);
 #pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int position = q_first + warp * 16 + group + 8 * half;
-        if (start <= position && position < end) {
-          row_span_first[half] = start;
-          row_span_last[half] = min(end, kv_len) - 1;
-        }
-      }
-    }
-    schedule.spans = params.span_bounds + 2 * reach_first;
-    schedule.span_count = reach_last - reach_first;
+    for (int half = 0; half < 2; ++half)
+      schedule.row_span(q_first + warp * 16 + group + 8 * half, kv_len, row_span_first[half],
+                        row_span_last[half]);
   }
 
   // ---- shared memory ------------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 // Variable-length paged attention for prefill on sm_90a (spec section 6), FlashAttention-3 style: the same
 // AttentionParams and semantics as attention.cuh for head_dim == value_head_dim in {64, 128, 256}, causal
-// with an optional sliding window, GQA/MQA, any power-of-two page size, cached prefixes.
+// with an optional sliding window and optional bidirectional spans, GQA/MQA, any power-of-two page size,
+// cached prefixes.
 //
 // GQA packing: one CTA owns block_m = 128 rows of one sequence that are (token, query head) pairs of
 // heads_per_cta heads sharing a kv head (row r: token r / heads_per_cta, head r % heads_per_cta of the
@@ -55,7 +56,7 @@ __device__ __forceinline__ void named_barrier_arrive(int id) {
 }  // namespace attention_sm90_detail
 
 template <int kHeadDim, int kGroupSize, int kHeadsPerCta, int kBlockSize, int kBlockN, bool kHasWindow,
-          int kStages = 2, bool kOverlapSoftmax = false, bool kPingPong = false>
+          bool kHasSpans = false, int kStages = 2, bool kOverlapSoftmax = false, bool kPingPong = false>
 struct AttentionSm90Traits {
   using Params = AttentionParams;
   static constexpr int head_dim = kHeadDim;  // q/k and v head dims (equal on this path)
@@ -64,6 +65,9 @@ struct AttentionSm90Traits {
   static constexpr int block_size = kBlockSize;
   static constexpr int block_n = kBlockN;  // keys per tile: the N of S = Q K^T, the K of O += P V
   static constexpr bool has_window = kHasWindow;
+  // Bidirectional spans (params.span_offsets / span_bounds): the key tiles of each span that meets the query
+  // tile join the causal band, and a row inside a span also sees the span's keys past its diagonal.
+  static constexpr bool has_spans = kHasSpans;
   // Consumer schedule. false: per tile S, wait, softmax, P V, wait (each warpgroup in series; the two
   // warpgroups overlap only through the warp schedulers). true: S(i) and P(i-1) V(i-1) are issued back to
   // back and softmax(i) runs while P V is in flight, so a consumer holds two stages (V of i - 1, K of i).
@@ -157,11 +161,32 @@ __global__ void __launch_bounds__(Traits::threads, 1) attention_sm90_kernel(cons
   const int q_last = q_first + rows - 1;
   const int* block_table = params.block_tables + static_cast<long long>(seq) * params.max_blocks_per_seq;
 
-  // Key tiles [tile_begin, tile_end): the band causality and the window leave; never empty (every row
-  // sees itself). Producer and consumers walk the same range.
-  const int tile_begin = Traits::has_window ? max(0, q_first - params.window + 1) / kBlockN : 0;
-  const int tile_end = q_last / kBlockN + 1;
-  const int tile_count = tile_end - tile_begin;
+  // The key tiles to visit, in increasing order and each once (attention.cuh's KeyTileSchedule): the band
+  // causality and the window leave, [band_begin, band_end), never empty (every row sees itself), plus the
+  // tiles of each span that meets the query tile. Producer and consumers walk the same sequence;
+  // next_tile(t) is the one after t (t + 1 without spans: the band is contiguous).
+  KeyTileSchedule<kBlockN, Traits::has_spans> schedule;
+  schedule.band_begin = Traits::has_window ? max(0, q_first - params.window + 1) / kBlockN : 0;
+  schedule.band_end = q_last / kBlockN + 1;
+  schedule.spans = nullptr;
+  schedule.span_count = 0;
+  int first_tile = schedule.band_begin;
+  int tile_count = schedule.band_end - schedule.band_begin;
+  // Keys every row of the CTA sees through one span that holds all its tokens, [all_rows_span_first,
+  // all_rows_span_end): key tiles inside it need no mask (a prompt that is one bidirectional span masks only
+  // its last tile). Empty without such a span.
+  int all_rows_span_first = 0, all_rows_span_end = 0;
+  if constexpr (Traits::has_spans) {
+    schedule.attach_spans(params, seq, q_first, q_last);
+    int first_row_span_last;  // the span of the first token, if it holds the last one too
+    schedule.row_span(q_first, kv_len, all_rows_span_first, first_row_span_last);
+    if (all_rows_span_first <= first_row_span_last && q_last <= first_row_span_last)
+      all_rows_span_end = first_row_span_last + 1;
+    first_tile = schedule.next(-1);
+    tile_count = 0;
+    for (int tile = first_tile; tile != kNoTile; tile = schedule.next(tile)) ++tile_count;
+  }
+  auto next_tile = [&](int tile) { return Traits::has_spans ? schedule.next(tile) : tile + 1; };
 
   extern __shared__ uint4 shared_storage[];
   const unsigned raw_address = sm90::smem_address(shared_storage);
@@ -212,18 +237,22 @@ __global__ void __launch_bounds__(Traits::threads, 1) attention_sm90_kernel(cons
 #pragma unroll
       for (int pass = 0; pass < kKvPasses; ++pass) {
         const int position = tile * kBlockN + kv_first_row + pass * kKvRowsPerPass;
-        const int logical = position / Traits::block_size;
+        // Positions are never negative: unsigned division and remainder by the page size are a shift and
+        // a mask (the compiler cannot see it through the tile schedule).
+        const int logical = static_cast<unsigned>(position) / Traits::block_size;
         const bool used = position < kv_len && logical < params.max_blocks_per_seq;
         pages[pass] = used ? __ldg(block_table + logical) : -1;  // checked at use: the load stays in flight
       }
     };
     int pages[kPageRegisters];
-    load_pages(tile_begin, pages);
+    int tile = first_tile;
+    load_pages(tile, pages);
 
     for (int i = 0; i < tile_count; ++i) {
       const int stage = i % kStages;
       int next_pages[kPageRegisters];
-      if (i + 1 < tile_count) load_pages(tile_begin + i + 1, next_pages);
+      const int following = i + 1 < tile_count ? next_tile(tile) : tile;
+      if (i + 1 < tile_count) load_pages(following, next_pages);
       // Reusing a stage: wait until both consumers released its previous tile (i - stages).
       if (i >= kStages) mbarrier_wait_parity(empty_barriers + stage * 8, ((i / kStages) - 1) & 1);
       if (i == 0) {
@@ -239,7 +268,7 @@ __global__ void __launch_bounds__(Traits::threads, 1) attention_sm90_kernel(cons
                       valid ? source : params.query, valid ? 16 : 0);
         }
       }
-      const int key_first = (tile_begin + i) * kBlockN;
+      const int key_first = tile * kBlockN;
       const unsigned k_address = base_address + Traits::k_offset + stage * Traits::k_bytes;
       const unsigned v_address = base_address + Traits::v_offset + stage * Traits::v_bytes;
 #pragma unroll
@@ -248,8 +277,8 @@ __global__ void __launch_bounds__(Traits::threads, 1) attention_sm90_kernel(cons
         const int position = key_first + row;
         const int page = pages[pass];
         const bool valid = page >= 0 && page < params.num_blocks && position < kv_len;
-        const long long slot =
-            static_cast<long long>(page) * Traits::block_size + position % Traits::block_size;
+        const long long slot = static_cast<long long>(page) * Traits::block_size +
+                               static_cast<unsigned>(position) % Traits::block_size;
         const bf16_bits* key_row = valid ? key_head + slot * slot_elements : params.key_cache;
         const bf16_bits* value_row = valid ? value_head + slot * slot_elements : params.value_cache;
         const int bytes = valid ? 16 : 0;
@@ -268,6 +297,7 @@ __global__ void __launch_bounds__(Traits::threads, 1) attention_sm90_kernel(cons
       cp_async_mbarrier_arrive(full_barriers + stage * 8);
 #pragma unroll
       for (int r = 0; r < kPageRegisters; ++r) pages[r] = next_pages[r];
+      tile = following;
     }
     cp_async_wait<0>();  // no copy outlives its thread
     return;
@@ -285,13 +315,18 @@ __global__ void __launch_bounds__(Traits::threads, 1) attention_sm90_kernel(cons
   const int in_group = lane % 4;  // accumulator columns 2 * in_group + {0, 1} of each n8 tile
   const int warp_row = consumer * 64 + warp * 16;  // first CTA row of this warp
 
-  // The keys this thread's two rows may see, as closed position ranges.
+  // The keys this thread's two rows may see, as closed position ranges: the band causality and the window
+  // leave, and the row's span (empty: first > last).
   int row_band_first[2], row_band_last[2];
+  int row_span_first[2] = {0, 0};
+  int row_span_last[2] = {-1, -1};
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const int position = q_first + (warp_row + group + 8 * half) / kHeads;
     row_band_last[half] = min(position, kv_len - 1);
     row_band_first[half] = Traits::has_window ? position - params.window + 1 : 0;
+    if constexpr (Traits::has_spans)
+      schedule.row_span(position, kv_len, row_span_first[half], row_span_last[half]);
   }
 
   // Online softmax state. row_max holds raw scores (q . k): scale > 0 (validated), so the max commutes
@@ -346,22 +381,29 @@ __global__ void __launch_bounds__(Traits::threads, 1) attention_sm90_kernel(cons
   // Masks (boundary tiles only: a tile wholly below every row's diagonal, above every row's window edge
   // and inside the keys needs none), the new running max, probabilities in place of the scores, the row
   // sums; returns the factor O must be rescaled by.
-  auto softmax = [&](float(&score)[kScoreRegisters], int i, float(&correction)[2]) {
-    const int key_first = (tile_begin + i) * kBlockN;
+  auto softmax = [&](float(&score)[kScoreRegisters], int tile, float(&correction)[2]) {
+    const int key_first = tile * kBlockN;
     bool needs_mask = key_first + kBlockN - 1 > q_first || key_first + kBlockN > kv_len;
     if constexpr (Traits::has_window) needs_mask = needs_mask || key_first <= q_last - params.window;
+    if constexpr (Traits::has_spans)
+      needs_mask =
+          needs_mask && !(all_rows_span_first <= key_first && key_first + kBlockN <= all_rows_span_end);
     if (needs_mask) {
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         const int column = key_first + 2 * in_group;
         const int visible_first = row_band_first[half] - column;
         const int visible_last = row_band_last[half] - column;
+        const int span_first = row_span_first[half] - column;
+        const int span_last = row_span_last[half] - column;
 #pragma unroll
         for (int n = 0; n < kBlockN / 8; ++n) {
 #pragma unroll
           for (int e = 0; e < 2; ++e) {
             const int key = n * 8 + e;  // relative to key_first + 2 * in_group
-            if (key < visible_first || key > visible_last) score[4 * n + 2 * half + e] = minus_infinity();
+            bool allowed = visible_first <= key && key <= visible_last;
+            if constexpr (Traits::has_spans) allowed = allowed || (span_first <= key && key <= span_last);
+            if (!allowed) score[4 * n + 2 * half + e] = minus_infinity();
           }
         }
       }
@@ -449,8 +491,9 @@ __global__ void __launch_bounds__(Traits::threads, 1) attention_sm90_kernel(cons
   float score[kScoreRegisters];
   unsigned p[kPSteps][4];
   float correction[2];
+  int tile = first_tile;  // the key tile of iteration i (stages and barrier phases follow i)
   if constexpr (!Traits::overlap_softmax) {
-    for (int i = 0; i < tile_count; ++i) {
+    for (int i = 0; i < tile_count; ++i, tile = next_tile(tile)) {
       wait_full(i);
       begin_turn();
       wgmma_fence();
@@ -458,7 +501,7 @@ __global__ void __launch_bounds__(Traits::threads, 1) attention_sm90_kernel(cons
       end_turn(false);
       wgmma_wait_group<0>();
       fence_registers(score);
-      softmax(score, i, correction);
+      softmax(score, tile, correction);
       rescale(correction);
       pack(score, p);
       begin_turn();
@@ -479,9 +522,10 @@ __global__ void __launch_bounds__(Traits::threads, 1) attention_sm90_kernel(cons
     end_turn(false);
     wgmma_wait_group<0>();
     fence_registers(score);
-    softmax(score, 0, correction);  // O is still zero: no rescale
+    softmax(score, tile, correction);  // O is still zero: no rescale
     pack(score, p);
     for (int i = 1; i < tile_count; ++i) {
+      tile = next_tile(tile);
       wait_full(i);
       begin_turn();
       wgmma_fence();
@@ -490,7 +534,7 @@ __global__ void __launch_bounds__(Traits::threads, 1) attention_sm90_kernel(cons
       end_turn(false);
       wgmma_wait_group<1>();  // S(i) has landed; P V (i - 1) may still run
       fence_registers(score);
-      softmax(score, i, correction);
+      softmax(score, tile, correction);
       wgmma_wait_group<0>();
       fence_registers(output);
       release(i - 1);

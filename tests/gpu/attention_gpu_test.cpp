@@ -846,6 +846,81 @@ TEST_CASE("sm_90a wgmma attention matches the reference", "[gpu][attention][sm90
   for (std::size_t i = 0; i < cases.size(); ++i) check_case(cases[i], seed++, specs[i]);
 }
 
+namespace {
+
+// Bidirectional spans on the sm_90a kernel (forced: the plan picks it for spans only once
+// sm90_attention_spans_enabled() is on). The spans of the mma.sync cases (inside a chunk, wholly in the
+// prefix, two in one chunk, longer than a query tile, a sequence without), under causal and window masks,
+// with GQA packing of 2, 4 and 8 heads per CTA (a span's rows are (token, head) pairs), and prompts that are
+// one span (key tiles wholly inside every row's span skip the mask).
+std::vector<Case> sm90_span_cases() {
+  const std::vector<Sequence> span_sequences = {{63, 130}, {300, 17}, {0, 130}, {1, 17}, {0, 400}};
+  const std::vector<std::vector<std::array<int, 2>>> span_lists = {
+      {{80, 120}}, {{10, 50}}, {{5, 20}, {40, 100}}, {}, {{10, 300}, {310, 311}, {350, 400}}};
+  const std::vector<Sequence> whole = {{0, 700}, {300, 200}, {0, 129}};
+  const std::vector<std::vector<std::array<int, 2>>> whole_spans = {{{0, 700}}, {{300, 500}}, {{0, 129}}};
+  std::vector<Case> cases;
+  auto add = [&](Case c) {
+    c.spans_enabled = true;
+    cases.push_back(std::move(c));
+  };
+  add({.name = "spans gqa4 d128 b16",
+       .query_heads = 8,
+       .kv_heads = 2,
+       .sequences = span_sequences,
+       .spans = span_lists});
+  add({.name = "spans window 16 gqa2 d128 b32",
+       .query_heads = 4,
+       .kv_heads = 2,
+       .block_size = 32,
+       .sequences = span_sequences,
+       .window = 16,
+       .spans = span_lists});
+  add({.name = "spans gqa8 d64 b64",
+       .query_heads = 16,
+       .kv_heads = 2,
+       .head_dim = 64,
+       .value_head_dim = 64,
+       .block_size = 64,
+       .sequences = span_sequences,
+       .spans = span_lists});
+  add({.name = "spans window 50 mqa d256 b1",
+       .query_heads = 2,
+       .kv_heads = 1,
+       .head_dim = 256,
+       .value_head_dim = 256,
+       .block_size = 1,
+       .sequences = span_sequences,
+       .window = 50,
+       .spans = span_lists});
+  add({.name = "one span per prompt gqa4 d128 b64",
+       .query_heads = 8,
+       .kv_heads = 2,
+       .block_size = 64,
+       .sequences = whole,
+       .spans = whole_spans});
+  add({.name = "spans enabled, none given, d128", .query_heads = 4, .kv_heads = 2, .sequences = kMixed});
+  return cases;
+}
+
+}  // namespace
+
+TEST_CASE("sm_90a wgmma attention with bidirectional spans matches the reference", "[gpu][attention][sm90]") {
+  if (!device_is_sm90a()) {
+    SUCCEED("not an sm_90a device: the wgmma kernel cannot run here");
+    return;
+  }
+  const std::vector<Case> cases = sm90_span_cases();
+  std::vector<plan::AttentionSpec> specs;
+  for (const Case& c : cases) {
+    specs.push_back(spec_with_kernel(c, plan::AttentionKernel::wgmma_sm90));
+    REQUIRE(specs.back().has_spans);
+  }
+  kernels().prepare(specs);
+  std::uint64_t seed = 700;
+  for (std::size_t i = 0; i < cases.size(); ++i) check_case(cases[i], seed++, specs[i]);
+}
+
 TEST_CASE("attention over 32k tokens matches the reference on sampled rows", "[.attention_long][gpu]") {
   // One 32768-token chunk, GQA 4, D 128, pages of 64, full causal and a 4096-key window; rows sampled at
   // the start, the middle and the end, each against the double-precision reference. Both kernels where

@@ -314,7 +314,10 @@ TEST_CASE("attention kernel choice: wgmma on sm_90a for the features it covers, 
     CHECK(choose(d, d, kSm89) == AttentionKernel::mma_sync);
     CHECK(choose(d, d, config::Arch{10, 0, true}) == AttentionKernel::mma_sync);
     CHECK(choose(d, d, kSm90a, /*softcap=*/true) == AttentionKernel::mma_sync);
-    CHECK(choose(d, d, kSm90a, false, /*spans=*/true) == AttentionKernel::mma_sync);
+    // Spans: the sm_90a kernel has them behind sm90_attention_spans_enabled() (off until measured).
+    CHECK(choose(d, d, kSm90a, false, /*spans=*/true) ==
+          (sm90_attention_spans_enabled() ? AttentionKernel::wgmma_sm90 : AttentionKernel::mma_sync));
+    CHECK(choose(d, d, kSm80, false, /*spans=*/true) == AttentionKernel::mma_sync);
     CHECK(choose(d, d, kSm90a, false, false, /*sinks=*/true) == AttentionKernel::mma_sync);
     CHECK(choose(d, d, kSm90a, false, false, false, /*bf16_cache=*/false) == AttentionKernel::mma_sync);
   }
@@ -373,8 +376,8 @@ TEST_CASE("attention spec on sm_90a: the wgmma kernel's stub, launch shape and c
   CHECK(stub.find("#include \"attnplan/attention_sm90.cuh\"") != std::string::npos);
   CHECK(stub.find("attention_sm90_kernel") != std::string::npos);
   CHECK(stub.find("/*head_dim=*/128, /*group_size=*/4, /*heads_per_cta=*/4, /*block_size=*/16, "
-                  "/*block_n=*/128, /*has_window=*/true, /*stages=*/3, /*overlap_softmax=*/true, "
-                  "/*ping_pong=*/true") != std::string::npos);
+                  "/*block_n=*/128, /*has_window=*/true, /*has_spans=*/false, /*stages=*/3, "
+                  "/*overlap_softmax=*/true, /*ping_pong=*/true") != std::string::npos);
   CHECK(source.spec.at("kernel") == "wgmma_sm90");
   CHECK(source.spec.at("dynamic_shared_bytes") == spec.dynamic_shared_bytes());
   CHECK(spec.dynamic_shared_bytes() == sm90_attention_shared_bytes(128, 128, 3));
@@ -408,11 +411,13 @@ TEST_CASE("sm_90a attention compiles to wgmma without spills", "[plan][attention
   struct Case {
     int head_dim, group_size, block_size;
     bool window;
+    bool spans = false;
   };
   const std::vector<Case> cases = {
-      {64, 8, 16, false}, {64, 4, 64, true},   {128, 4, 16, false}, {128, 1, 1, true},
-      {128, 8, 64, true}, {256, 2, 64, false}, {256, 1, 16, true},  {128, 6, 32, false},
-      {64, 64, 16, true}, {256, 4, 1, false},  {64, 2, 2, true},
+      {64, 8, 16, false},       {64, 4, 64, true},        {128, 4, 16, false},      {128, 1, 1, true},
+      {128, 8, 64, true},       {256, 2, 64, false},      {256, 1, 16, true},       {128, 6, 32, false},
+      {64, 64, 16, true},       {256, 4, 1, false},       {64, 2, 2, true},         {128, 4, 16, false, true},
+      {128, 2, 32, true, true}, {64, 8, 64, false, true}, {256, 2, 64, true, true},
   };
   std::vector<AttentionSpec> specs;
   for (const Case& c : cases) {
@@ -422,6 +427,7 @@ TEST_CASE("sm_90a attention compiles to wgmma without spills", "[plan][attention
     spec.group_size = c.group_size;
     spec.block_size = c.block_size;
     spec.has_window = c.window;
+    spec.has_spans = c.spans;
     spec.tiling = choose_sm90_attention_tiling(c.head_dim, c.group_size);
     specs.push_back(spec);
     if (spec.tiling.overlap_softmax) {  // the serial schedule stays reachable: compile it too
@@ -448,11 +454,11 @@ TEST_CASE("sm_90a attention compiles to wgmma without spills", "[plan][attention
     INFO(spec.source().spec.dump());
     INFO(kernels[i].log);
     std::printf(
-        "attention sm_90a wgmma D %3d group %d block %2d bn %3d window %d stages %d overlap %d ping-pong %d: "
-        "%3d registers, %d spill bytes, %d stack bytes, %6d dynamic smem\n",
+        "attention sm_90a wgmma D %3d group %d block %2d bn %3d window %d spans %d stages %d overlap %d "
+        "ping-pong %d: %3d registers, %d spill bytes, %d stack bytes, %6d dynamic smem\n",
         spec.head_dim, spec.group_size, spec.block_size, spec.tiling.block_n, int(spec.has_window),
-        spec.tiling.stages, int(spec.tiling.overlap_softmax), int(spec.tiling.ping_pong), r.registers,
-        r.spill_bytes(), r.stack_bytes, spec.dynamic_shared_bytes());
+        int(spec.has_spans), spec.tiling.stages, int(spec.tiling.overlap_softmax), int(spec.tiling.ping_pong),
+        r.registers, r.spill_bytes(), r.stack_bytes, spec.dynamic_shared_bytes());
     CHECK(kernels[i].lowered_name.find("attention_sm90_kernel") != std::string::npos);
     CHECK(kernels[i].ptx.find("wgmma.mma_async") != std::string::npos);
     CHECK(kernels[i].ptx.find("setmaxnreg") != std::string::npos);
