@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "core/error.hpp"
+#include "plan/tensor_map.hpp"
 
 namespace attnplan::plan {
 
@@ -117,6 +118,16 @@ bool sm90_attention_spans_enabled() {
   return false;
 }
 
+bool sm90_attention_kv_tma_enabled() {
+  return false;
+}
+
+bool sm90_kv_tma_supported(int head_dim, int block_size, int block_n) {
+  if (block_size < 8 || head_dim > 128 || head_dim % 64 != 0 || block_n <= 0) return false;
+  const int boxes = 2 * (block_n / std::min(block_size, block_n)) * (head_dim / 64);
+  return boxes <= 32;
+}
+
 int sm90_attention_shared_bytes(int head_dim, int block_n, int stages) {
   constexpr int kBlockM = 128, kAlignmentSlack = 1024;
   return kAlignmentSlack + 2 * head_dim * (kBlockM + stages * 2 * block_n) + 2 * stages * 8;
@@ -162,6 +173,9 @@ AttentionSpec AttentionSpec::from_config(const config::AttentionConfig& config, 
   spec.tiling = spec.kernel == AttentionKernel::wgmma_sm90
                     ? choose_sm90_attention_tiling(spec.head_dim, spec.group_size)
                     : choose_attention_tiling(spec.head_dim, spec.value_head_dim, arch, spec.kv_fp8);
+  if (spec.kernel == AttentionKernel::wgmma_sm90)
+    spec.tiling.kv_tma = sm90_attention_kv_tma_enabled() &&
+                         sm90_kv_tma_supported(spec.head_dim, spec.block_size, spec.tiling.block_n);
   return spec;
 }
 
@@ -171,6 +185,12 @@ compiler::KernelSource AttentionSpec::source() const {
     throw Error(Stage::config,
                 "attention: the sm_90a kernel needs value_head_dim == head_dim, a bf16 KV cache and no "
                 "softcap or sinks");
+  }
+  if (tiling.kv_tma && (!sm90 || !sm90_kv_tma_supported(head_dim, block_size, tiling.block_n))) {
+    throw Error(Stage::config,
+                fmt::format("attention: TMA K/V loads need the sm_90a kernel, pages of at least 8 slots, "
+                            "head_dim <= 128 and at most 32 boxes per tile (block_size {}, head_dim {})",
+                            block_size, head_dim));
   }
   compiler::KernelSource source;
   source.family = "attention";
@@ -189,7 +209,9 @@ compiler::KernelSource AttentionSpec::source() const {
         {"stages", std::to_string(tiling.stages)},
         {"overlap_softmax", cxx_bool(tiling.overlap_softmax)},
         {"ping_pong", cxx_bool(tiling.ping_pong)},
+        {"kv_tma", cxx_bool(tiling.kv_tma)},
     };
+    source.grid_constant = true;  // the kernel takes the address of its parameters (and TMA of its maps)
   } else {
     source.header = "attnplan/attention.cuh";
     source.traits = "attnplan::kernels::AttentionTraits";
@@ -229,6 +251,7 @@ compiler::KernelSource AttentionSpec::source() const {
     source.spec["heads_per_cta"] = tiling.heads_per_cta;
     source.spec["overlap_softmax"] = tiling.overlap_softmax;
     source.spec["ping_pong"] = tiling.ping_pong;
+    source.spec["kv_tma"] = tiling.kv_tma;
   } else {
     source.spec["min_blocks_per_sm"] = tiling.min_blocks_per_sm;
   }
@@ -311,6 +334,25 @@ void AttentionSpec::check(const AttentionParams& params, int query_heads) const 
               fmt::format("{} = {} must be finite and > 0 (fp8 KV cache)", name, scale));
     }
   }
+}
+
+void launch_attention(const driver::Function& function, const AttentionSpec& spec,
+                      const AttentionParams& params, int query_heads, CUstream stream) {
+  const driver::LaunchShape shape = spec.launch_shape(params.num_seqs, params.max_query_len, query_heads);
+  if (spec.kernel != AttentionKernel::wgmma_sm90 || !spec.tiling.kv_tma) {
+    driver::launch(function, shape, stream, params);
+    return;
+  }
+  AttentionSm90Params sm90{};
+  sm90.common = params;
+  const long long slots = static_cast<long long>(params.num_blocks) * spec.block_size;
+  const long long row = static_cast<long long>(params.kv_heads) * spec.head_dim;  // one slot's elements
+  const int box_rows = std::min(spec.block_size, spec.tiling.block_n);
+  encode_tensor_map(sm90.key_map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, params.key_cache, row, slots, row, 64,
+                    box_rows, "attention key_cache");
+  encode_tensor_map(sm90.value_map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, params.value_cache, row, slots, row,
+                    64, box_rows, "attention value_cache");
+  driver::launch(function, shape, stream, sm90);
 }
 
 }  // namespace attnplan::plan

@@ -34,6 +34,9 @@ struct AttentionTiling {
   // sm_90a kernel only: the two consumer warpgroups take turns issuing wgmmas
   // (AttentionSm90Traits::ping_pong).
   bool ping_pong = false;
+  // sm_90a kernel only: K/V pages by TMA instead of the cp.async gather (AttentionSm90Traits::kv_tma;
+  // where sm90_kv_tma_supported). Launched with AttentionSm90Params (launch_attention).
+  bool kv_tma = false;
 
   int warps() const { return block_m / 16; }
   int threads() const { return 32 * warps(); }
@@ -81,6 +84,16 @@ AttentionKernel choose_attention_kernel(int head_dim, int value_head_dim, bool b
 // spans stay on the mma.sync kernel, until `[attention][sm90]`'s span cases (which force the kernel) pass on
 // an H200 and the bidirectional benchmark rows are measured. Then this returns true.
 bool sm90_attention_spans_enabled();
+
+// Pure. Whether the sm_90a kernel can load K/V with TMA (AttentionSm90Traits::kv_tma): pages of at least 8
+// slots, head_dim <= 128, and at most 32 boxes of [64 columns, min(block_size, block_n) slots] per K and V
+// tile together (one per lane of the issuing warp): block_size >= 16 at D 128, >= 8 at D 64.
+bool sm90_kv_tma_supported(int head_dim, int block_size, int block_n);
+
+// The switch for TMA K/V loads in the sm_90a attention kernel. Written without device time (2026-11-30):
+// off until `[attention][sm90]`'s TMA cases (which force it) pass on an H200 and the speed test shows it
+// ahead of the gather.
+bool sm90_attention_kv_tma_enabled();
 
 // Dynamic shared memory of the sm_90a kernel, bytes: 1024 of alignment slack, Q [128, D], `stages` stages
 // of K and V [block_n, D], bf16, and two mbarriers per stage. Mirrors AttentionSm90Traits::shared_bytes.
@@ -136,5 +149,11 @@ struct AttentionSpec {
   // k_scale or v_scale not finite and > 0 (kv_fp8).
   void check(const AttentionParams& params, int query_heads) const;
 };
+
+// Launches the attention kernel of `spec` on `stream` over `params` (already checked): the sm_90a kernel
+// with kv_tma gets AttentionSm90Params, its two tensor maps encoded here over the caches
+// ([num_blocks * block_size slots, kv_heads * head_dim]); every other kernel the AttentionParams as they are.
+void launch_attention(const driver::Function& function, const AttentionSpec& spec,
+                      const AttentionParams& params, int query_heads, CUstream stream);
 
 }  // namespace attnplan::plan

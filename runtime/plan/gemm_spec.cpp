@@ -8,6 +8,7 @@
 
 #include "core/error.hpp"
 #include "plan/gemm_common.hpp"
+#include "plan/tensor_map.hpp"
 
 namespace attnplan::plan {
 

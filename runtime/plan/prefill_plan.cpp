@@ -355,9 +355,7 @@ void PrefillPlan::execute(const ExecuteArgs& args, CUstream stream, const StageO
   }
   enqueue_kv_store(store, stream);
   notify(StageKind::kv_store);
-  driver::launch(loaded.attention,
-                 kernels.attention.launch_shape(batch.num_seqs, batch.max_query_len, config.query_heads),
-                 stream, attend);
+  launch_attention(loaded.attention, kernels.attention, attend, config.query_heads, stream);
   notify(StageKind::attention);
   project(StageKind::output_quantize, loaded.output_quantize, StageKind::output_projection, *output_function,
           *output_spec, kernels.output_projection_fp8, output);

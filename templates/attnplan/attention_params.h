@@ -3,6 +3,7 @@
 #pragma once
 
 #include "attnplan/params.h"
+#include "attnplan/tensor_map.h"
 
 namespace attnplan {
 
@@ -39,6 +40,17 @@ struct AttentionParams {
   // the same [num_blocks, block_size, kv_heads, dim] layout, read as k = k_q * k_scale, v = v_q * v_scale.
   float k_scale;
   float v_scale;
+};
+
+// The sm_90a kernel's parameters when it loads K/V pages with TMA (AttentionSm90Traits::kv_tma): the
+// common block plus one tensor map per cache, encoded by the host per launch (plan::launch_attention). Each
+// map sees its cache as a matrix [num_blocks * block_size slots, kv_heads * head_dim] bf16 and moves boxes
+// of 64 columns x min(block_size, block_n) slots with the 128-byte swizzle the wgmma operands use. Passed
+// as a `__grid_constant__` kernel parameter, so the maps stay in parameter memory where TMA reads them.
+struct AttentionSm90Params {
+  TensorMap key_map;
+  TensorMap value_map;
+  AttentionParams common;
 };
 
 }  // namespace attnplan

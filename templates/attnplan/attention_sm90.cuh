@@ -16,10 +16,11 @@
 //     K-major from shared memory), the online softmax in fp32 registers (exp2, scale folded in), then
 //     O += P V with P from registers (bf16, the wgmma A-fragment layout) and V from shared memory as an
 //     N-major B operand.
-// Why cp.async rather than TMA for K/V: a TMA box must be contiguous in the pool, so pages smaller than a
-// tile need one box per page and a tensor map per launch; the cp.async gather handles every page size
-// (block_size 1 included) with one code path and keeps execute() free of host-side encoding. Q is read
-// once per CTA and is a small share of the traffic.
+// K/V by cp.async or TMA: the cp.async gather handles every page size (block_size 1 included) with one
+// code path and needs no tensor map; with kv_tma (pages of 8 or more slots, D <= 128) one producer warp
+// instead issues a TMA box per page and 64-column block from two tensor maps the host encodes per launch,
+// which frees the producer's issue slots (the gather stays for the tile that reaches past the keys). Q is
+// read once per CTA by cp.async and is a small share of the traffic.
 //
 // Semantics the kernel guarantees (as attention.cuh): a key whose page lies outside [0, num_blocks) or
 // beyond max_blocks_per_seq reads as zeros; every element of the chunk's rows in this head's output
@@ -53,12 +54,36 @@ __device__ __forceinline__ void named_barrier_arrive(int id) {
   asm volatile("bar.arrive %0, 256;\n" ::"r"(id) : "memory");
 }
 
+template <bool kCondition, class IfTrue, class IfFalse>
+struct Select {
+  using type = IfTrue;
+};
+template <class IfTrue, class IfFalse>
+struct Select<false, IfTrue, IfFalse> {
+  using type = IfFalse;
+};
+
+// The common parameter block of either kernel parameter type.
+__device__ __forceinline__ const AttentionParams& common_params(const AttentionParams& params) {
+  return params;
+}
+__device__ __forceinline__ const AttentionParams& common_params(const AttentionSm90Params& params) {
+  return params.common;
+}
+
 }  // namespace attention_sm90_detail
 
 template <int kHeadDim, int kGroupSize, int kHeadsPerCta, int kBlockSize, int kBlockN, bool kHasWindow,
-          bool kHasSpans = false, int kStages = 2, bool kOverlapSoftmax = false, bool kPingPong = false>
+          bool kHasSpans = false, int kStages = 2, bool kOverlapSoftmax = false, bool kPingPong = false,
+          bool kKvTma = false>
 struct AttentionSm90Traits {
-  using Params = AttentionParams;
+  // K/V pages by TMA: one producer warp issues a box per page and 64-column block of each tile, completing
+  // on the stage's full barrier, instead of 128 threads gathering 16-byte chunks with cp.async (whose
+  // address arithmetic and issue slots were the producer's limit, attention-notes.md). A tile that reaches
+  // past the sequence's keys keeps the gather: slots past kv_len must read as zeros (a masked score gives
+  // P = 0, but 0 * NaN from a stale V slot is NaN). Pages of at least 8 slots: whole 8-row swizzle atoms.
+  static constexpr bool kv_tma = kKvTma;
+  using Params = typename attention_sm90_detail::Select<kKvTma, AttentionSm90Params, AttentionParams>::type;
   static constexpr int head_dim = kHeadDim;  // q/k and v head dims (equal on this path)
   static constexpr int group_size = kGroupSize;
   static constexpr int heads_per_cta = kHeadsPerCta;  // query heads of one kv head packed into a CTA's rows
@@ -126,14 +151,31 @@ struct AttentionSm90Traits {
   static_assert(!kOverlapSoftmax || kStages >= 3,
                 "the overlapped schedule holds two stages per consumer: it needs a third for the producer");
   static_assert(shared_bytes <= 227 * 1024, "the tiles exceed sm_90's 227 KiB of shared memory per block");
+
+  // The TMA boxes of one tile: [64 columns, kv_box_rows slots] (a page, or a tile's share of a larger
+  // page), head_dim / 64 column blocks, for K then V; kv_tile_bytes complete on the full barrier.
+  static constexpr int kv_box_rows = kBlockSize < kBlockN ? kBlockSize : kBlockN;
+  static constexpr int kv_pages_per_tile = kBlockN / kv_box_rows;
+  static constexpr int kv_column_blocks = kHeadDim / 64;
+  static constexpr int kv_boxes_per_tensor = kv_pages_per_tile * kv_column_blocks;
+  static constexpr int kv_boxes = 2 * kv_boxes_per_tensor;  // lane b of the producer's warp 0 issues box b
+  static constexpr unsigned kv_tile_bytes = 2u * kBlockN * kHeadDim * 2u;
+  static_assert(!kKvTma || (kBlockSize >= 8 && kv_boxes <= 32),
+                "kv_tma: pages of at least 8 slots (whole 128-byte swizzle atoms) and at most 32 boxes per "
+                "tile (one per lane; more spill the producer's registers)");
+  static_assert(!kKvTma || kHeadDim <= 128,
+                "kv_tma: at D 256 the producer's 56 registers do not hold both the TMA and the gather path "
+                "(ptxas spills)");
 };
 
 // grid: [ceil(max_query_len / tokens_per_cta), num_seqs, query_heads / heads_per_cta], block: [384],
 // dynamic shared memory:
 // Traits::shared_bytes (above 48 KiB: the function attribute must allow it). sm_90a only.
 template <class Traits>
-__global__ void __launch_bounds__(Traits::threads, 1) attention_sm90_kernel(const AttentionParams params) {
+__global__ void __launch_bounds__(Traits::threads, 1)
+    attention_sm90_kernel(const __grid_constant__ typename Traits::Params kernel_params) {
 #if ATTNPLAN_SM90A_ENABLED
+  const AttentionParams& params = attention_sm90_detail::common_params(kernel_params);
   using namespace attention_detail;
   using namespace attention_sm90_detail;
   using namespace sm90;
@@ -244,15 +286,42 @@ __global__ void __launch_bounds__(Traits::threads, 1) attention_sm90_kernel(cons
         pages[pass] = used ? __ldg(block_table + logical) : -1;  // checked at use: the load stays in flight
       }
     };
+    // TMA (kv_tma): lane b of warp 0 issues box b of a tile (the K boxes, then V; in each, page by page,
+    // 64-column block by block) and prefetches its page a tile ahead like the gather's rows.
+    const int box = threadIdx.x;
+    auto uses_tma = [&](int tile) { return Traits::kv_tma && (tile + 1) * kBlockN <= kv_len; };
+    auto load_box_page = [&](int tile) {
+      const int page_in_tile = (box / Traits::kv_column_blocks) % Traits::kv_pages_per_tile;
+      const int logical =
+          static_cast<unsigned>(tile * kBlockN + page_in_tile * Traits::kv_box_rows) / Traits::block_size;
+      const bool used = box < Traits::kv_boxes && logical < params.max_blocks_per_seq;
+      return used ? __ldg(block_table + logical) : -1;
+    };
+    auto prefetch = [&](int tile, int(&pages)[kPageRegisters], int& box_page) {
+      if (uses_tma(tile)) {
+        box_page = load_box_page(tile);
+      } else {
+        load_pages(tile, pages);
+      }
+    };
+    if constexpr (Traits::kv_tma) {
+      if (threadIdx.x == 0) {
+        prefetch_tensor_map(&kernel_params.key_map);
+        prefetch_tensor_map(&kernel_params.value_map);
+      }
+    }
+
     int pages[kPageRegisters];
+    int box_page = -1;
     int tile = first_tile;
-    load_pages(tile, pages);
+    prefetch(tile, pages, box_page);
 
     for (int i = 0; i < tile_count; ++i) {
       const int stage = i % kStages;
       int next_pages[kPageRegisters];
+      int next_box_page = -1;
       const int following = i + 1 < tile_count ? next_tile(tile) : tile;
-      if (i + 1 < tile_count) load_pages(following, next_pages);
+      if (i + 1 < tile_count) prefetch(following, next_pages, next_box_page);
       // Reusing a stage: wait until both consumers released its previous tile (i - stages).
       if (i >= kStages) mbarrier_wait_parity(empty_barriers + stage * 8, ((i / kStages) - 1) & 1);
       if (i == 0) {
@@ -271,32 +340,60 @@ __global__ void __launch_bounds__(Traits::threads, 1) attention_sm90_kernel(cons
       const int key_first = tile * kBlockN;
       const unsigned k_address = base_address + Traits::k_offset + stage * Traits::k_bytes;
       const unsigned v_address = base_address + Traits::v_offset + stage * Traits::v_bytes;
+      const unsigned full = full_barriers + stage * 8;
+      if (uses_tma(tile)) {
+        if constexpr (Traits::kv_tma) {
+          // The bytes first (this thread's arrival below is one the phase still needs), then the boxes.
+          if (threadIdx.x == 0) mbarrier_expect_tx(full, Traits::kv_tile_bytes);
+          __syncwarp();
+          if (box < Traits::kv_boxes) {
+            const bool value = box >= Traits::kv_boxes_per_tensor;
+            const int in_tensor = box % Traits::kv_boxes_per_tensor;
+            const int page_in_tile = in_tensor / Traits::kv_column_blocks;
+            const int column_block = in_tensor % Traits::kv_column_blocks;
+            const int page = box_page;
+            const int position = key_first + page_in_tile * Traits::kv_box_rows;
+            // A page outside the pool (or past the block table) loads a box wholly before the map's
+            // first slot: TMA writes zeros there, as the gather does.
+            const int slot = page >= 0 && page < params.num_blocks
+                                 ? page * Traits::block_size +
+                                       static_cast<int>(static_cast<unsigned>(position) % Traits::block_size)
+                                 : -Traits::kv_box_rows;
+            const unsigned destination = (value ? v_address : k_address) + column_block * kBlockN * 128u +
+                                         page_in_tile * Traits::kv_box_rows * 128u;
+            tma_load_2d(destination, value ? &kernel_params.value_map : &kernel_params.key_map, full,
+                        kv_head * kHeadDim + column_block * 64, slot);
+          }
+        }
+      } else {
 #pragma unroll
-      for (int pass = 0; pass < kKvPasses; ++pass) {
-        const int row = kv_first_row + pass * kKvRowsPerPass;
-        const int position = key_first + row;
-        const int page = pages[pass];
-        const bool valid = page >= 0 && page < params.num_blocks && position < kv_len;
-        const long long slot = static_cast<long long>(page) * Traits::block_size +
-                               static_cast<unsigned>(position) % Traits::block_size;
-        const bf16_bits* key_row = valid ? key_head + slot * slot_elements : params.key_cache;
-        const bf16_bits* value_row = valid ? value_head + slot * slot_elements : params.value_cache;
-        const int bytes = valid ? 16 : 0;
-        const unsigned row_offset = row * 128u;
+        for (int pass = 0; pass < kKvPasses; ++pass) {
+          const int row = kv_first_row + pass * kKvRowsPerPass;
+          const int position = key_first + row;
+          const int page = pages[pass];
+          const bool valid = page >= 0 && page < params.num_blocks && position < kv_len;
+          const long long slot = static_cast<long long>(page) * Traits::block_size +
+                                 static_cast<unsigned>(position) % Traits::block_size;
+          const bf16_bits* key_row = valid ? key_head + slot * slot_elements : params.key_cache;
+          const bf16_bits* value_row = valid ? value_head + slot * slot_elements : params.value_cache;
+          const int bytes = valid ? 16 : 0;
+          const unsigned row_offset = row * 128u;
 #pragma unroll
-        for (int k = 0; k < Traits::chunks / 2; ++k) {
-          // column block (2 k) / 8 = k / 4, then the swizzled chunk inside its 128-byte row
-          const unsigned offset = (k / 4) * kBlockN * 128u + row_offset + ((32u * (k % 4)) ^ chunk_swizzle);
-          cp_async_16(k_address + offset, valid ? key_row + 16 * k : key_row, bytes);
-          cp_async_16(v_address + offset, valid ? value_row + 16 * k : value_row, bytes);
+          for (int k = 0; k < Traits::chunks / 2; ++k) {
+            // column block (2 k) / 8 = k / 4, then the swizzled chunk inside its 128-byte row
+            const unsigned offset = (k / 4) * kBlockN * 128u + row_offset + ((32u * (k % 4)) ^ chunk_swizzle);
+            cp_async_16(k_address + offset, valid ? key_row + 16 * k : key_row, bytes);
+            cp_async_16(v_address + offset, valid ? value_row + 16 * k : value_row, bytes);
+          }
         }
       }
-      // No wait here: the barrier gets this thread's arrival when its copies have landed, and the producer
-      // goes on to the next free stage (v1 waited for each tile's copies, which left the consumers idle
-      // for a tile's load latency whenever the two stages were both in use).
-      cp_async_mbarrier_arrive(full_barriers + stage * 8);
+      // No wait here: the barrier gets this thread's arrival when its copies (Q on the first tile, the
+      // gather) have landed, and the producer goes on to the next free stage (v1 waited for each tile's
+      // copies, which left the consumers idle for a tile's load latency whenever both stages were in use).
+      cp_async_mbarrier_arrive(full);
 #pragma unroll
       for (int r = 0; r < kPageRegisters; ++r) pages[r] = next_pages[r];
+      box_page = next_box_page;
       tile = following;
     }
     cp_async_wait<0>();  // no copy outlives its thread

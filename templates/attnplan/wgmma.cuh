@@ -311,6 +311,18 @@ __device__ __forceinline__ void mbarrier_arrive_expect_tx(unsigned barrier, unsi
 #endif
 }
 
+// Announces `bytes` of asynchronous transactions for the current phase without arriving: the phase then
+// also waits for them. The phase must not be able to end before this runs (an arrival it still needs comes
+// from this thread afterwards); complete_tx may land before it (the count goes negative meanwhile).
+__device__ __forceinline__ void mbarrier_expect_tx(unsigned barrier, unsigned bytes) {
+#if ATTNPLAN_SM90A_ENABLED
+  asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;\n" ::"r"(barrier), "r"(bytes)
+               : "memory");
+#else
+  (void)barrier, (void)bytes;
+#endif
+}
+
 // An arrival on `barrier` made by the hardware once every cp.async this thread issued before it has
 // landed (PTX cp.async.mbarrier.arrive.noinc): a producer thread hands its copies to the barrier and goes
 // on without waiting for them. noinc: the arrival counts against the count given at mbarrier_init.

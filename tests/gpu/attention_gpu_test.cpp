@@ -299,9 +299,8 @@ KernelOutput run_kernel(const plan::AttentionSpec& spec, const Problem& p, int t
   spec.check(params, query_heads);
 
   const driver::Function& function = kernels().function(spec);
-  const driver::LaunchShape shape = spec.launch_shape(params.num_seqs, params.max_query_len, query_heads);
   gpu().context.synchronize();  // uploads from pageable memory may still be in flight on the legacy stream
-  driver::launch(function, shape, stream.handle(), params);
+  plan::launch_attention(function, spec, params, query_heads, stream.handle());
   stream.synchronize();
 
   KernelOutput result;
@@ -310,7 +309,7 @@ KernelOutput run_kernel(const plan::AttentionSpec& spec, const Problem& p, int t
     for (int i = 0; i < timed_launches; ++i) {
       const driver::Event start = driver::Event::create(), stop = driver::Event::create();
       start.record(stream.handle());
-      driver::launch(function, shape, stream.handle(), params);
+      plan::launch_attention(function, spec, params, query_heads, stream.handle());
       stop.record(stream.handle());
       times.push_back(driver::elapsed_ms(start, stop));
     }
@@ -598,8 +597,10 @@ std::vector<Case> all_cases() {
 
 // The host cannot see device block tables without synchronizing; the kernel must never read a page
 // outside [0, num_blocks). Expected: the reference over a cache whose page there holds zeros.
-void check_page_outside_pool(plan::AttentionKernel kernel) {
-  const Case c{.name = "bogus page", .query_heads = 4, .kv_heads = 2, .sequences = {{20, 30}, {0, 40}}};
+void check_page_outside_pool(plan::AttentionKernel kernel, bool kv_tma = false) {
+  // Sequence 0's bad page (positions 16..31) sits in a key tile wholly inside its 330 keys: the tile the
+  // gather reads without a mask, and the one the TMA path loads by box.
+  const Case c{.name = "bogus page", .query_heads = 4, .kv_heads = 2, .sequences = {{300, 30}, {0, 40}}};
   std::mt19937_64 rng(7);
   Problem p = make_problem(c, rng);
   const int bs = c.block_size;
@@ -615,8 +616,10 @@ void check_page_outside_pool(plan::AttentionKernel kernel) {
   std::fill_n(p.value_cache.begin() + spare * value_page, value_page, core::double_to_bf16(0.0));
   p.batch.block_tables[1] = spare;
 
-  INFO(plan::to_string(kernel));
-  const KernelOutput got = run_kernel(spec_with_kernel(c, kernel), p);
+  INFO(plan::to_string(kernel) << (kv_tma ? " with TMA K/V" : ""));
+  plan::AttentionSpec spec = spec_with_kernel(c, kernel);
+  spec.tiling.kv_tma = kv_tma;
+  const KernelOutput got = run_kernel(spec, p);
   CHECK(got.unwritten == 0);
   CHECK(got.guards_touched == 0);
   const Errors errors = compare(p, got.values, reference_output(p));
@@ -921,6 +924,29 @@ TEST_CASE("sm_90a wgmma attention with bidirectional spans matches the reference
   for (std::size_t i = 0; i < cases.size(); ++i) check_case(cases[i], seed++, specs[i]);
 }
 
+TEST_CASE("sm_90a wgmma attention with TMA K/V loads matches the reference", "[gpu][attention][sm90]") {
+  if (!device_is_sm90a()) {
+    SUCCEED("not an sm_90a device: the wgmma kernel cannot run here");
+    return;
+  }
+  // Every sm_90a and span case the TMA path takes (pages of 8 or more slots, D <= 128; the kv_tma switch is
+  // forced here): tiles inside the keys come by TMA, a tile reaching past them by the gather.
+  std::vector<Case> cases;
+  for (const std::vector<Case>& list : {sm90_cases(), sm90_span_cases()}) {
+    for (const Case& c : list)
+      if (c.block_size >= 8 && c.head_dim <= 128) cases.push_back(c);
+  }
+  std::vector<plan::AttentionSpec> specs;
+  for (const Case& c : cases) {
+    specs.push_back(spec_with_kernel(c, plan::AttentionKernel::wgmma_sm90));
+    specs.back().tiling.kv_tma = true;
+  }
+  kernels().prepare(specs);
+  std::uint64_t seed = 800;
+  for (std::size_t i = 0; i < cases.size(); ++i) check_case(cases[i], seed++, specs[i]);
+  check_page_outside_pool(plan::AttentionKernel::wgmma_sm90, /*kv_tma=*/true);
+}
+
 TEST_CASE("attention over 32k tokens matches the reference on sampled rows", "[.attention_long][gpu]") {
   // One 32768-token chunk, GQA 4, D 128, pages of 64, full causal and a 4096-key window; rows sampled at
   // the start, the middle and the end, each against the double-precision reference. Both kernels where
@@ -960,36 +986,46 @@ TEST_CASE("attention speed of both kernels", "[.attention_speed][gpu]") {
   // without ping-pong) so one log compares them on the same inputs.
   struct Shape {
     int head_dim, tokens, block_size;
+    bool bidirectional = false;  // one span over the whole prompt (how a causal runtime is asked)
   };
   struct Variant {
     plan::AttentionKernel kernel;
     int stages;
     bool overlap, ping_pong;
+    bool kv_tma = false;
   };
   using plan::AttentionKernel::wgmma_sm90;
-  for (const Shape shape :
-       {Shape{128, 4096, 16}, Shape{128, 4096, 64}, Shape{64, 16384, 16}, Shape{256, 4096, 16}}) {
+  for (const Shape shape : {Shape{128, 4096, 16}, Shape{128, 4096, 64}, Shape{64, 16384, 16},
+                            Shape{256, 4096, 16}, Shape{128, 4096, 64, true}}) {
     std::vector<Variant> variants = {{plan::AttentionKernel::mma_sync, 0, false, false}};
     if (device_is_sm90a()) {
       const std::vector<Variant> sm90 =
-          shape.head_dim <= 128
+          shape.bidirectional
+              ? std::vector<Variant>{{wgmma_sm90, 3, true, true}, {wgmma_sm90, 3, true, true, true}}
+          : shape.head_dim <= 128
               ? std::vector<Variant>{{wgmma_sm90, 3, false, false},
                                      {wgmma_sm90, 3, false, true},
                                      {wgmma_sm90, 3, true, false},
-                                     {wgmma_sm90, 3, true, true}}
+                                     {wgmma_sm90, 3, true, true},
+                                     {wgmma_sm90, 3, true, true, true}}
               : std::vector<Variant>{{wgmma_sm90, 2, false, false}, {wgmma_sm90, 2, false, true}};
       variants.insert(variants.end(), sm90.begin(), sm90.end());
     }
-    const Case c{.name = "speed",
-                 .query_heads = 32,
-                 .kv_heads = 8,
-                 .head_dim = shape.head_dim,
-                 .value_head_dim = shape.head_dim,
-                 .block_size = shape.block_size,
-                 .sequences = {{0, shape.tokens}}};
+    Case c{.name = "speed",
+           .query_heads = 32,
+           .kv_heads = 8,
+           .head_dim = shape.head_dim,
+           .value_head_dim = shape.head_dim,
+           .block_size = shape.block_size,
+           .sequences = {{0, shape.tokens}}};
+    if (shape.bidirectional) {
+      c.spans_enabled = true;
+      c.spans = {{{0, shape.tokens}}};
+    }
     std::mt19937_64 rng(3);
     const Problem p = make_problem(c, rng);
-    const double allowed = double(shape.tokens) * (shape.tokens + 1) / 2.0;
+    const double allowed = shape.bidirectional ? double(shape.tokens) * shape.tokens
+                                               : double(shape.tokens) * (shape.tokens + 1) / 2.0;
     const double flops = 4.0 * c.query_heads * c.head_dim * allowed;
     for (const Variant variant : variants) {
       plan::AttentionSpec spec = spec_with_kernel(c, variant.kernel);
@@ -997,6 +1033,7 @@ TEST_CASE("attention speed of both kernels", "[.attention_speed][gpu]") {
         spec.tiling.stages = variant.stages;
         spec.tiling.overlap_softmax = variant.overlap;
         spec.tiling.ping_pong = variant.ping_pong;
+        spec.tiling.kv_tma = variant.kv_tma;
         spec.tiling.shared_bytes = spec.dynamic_shared_bytes();
       }
       const KernelOutput got = run_kernel(spec, p, 20);
@@ -1006,13 +1043,15 @@ TEST_CASE("attention speed of both kernels", "[.attention_speed][gpu]") {
       CHECK(error < 1e-2);
       const compiler::ResourceUsage& resources = kernels().resources(spec);
       std::printf(
-          "attention speed %-10s stages %d overlap %d ping-pong %d D %3d S %5d page %2d Hq 32 Hkv 8 causal "
-          "bm %3d bn %3d "
+          "attention speed %-10s stages %d overlap %d ping-pong %d kv_tma %d D %3d S %5d page %2d Hq 32 Hkv "
+          "8 "
+          "%s bm %3d bn %3d "
           "(%d regs, %d spill bytes, %d smem): %.3f ms, %.1f TFLOP/s, tail rel L2 %.2e\n",
           plan::to_string(variant.kernel), spec.tiling.stages, int(spec.tiling.overlap_softmax),
-          int(spec.tiling.ping_pong), shape.head_dim, shape.tokens, shape.block_size, spec.tiling.block_m,
-          spec.tiling.block_n, resources.registers, resources.spill_bytes(), spec.dynamic_shared_bytes(),
-          got.milliseconds, flops / (got.milliseconds * 1e-3) / 1e12, error);
+          int(spec.tiling.ping_pong), int(spec.tiling.kv_tma), shape.head_dim, shape.tokens, shape.block_size,
+          shape.bidirectional ? "bidirectional" : "causal", spec.tiling.block_m, spec.tiling.block_n,
+          resources.registers, resources.spill_bytes(), spec.dynamic_shared_bytes(), got.milliseconds,
+          flops / (got.milliseconds * 1e-3) / 1e12, error);
     }
   }
 }

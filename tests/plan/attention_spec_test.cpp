@@ -405,6 +405,25 @@ TEST_CASE("attention spec on sm_90a: the wgmma kernel's stub, launch shape and c
   AttentionSpec forced = spec;
   forced.has_sinks = true;
   CHECK_THROWS_AS(forced.source(), Error);
+
+  // TMA K/V loads where sm90_kv_tma_supported, rendered as the last trait and in the spec (so the cache
+  // keeps both variants apart); the switch decides what from_config picks.
+  CHECK(spec.tiling.kv_tma == sm90_attention_kv_tma_enabled());  // block 16, D 128: supported
+  CHECK(sm90_kv_tma_supported(128, 16, 128));                    // 2 x 8 pages x 2 column blocks
+  CHECK(sm90_kv_tma_supported(128, 1024, 128));
+  CHECK(sm90_kv_tma_supported(64, 8, 128));
+  CHECK_FALSE(sm90_kv_tma_supported(128, 8, 128));  // 64 boxes
+  CHECK_FALSE(sm90_kv_tma_supported(128, 4, 128));
+  CHECK_FALSE(sm90_kv_tma_supported(256, 64, 64));
+  AttentionSpec tma = spec;
+  tma.tiling.kv_tma = true;
+  const compiler::KernelSource tma_source = tma.source();
+  CHECK(tma_source.render_stub().find("/*ping_pong=*/true, /*kv_tma=*/true") != std::string::npos);
+  CHECK(tma_source.grid_constant);
+  CHECK(tma_source.spec.at("kv_tma") == true);
+  CHECK(tma_source.spec != source.spec);
+  tma.block_size = 4;
+  CHECK_THROWS_AS(tma.source(), Error);
 }
 
 TEST_CASE("sm_90a attention compiles to wgmma without spills", "[plan][attention][nvrtc]") {
@@ -412,12 +431,30 @@ TEST_CASE("sm_90a attention compiles to wgmma without spills", "[plan][attention
     int head_dim, group_size, block_size;
     bool window;
     bool spans = false;
+    bool kv_tma = false;
   };
   const std::vector<Case> cases = {
-      {64, 8, 16, false},       {64, 4, 64, true},        {128, 4, 16, false},      {128, 1, 1, true},
-      {128, 8, 64, true},       {256, 2, 64, false},      {256, 1, 16, true},       {128, 6, 32, false},
-      {64, 64, 16, true},       {256, 4, 1, false},       {64, 2, 2, true},         {128, 4, 16, false, true},
-      {128, 2, 32, true, true}, {64, 8, 64, false, true}, {256, 2, 64, true, true},
+      {64, 8, 16, false},
+      {64, 4, 64, true},
+      {128, 4, 16, false},
+      {128, 1, 1, true},
+      {128, 8, 64, true},
+      {256, 2, 64, false},
+      {256, 1, 16, true},
+      {128, 6, 32, false},
+      {64, 64, 16, true},
+      {256, 4, 1, false},
+      {64, 2, 2, true},
+      {128, 4, 16, false, true},
+      {128, 2, 32, true, true},
+      {64, 8, 64, false, true},
+      {256, 2, 64, true, true},
+      // TMA K/V loads: pages smaller than, equal to and larger than a tile, with spans and windows.
+      {128, 4, 16, false, false, true},
+      {128, 4, 64, true, true, true},
+      {64, 8, 1024, false, false, true},
+      {64, 1, 8, true, false, true},
+      {64, 2, 128, true, true, true},
   };
   std::vector<AttentionSpec> specs;
   for (const Case& c : cases) {
@@ -429,6 +466,7 @@ TEST_CASE("sm_90a attention compiles to wgmma without spills", "[plan][attention
     spec.has_window = c.window;
     spec.has_spans = c.spans;
     spec.tiling = choose_sm90_attention_tiling(c.head_dim, c.group_size);
+    spec.tiling.kv_tma = c.kv_tma;
     specs.push_back(spec);
     if (spec.tiling.overlap_softmax) {  // the serial schedule stays reachable: compile it too
       spec.tiling.overlap_softmax = false;
@@ -454,11 +492,12 @@ TEST_CASE("sm_90a attention compiles to wgmma without spills", "[plan][attention
     INFO(spec.source().spec.dump());
     INFO(kernels[i].log);
     std::printf(
-        "attention sm_90a wgmma D %3d group %d block %2d bn %3d window %d spans %d stages %d overlap %d "
+        "attention sm_90a wgmma D %3d group %d block %4d bn %3d window %d spans %d kv_tma %d stages %d "
+        "overlap %d "
         "ping-pong %d: %3d registers, %d spill bytes, %d stack bytes, %6d dynamic smem\n",
         spec.head_dim, spec.group_size, spec.block_size, spec.tiling.block_n, int(spec.has_window),
-        int(spec.has_spans), spec.tiling.stages, int(spec.tiling.overlap_softmax), int(spec.tiling.ping_pong),
-        r.registers, r.spill_bytes(), r.stack_bytes, spec.dynamic_shared_bytes());
+        int(spec.has_spans), int(spec.tiling.kv_tma), spec.tiling.stages, int(spec.tiling.overlap_softmax),
+        int(spec.tiling.ping_pong), r.registers, r.spill_bytes(), r.stack_bytes, spec.dynamic_shared_bytes());
     CHECK(kernels[i].lowered_name.find("attention_sm90_kernel") != std::string::npos);
     CHECK(kernels[i].ptx.find("wgmma.mma_async") != std::string::npos);
     CHECK(kernels[i].ptx.find("setmaxnreg") != std::string::npos);
