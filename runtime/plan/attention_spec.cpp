@@ -109,12 +109,16 @@ AttentionKernel choose_attention_kernel(int head_dim, int value_head_dim, bool b
                                         bool has_softcap, bool has_spans, bool has_sinks, config::Arch arch) {
   const bool hopper = arch.sm() == 90 && arch.arch_specific;  // wgmma and setmaxnreg need sm_90a
   const bool dims = head_dim == value_head_dim && (head_dim == 64 || head_dim == 128 || head_dim == 256);
-  const bool features =
-      bf16_kv_cache && !has_softcap && !has_sinks && (!has_spans || sm90_attention_spans_enabled());
+  const bool features = bf16_kv_cache && !has_softcap && (!has_spans || sm90_attention_spans_enabled()) &&
+                        (!has_sinks || sm90_attention_sinks_enabled());
   return hopper && dims && features ? AttentionKernel::wgmma_sm90 : AttentionKernel::mma_sync;
 }
 
 bool sm90_attention_spans_enabled() {
+  return false;
+}
+
+bool sm90_attention_sinks_enabled() {
   return false;
 }
 
@@ -181,10 +185,10 @@ AttentionSpec AttentionSpec::from_config(const config::AttentionConfig& config, 
 
 compiler::KernelSource AttentionSpec::source() const {
   const bool sm90 = kernel == AttentionKernel::wgmma_sm90;
-  if (sm90 && (value_head_dim != head_dim || has_softcap || has_sinks || kv_fp8)) {
+  if (sm90 && (value_head_dim != head_dim || has_softcap || kv_fp8)) {
     throw Error(Stage::config,
                 "attention: the sm_90a kernel needs value_head_dim == head_dim, a bf16 KV cache and no "
-                "softcap or sinks");
+                "softcap");
   }
   if (tiling.kv_tma && (!sm90 || !sm90_kv_tma_supported(head_dim, block_size, tiling.block_n))) {
     throw Error(Stage::config,
@@ -206,6 +210,7 @@ compiler::KernelSource AttentionSpec::source() const {
         {"block_n", std::to_string(tiling.block_n)},
         {"has_window", cxx_bool(has_window)},
         {"has_spans", cxx_bool(has_spans)},
+        {"has_sinks", cxx_bool(has_sinks)},
         {"stages", std::to_string(tiling.stages)},
         {"overlap_softmax", cxx_bool(tiling.overlap_softmax)},
         {"ping_pong", cxx_bool(tiling.ping_pong)},

@@ -73,9 +73,9 @@ const char* to_string(AttentionKernel kernel);
 inline constexpr int kSm90AttentionThreads = 384;
 
 // Pure. The wgmma kernel when the arch is sm_90a (arch-specific features: wgmma, setmaxnreg) and it covers
-// the features: head_dim == value_head_dim in {64, 128, 256}, a bf16 KV cache, no softcap or sinks, and no
-// spans unless sm90_attention_spans_enabled() (causal, sliding window, GQA/MQA and every page size are
-// covered). Otherwise the mma.sync kernel.
+// the features: head_dim == value_head_dim in {64, 128, 256}, a bf16 KV cache, no softcap, no spans unless
+// sm90_attention_spans_enabled() and no sinks unless sm90_attention_sinks_enabled() (causal, sliding
+// window, GQA/MQA and every page size are covered). Otherwise the mma.sync kernel.
 AttentionKernel choose_attention_kernel(int head_dim, int value_head_dim, bool bf16_kv_cache,
                                         bool has_softcap, bool has_spans, bool has_sinks, config::Arch arch);
 
@@ -84,6 +84,10 @@ AttentionKernel choose_attention_kernel(int head_dim, int value_head_dim, bool b
 // spans stay on the mma.sync kernel, until `[attention][sm90]`'s span cases (which force the kernel) pass on
 // an H200 and the bidirectional benchmark rows are measured. Then this returns true.
 bool sm90_attention_spans_enabled();
+
+// The same switch for attention sinks on the sm_90a kernel (AttentionSm90Traits::has_sinks: gpt-oss), off
+// until `[attention][sm90]`'s sink cases (which force the kernel) pass on an H200.
+bool sm90_attention_sinks_enabled();
 
 // Pure. Whether the sm_90a kernel can load K/V with TMA (AttentionSm90Traits::kv_tma): pages of at least 8
 // slots, head_dim <= 128, and at most 32 boxes of [64 columns, min(block_size, block_n) slots] per K and V

@@ -1,7 +1,7 @@
 // Variable-length paged attention for prefill on sm_90a (spec section 6), FlashAttention-3 style: the same
 // AttentionParams and semantics as attention.cuh for head_dim == value_head_dim in {64, 128, 256}, causal
-// with an optional sliding window and optional bidirectional spans, GQA/MQA, any power-of-two page size,
-// cached prefixes.
+// with an optional sliding window, optional bidirectional spans and optional attention sinks, GQA/MQA, any
+// power-of-two page size, cached prefixes.
 //
 // GQA packing: one CTA owns block_m = 128 rows of one sequence that are (token, query head) pairs of
 // heads_per_cta heads sharing a kv head (row r: token r / heads_per_cta, head r % heads_per_cta of the
@@ -74,8 +74,8 @@ __device__ __forceinline__ const AttentionParams& common_params(const AttentionS
 }  // namespace attention_sm90_detail
 
 template <int kHeadDim, int kGroupSize, int kHeadsPerCta, int kBlockSize, int kBlockN, bool kHasWindow,
-          bool kHasSpans = false, int kStages = 2, bool kOverlapSoftmax = false, bool kPingPong = false,
-          bool kKvTma = false>
+          bool kHasSpans = false, bool kHasSinks = false, int kStages = 2, bool kOverlapSoftmax = false,
+          bool kPingPong = false, bool kKvTma = false>
 struct AttentionSm90Traits {
   // K/V pages by TMA: one producer warp issues a box per page and 64-column block of each tile, completing
   // on the stage's full barrier, instead of 128 threads gathering 16-byte chunks with cp.async (whose
@@ -93,6 +93,8 @@ struct AttentionSm90Traits {
   // Bidirectional spans (params.span_offsets / span_bounds): the key tiles of each span that meets the query
   // tile join the causal band, and a row inside a span also sees the span's keys past its diagonal.
   static constexpr bool has_spans = kHasSpans;
+  // Attention sinks (params.sinks, one logit per query head): each joins its rows' softmax denominator.
+  static constexpr bool has_sinks = kHasSinks;
   // Consumer schedule. false: per tile S, wait, softmax, P V, wait (each warpgroup in series; the two
   // warpgroups overlap only through the warp schedulers). true: S(i) and P(i-1) V(i-1) are issued back to
   // back and softmax(i) runs while P V is in flight, so a consumer holds two stages (V of i - 1, K of i).
@@ -431,6 +433,17 @@ __global__ void __launch_bounds__(Traits::threads, 1)
   // row_sum is this thread's partial over its columns, added across the quad at the end.
   float row_max[2] = {minus_infinity(), minus_infinity()};
   float row_sum[2] = {0.0f, 0.0f};
+  if constexpr (Traits::has_sinks) {
+    // A sink S joins the denominator only (as in attention.cuh): the running max starts at S in raw-score
+    // units (S / scale) and the running sum at exp(0) = 1, in one thread of the quad (the four partial
+    // sums are added at the end), with no value row.
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int head = first_head + (warp_row + group + 8 * half) % kHeads;
+      row_max[half] = params.sinks[head] / params.scale;
+      row_sum[half] = in_group == 0 ? 1.0f : 0.0f;
+    }
+  }
   float output[kOutputRegisters];
 #pragma unroll
   for (int i = 0; i < kOutputRegisters; ++i) output[i] = 0.0f;

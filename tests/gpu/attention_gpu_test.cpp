@@ -906,6 +906,18 @@ std::vector<Case> sm90_span_cases() {
   return cases;
 }
 
+// Each case on the sm_90a kernel whatever the plan's switches say (with TMA K/V loads when `kv_tma`),
+// against the reference; seeds from `seed` on.
+void check_forced_sm90(const std::vector<Case>& cases, std::uint64_t seed, bool kv_tma = false) {
+  std::vector<plan::AttentionSpec> specs;
+  for (const Case& c : cases) {
+    specs.push_back(spec_with_kernel(c, plan::AttentionKernel::wgmma_sm90));
+    specs.back().tiling.kv_tma = kv_tma;
+  }
+  kernels().prepare(specs);
+  for (std::size_t i = 0; i < cases.size(); ++i) check_case(cases[i], seed++, specs[i]);
+}
+
 }  // namespace
 
 TEST_CASE("sm_90a wgmma attention with bidirectional spans matches the reference", "[gpu][attention][sm90]") {
@@ -913,15 +925,58 @@ TEST_CASE("sm_90a wgmma attention with bidirectional spans matches the reference
     SUCCEED("not an sm_90a device: the wgmma kernel cannot run here");
     return;
   }
-  const std::vector<Case> cases = sm90_span_cases();
-  std::vector<plan::AttentionSpec> specs;
-  for (const Case& c : cases) {
-    specs.push_back(spec_with_kernel(c, plan::AttentionKernel::wgmma_sm90));
-    REQUIRE(specs.back().has_spans);
+  check_forced_sm90(sm90_span_cases(), 700);
+}
+
+namespace {
+
+// Attention sinks on the sm_90a kernel (forced, like the spans): gpt-oss's shape (D 64, 8 query heads per
+// kv head packed into one CTA, a 128-key window on alternate layers), with spans, at D 128 and 256.
+std::vector<Case> sm90_sink_cases() {
+  const std::vector<Sequence> with_prefix = {{0, 130}, {1000, 300}, {63, 1}, {5, 200}};
+  std::vector<Case> cases;
+  cases.push_back({.name = "sinks gqa8 d64 window 128 b16 (gpt-oss)",
+                   .query_heads = 16,
+                   .kv_heads = 2,
+                   .head_dim = 64,
+                   .value_head_dim = 64,
+                   .sequences = with_prefix,
+                   .window = 128,
+                   .sinks = true});
+  cases.push_back({.name = "sinks gqa8 d64 b64 (gpt-oss full)",
+                   .query_heads = 16,
+                   .kv_heads = 2,
+                   .head_dim = 64,
+                   .value_head_dim = 64,
+                   .block_size = 64,
+                   .sequences = with_prefix,
+                   .sinks = true});
+  cases.push_back({.name = "sinks and spans gqa4 d128 b16",
+                   .query_heads = 8,
+                   .kv_heads = 2,
+                   .sequences = {{63, 130}, {300, 17}, {0, 130}},
+                   .sinks = true,
+                   .spans_enabled = true,
+                   .spans = {{{80, 120}}, {{10, 50}}, {{5, 20}, {40, 100}}}});
+  cases.push_back({.name = "sinks mqa d256 b1",
+                   .query_heads = 2,
+                   .kv_heads = 1,
+                   .head_dim = 256,
+                   .value_head_dim = 256,
+                   .block_size = 1,
+                   .sequences = kMixed,
+                   .sinks = true});
+  return cases;
+}
+
+}  // namespace
+
+TEST_CASE("sm_90a wgmma attention with sinks matches the reference", "[gpu][attention][sm90]") {
+  if (!device_is_sm90a()) {
+    SUCCEED("not an sm_90a device: the wgmma kernel cannot run here");
+    return;
   }
-  kernels().prepare(specs);
-  std::uint64_t seed = 700;
-  for (std::size_t i = 0; i < cases.size(); ++i) check_case(cases[i], seed++, specs[i]);
+  check_forced_sm90(sm90_sink_cases(), 900);
 }
 
 TEST_CASE("sm_90a wgmma attention with TMA K/V loads matches the reference", "[gpu][attention][sm90]") {
@@ -929,21 +984,17 @@ TEST_CASE("sm_90a wgmma attention with TMA K/V loads matches the reference", "[g
     SUCCEED("not an sm_90a device: the wgmma kernel cannot run here");
     return;
   }
-  // Every sm_90a and span case the TMA path takes (pages of 8 or more slots, D <= 128; the kv_tma switch is
-  // forced here): tiles inside the keys come by TMA, a tile reaching past them by the gather.
+  // Every sm_90a, span and sink case the TMA path takes (sm90_kv_tma_supported; the kv_tma switch is forced
+  // here): tiles inside the keys come by TMA, a tile reaching past them by the gather.
   std::vector<Case> cases;
-  for (const std::vector<Case>& list : {sm90_cases(), sm90_span_cases()}) {
+  for (const std::vector<Case>& list : {sm90_cases(), sm90_span_cases(), sm90_sink_cases()}) {
     for (const Case& c : list)
-      if (c.block_size >= 8 && c.head_dim <= 128) cases.push_back(c);
+      if (plan::sm90_kv_tma_supported(c.head_dim, c.block_size,
+                                      plan::choose_sm90_attention_tiling(c.head_dim, 1).block_n))
+        cases.push_back(c);
   }
-  std::vector<plan::AttentionSpec> specs;
-  for (const Case& c : cases) {
-    specs.push_back(spec_with_kernel(c, plan::AttentionKernel::wgmma_sm90));
-    specs.back().tiling.kv_tma = true;
-  }
-  kernels().prepare(specs);
-  std::uint64_t seed = 800;
-  for (std::size_t i = 0; i < cases.size(); ++i) check_case(cases[i], seed++, specs[i]);
+  REQUIRE(cases.size() >= 15);
+  check_forced_sm90(cases, 800, /*kv_tma=*/true);
   check_page_outside_pool(plan::AttentionKernel::wgmma_sm90, /*kv_tma=*/true);
 }
 

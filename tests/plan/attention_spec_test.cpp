@@ -318,7 +318,8 @@ TEST_CASE("attention kernel choice: wgmma on sm_90a for the features it covers, 
     CHECK(choose(d, d, kSm90a, false, /*spans=*/true) ==
           (sm90_attention_spans_enabled() ? AttentionKernel::wgmma_sm90 : AttentionKernel::mma_sync));
     CHECK(choose(d, d, kSm80, false, /*spans=*/true) == AttentionKernel::mma_sync);
-    CHECK(choose(d, d, kSm90a, false, false, /*sinks=*/true) == AttentionKernel::mma_sync);
+    CHECK(choose(d, d, kSm90a, false, false, /*sinks=*/true) ==
+          (sm90_attention_sinks_enabled() ? AttentionKernel::wgmma_sm90 : AttentionKernel::mma_sync));
     CHECK(choose(d, d, kSm90a, false, false, false, /*bf16_cache=*/false) == AttentionKernel::mma_sync);
   }
   for (const int d : {16, 40, 80, 96, 192}) CHECK(choose(d, d, kSm90a) == AttentionKernel::mma_sync);
@@ -375,9 +376,10 @@ TEST_CASE("attention spec on sm_90a: the wgmma kernel's stub, launch shape and c
   const std::string stub = source.render_stub();
   CHECK(stub.find("#include \"attnplan/attention_sm90.cuh\"") != std::string::npos);
   CHECK(stub.find("attention_sm90_kernel") != std::string::npos);
-  CHECK(stub.find("/*head_dim=*/128, /*group_size=*/4, /*heads_per_cta=*/4, /*block_size=*/16, "
-                  "/*block_n=*/128, /*has_window=*/true, /*has_spans=*/false, /*stages=*/3, "
-                  "/*overlap_softmax=*/true, /*ping_pong=*/true") != std::string::npos);
+  CHECK(stub.find(
+            "/*head_dim=*/128, /*group_size=*/4, /*heads_per_cta=*/4, /*block_size=*/16, "
+            "/*block_n=*/128, /*has_window=*/true, /*has_spans=*/false, /*has_sinks=*/false, /*stages=*/3, "
+            "/*overlap_softmax=*/true, /*ping_pong=*/true") != std::string::npos);
   CHECK(source.spec.at("kernel") == "wgmma_sm90");
   CHECK(source.spec.at("dynamic_shared_bytes") == spec.dynamic_shared_bytes());
   CHECK(spec.dynamic_shared_bytes() == sm90_attention_shared_bytes(128, 128, 3));
@@ -398,12 +400,16 @@ TEST_CASE("attention spec on sm_90a: the wgmma kernel's stub, launch shape and c
 
   // The same config elsewhere, or with a feature the wgmma kernel lacks, keeps the mma.sync kernel.
   CHECK(AttentionSpec::from_config(llama, kSm80).kernel == AttentionKernel::mma_sync);
+  nlohmann::json with_softcap = config::to_json(llama);
+  with_softcap["softcap"] = 50.0;
+  CHECK(AttentionSpec::from_config(config::parse(with_softcap), kSm90a).kernel == AttentionKernel::mma_sync);
   nlohmann::json with_sinks = config::to_json(llama);
   with_sinks["sinks"] = true;
-  CHECK(AttentionSpec::from_config(config::parse(with_sinks), kSm90a).kernel == AttentionKernel::mma_sync);
+  CHECK(AttentionSpec::from_config(config::parse(with_sinks), kSm90a).kernel ==
+        (sm90_attention_sinks_enabled() ? AttentionKernel::wgmma_sm90 : AttentionKernel::mma_sync));
   // A spec forced onto the wgmma kernel with a feature it lacks is refused when rendered.
   AttentionSpec forced = spec;
-  forced.has_sinks = true;
+  forced.has_softcap = true;
   CHECK_THROWS_AS(forced.source(), Error);
 
   // TMA K/V loads where sm90_kv_tma_supported, rendered as the last trait and in the spec (so the cache
@@ -432,6 +438,7 @@ TEST_CASE("sm_90a attention compiles to wgmma without spills", "[plan][attention
     bool window;
     bool spans = false;
     bool kv_tma = false;
+    bool sinks = false;
   };
   const std::vector<Case> cases = {
       {64, 8, 16, false},
@@ -455,6 +462,11 @@ TEST_CASE("sm_90a attention compiles to wgmma without spills", "[plan][attention
       {64, 8, 1024, false, false, true},
       {64, 1, 8, true, false, true},
       {64, 2, 128, true, true, true},
+      // Sinks (gpt-oss: D 64, group 8, window 128 on alternate layers), also with spans and TMA.
+      {64, 8, 16, true, false, false, true},
+      {64, 8, 16, false, false, true, true},
+      {128, 4, 64, true, true, false, true},
+      {256, 2, 16, false, false, false, true},
   };
   std::vector<AttentionSpec> specs;
   for (const Case& c : cases) {
@@ -465,6 +477,7 @@ TEST_CASE("sm_90a attention compiles to wgmma without spills", "[plan][attention
     spec.block_size = c.block_size;
     spec.has_window = c.window;
     spec.has_spans = c.spans;
+    spec.has_sinks = c.sinks;
     spec.tiling = choose_sm90_attention_tiling(c.head_dim, c.group_size);
     spec.tiling.kv_tma = c.kv_tma;
     specs.push_back(spec);
@@ -492,12 +505,13 @@ TEST_CASE("sm_90a attention compiles to wgmma without spills", "[plan][attention
     INFO(spec.source().spec.dump());
     INFO(kernels[i].log);
     std::printf(
-        "attention sm_90a wgmma D %3d group %d block %4d bn %3d window %d spans %d kv_tma %d stages %d "
-        "overlap %d "
-        "ping-pong %d: %3d registers, %d spill bytes, %d stack bytes, %6d dynamic smem\n",
+        "attention sm_90a wgmma D %3d group %d block %4d bn %3d window %d spans %d sinks %d kv_tma %d "
+        "stages %d overlap %d ping-pong %d: %3d registers, %d spill bytes, %d stack bytes, %6d dynamic "
+        "smem\n",
         spec.head_dim, spec.group_size, spec.block_size, spec.tiling.block_n, int(spec.has_window),
-        int(spec.has_spans), int(spec.tiling.kv_tma), spec.tiling.stages, int(spec.tiling.overlap_softmax),
-        int(spec.tiling.ping_pong), r.registers, r.spill_bytes(), r.stack_bytes, spec.dynamic_shared_bytes());
+        int(spec.has_spans), int(spec.has_sinks), int(spec.tiling.kv_tma), spec.tiling.stages,
+        int(spec.tiling.overlap_softmax), int(spec.tiling.ping_pong), r.registers, r.spill_bytes(),
+        r.stack_bytes, spec.dynamic_shared_bytes());
     CHECK(kernels[i].lowered_name.find("attention_sm90_kernel") != std::string::npos);
     CHECK(kernels[i].ptx.find("wgmma.mma_async") != std::string::npos);
     CHECK(kernels[i].ptx.find("setmaxnreg") != std::string::npos);
