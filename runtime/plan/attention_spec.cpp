@@ -109,7 +109,8 @@ AttentionKernel choose_attention_kernel(int head_dim, int value_head_dim, bool b
                                         bool has_softcap, bool has_spans, bool has_sinks, config::Arch arch) {
   const bool hopper = arch.sm() == 90 && arch.arch_specific;  // wgmma and setmaxnreg need sm_90a
   const bool dims = head_dim == value_head_dim && (head_dim == 64 || head_dim == 128 || head_dim == 256);
-  const bool features = bf16_kv_cache && !has_softcap && (!has_spans || sm90_attention_spans_enabled()) &&
+  const bool cache = bf16_kv_cache || (sm90_attention_fp8_kv_enabled() && head_dim <= 128);
+  const bool features = cache && !has_softcap && (!has_spans || sm90_attention_spans_enabled()) &&
                         (!has_sinks || sm90_attention_sinks_enabled());
   return hopper && dims && features ? AttentionKernel::wgmma_sm90 : AttentionKernel::mma_sync;
 }
@@ -119,6 +120,10 @@ bool sm90_attention_spans_enabled() {
 }
 
 bool sm90_attention_sinks_enabled() {
+  return false;
+}
+
+bool sm90_attention_fp8_kv_enabled() {
   return false;
 }
 
@@ -132,12 +137,13 @@ bool sm90_kv_tma_supported(int head_dim, int block_size, int block_n) {
   return boxes <= 32;
 }
 
-int sm90_attention_shared_bytes(int head_dim, int block_n, int stages) {
+int sm90_attention_shared_bytes(int head_dim, int block_n, int stages, bool kv_fp8) {
   constexpr int kBlockM = 128, kAlignmentSlack = 1024;
-  return kAlignmentSlack + 2 * head_dim * (kBlockM + stages * 2 * block_n) + 2 * stages * 8;
+  const int staging = kv_fp8 ? 2 * 2 * block_n * head_dim : 0;  // two buffers of K and V codes
+  return kAlignmentSlack + 2 * head_dim * (kBlockM + stages * 2 * block_n) + staging + 2 * stages * 8;
 }
 
-AttentionTiling choose_sm90_attention_tiling(int head_dim, int group_size) {
+AttentionTiling choose_sm90_attention_tiling(int head_dim, int group_size, bool kv_fp8) {
   if (group_size < 1) {
     throw Error(Stage::config, fmt::format("attention: group_size = {} must be positive", group_size));
   }
@@ -150,11 +156,11 @@ AttentionTiling choose_sm90_attention_tiling(int head_dim, int group_size) {
   tiling.block_m = 128;
   tiling.block_n = head_dim <= 128 ? 128 : 64;
   const int shared_limit = max_shared_bytes_per_block(config::Arch{9, 0, true});  // the kernel is sm_90a only
-  tiling.stages = sm90_attention_shared_bytes(head_dim, tiling.block_n, 3) <= shared_limit ? 3 : 2;
+  tiling.stages = sm90_attention_shared_bytes(head_dim, tiling.block_n, 3, kv_fp8) <= shared_limit ? 3 : 2;
   tiling.overlap_softmax = tiling.stages >= 3;
   tiling.ping_pong = true;
   tiling.min_blocks_per_sm = 1;
-  tiling.shared_bytes = sm90_attention_shared_bytes(head_dim, tiling.block_n, tiling.stages);
+  tiling.shared_bytes = sm90_attention_shared_bytes(head_dim, tiling.block_n, tiling.stages, kv_fp8);
   tiling.heads_per_cta = 1;
   for (int heads = 2; heads <= std::min(group_size, 16); ++heads)
     if (group_size % heads == 0) tiling.heads_per_cta = heads;
@@ -175,22 +181,23 @@ AttentionSpec AttentionSpec::from_config(const config::AttentionConfig& config, 
   spec.kernel = choose_attention_kernel(spec.head_dim, spec.value_head_dim, !spec.kv_fp8, spec.has_softcap,
                                         spec.has_spans, spec.has_sinks, arch);
   spec.tiling = spec.kernel == AttentionKernel::wgmma_sm90
-                    ? choose_sm90_attention_tiling(spec.head_dim, spec.group_size)
+                    ? choose_sm90_attention_tiling(spec.head_dim, spec.group_size, spec.kv_fp8)
                     : choose_attention_tiling(spec.head_dim, spec.value_head_dim, arch, spec.kv_fp8);
   if (spec.kernel == AttentionKernel::wgmma_sm90)
-    spec.tiling.kv_tma = sm90_attention_kv_tma_enabled() &&
+    spec.tiling.kv_tma = sm90_attention_kv_tma_enabled() && !spec.kv_fp8 &&
                          sm90_kv_tma_supported(spec.head_dim, spec.block_size, spec.tiling.block_n);
   return spec;
 }
 
 compiler::KernelSource AttentionSpec::source() const {
   const bool sm90 = kernel == AttentionKernel::wgmma_sm90;
-  if (sm90 && (value_head_dim != head_dim || has_softcap || kv_fp8)) {
-    throw Error(Stage::config,
-                "attention: the sm_90a kernel needs value_head_dim == head_dim, a bf16 KV cache and no "
-                "softcap");
+  if (sm90 && (value_head_dim != head_dim || has_softcap || (kv_fp8 && head_dim > 128))) {
+    throw Error(
+        Stage::config,
+        "attention: the sm_90a kernel needs value_head_dim == head_dim, no softcap, and head_dim <= 128 "
+        "with an fp8 KV cache");
   }
-  if (tiling.kv_tma && (!sm90 || !sm90_kv_tma_supported(head_dim, block_size, tiling.block_n))) {
+  if (tiling.kv_tma && (!sm90 || kv_fp8 || !sm90_kv_tma_supported(head_dim, block_size, tiling.block_n))) {
     throw Error(Stage::config,
                 fmt::format("attention: TMA K/V loads need the sm_90a kernel, pages of at least 8 slots, "
                             "head_dim <= 128 and at most 32 boxes per tile (block_size {}, head_dim {})",
@@ -215,6 +222,7 @@ compiler::KernelSource AttentionSpec::source() const {
         {"overlap_softmax", cxx_bool(tiling.overlap_softmax)},
         {"ping_pong", cxx_bool(tiling.ping_pong)},
         {"kv_tma", cxx_bool(tiling.kv_tma)},
+        {"kv_fp8", cxx_bool(kv_fp8)},
     };
     source.grid_constant = true;  // the kernel takes the address of its parameters (and TMA of its maps)
   } else {
@@ -265,7 +273,7 @@ compiler::KernelSource AttentionSpec::source() const {
 
 int AttentionSpec::dynamic_shared_bytes() const {
   if (kernel == AttentionKernel::wgmma_sm90)
-    return sm90_attention_shared_bytes(head_dim, tiling.block_n, tiling.stages);
+    return sm90_attention_shared_bytes(head_dim, tiling.block_n, tiling.stages, kv_fp8);
   return attention_shared_bytes(head_dim, value_head_dim, tiling.block_m, tiling.block_n, tiling.stages,
                                 kv_fp8);
 }

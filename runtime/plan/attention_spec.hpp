@@ -94,23 +94,30 @@ bool sm90_attention_sinks_enabled();
 // tile together (one per lane of the issuing warp): block_size >= 16 at D 128, >= 8 at D 64.
 bool sm90_kv_tma_supported(int head_dim, int block_size, int block_n);
 
+// The same switch for an fp8 e4m3fn KV cache on the sm_90a kernel (AttentionSm90Traits::kv_fp8, head dims
+// up to 128: the producer widens the codes into the bf16 tiles), off until `[attention][sm90]`'s fp8 cases
+// (which force the kernel) pass on an H200.
+bool sm90_attention_fp8_kv_enabled();
+
 // The switch for TMA K/V loads in the sm_90a attention kernel. Written without device time (2026-11-30):
 // off until `[attention][sm90]`'s TMA cases (which force it) pass on an H200 and the speed test shows it
 // ahead of the gather.
 bool sm90_attention_kv_tma_enabled();
 
 // Dynamic shared memory of the sm_90a kernel, bytes: 1024 of alignment slack, Q [128, D], `stages` stages
-// of K and V [block_n, D], bf16, and two mbarriers per stage. Mirrors AttentionSm90Traits::shared_bytes.
-int sm90_attention_shared_bytes(int head_dim, int block_n, int stages);
+// of K and V [block_n, D], bf16, with an fp8 cache two staging buffers of K and V codes [block_n, D], and
+// two mbarriers per stage. Mirrors AttentionSm90Traits::shared_bytes.
+int sm90_attention_shared_bytes(int head_dim, int block_n, int stages, bool kv_fp8 = false);
 
 // Pure. The sm_90a kernel's tile per head dim: 128 query rows (two consumer warpgroups of 64), key tiles of
 // 128 for D <= 128 and 64 for D = 256 (O [64, 256] fp32 is 128 registers per consumer thread; a 64-key S
 // keeps the rest under the 224 the consumers get); three stages with the overlapped softmax schedule
-// where they fit sm_90's 227 KiB (D 64 and 128), else two in series (D 256); ping-pong consumers always
+// where they fit sm_90's 227 KiB (D 64 and 128; with an fp8 cache's staging buffers D 64 only), else two
+// in series (D 256; D 128 with an fp8 cache); ping-pong consumers always
 // (the fastest schedule at every head dim on the H200: docs/attention-notes.md, v3); heads_per_cta the
 // largest divisor of group_size up to 16 (each K/V tile then serves that many query heads; at least 8 tokens
 // per CTA keep the causal band's waste small). Throws Error(config) for other head dims or group_size < 1.
-AttentionTiling choose_sm90_attention_tiling(int head_dim, int group_size);
+AttentionTiling choose_sm90_attention_tiling(int head_dim, int group_size, bool kv_fp8 = false);
 
 struct AttentionSpec {
   AttentionKernel kernel = AttentionKernel::mma_sync;

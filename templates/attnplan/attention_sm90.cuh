@@ -75,7 +75,7 @@ __device__ __forceinline__ const AttentionParams& common_params(const AttentionS
 
 template <int kHeadDim, int kGroupSize, int kHeadsPerCta, int kBlockSize, int kBlockN, bool kHasWindow,
           bool kHasSpans = false, bool kHasSinks = false, int kStages = 2, bool kOverlapSoftmax = false,
-          bool kPingPong = false, bool kKvTma = false>
+          bool kPingPong = false, bool kKvTma = false, bool kKvFp8 = false>
 struct AttentionSm90Traits {
   // K/V pages by TMA: one producer warp issues a box per page and 64-column block of each tile, completing
   // on the stage's full barrier, instead of 128 threads gathering 16-byte chunks with cp.async (whose
@@ -95,6 +95,10 @@ struct AttentionSm90Traits {
   static constexpr bool has_spans = kHasSpans;
   // Attention sinks (params.sinks, one logit per query head): each joins its rows' softmax denominator.
   static constexpr bool has_sinks = kHasSinks;
+  // An fp8 e4m3fn KV cache (fp8_kv.cuh): the producer gathers each tile's codes into one of two staging
+  // buffers and, a tile later, widens them into the bf16 K/V tiles the wgmmas read (exact: every e4m3fn
+  // value is a bf16); k_scale joins the score multiplier and v_scale the final normalization.
+  static constexpr bool kv_fp8 = kKvFp8;
   // Consumer schedule. false: per tile S, wait, softmax, P V, wait (each warpgroup in series; the two
   // warpgroups overlap only through the warp schedulers). true: S(i) and P(i-1) V(i-1) are issued back to
   // back and softmax(i) runs while P V is in flight, so a consumer holds two stages (V of i - 1, K of i).
@@ -136,7 +140,10 @@ struct AttentionSm90Traits {
   static constexpr int q_offset = 0;
   static constexpr int k_offset = q_offset + q_bytes;
   static constexpr int v_offset = k_offset + stages * k_bytes;
-  static constexpr int barrier_offset = v_offset + stages * v_bytes;
+  static constexpr int staging_offset = v_offset + stages * v_bytes;
+  static constexpr int staging_buffer_bytes = 2 * kBlockN * kHeadDim;  // K codes then V codes [block_n, D]
+  static constexpr int staging_bytes = kKvFp8 ? 2 * staging_buffer_bytes : 0;
+  static constexpr int barrier_offset = staging_offset + staging_bytes;
   static constexpr int alignment_slack = 1024;  // dynamic shared memory is only 16-byte aligned
   static constexpr int shared_bytes = alignment_slack + barrier_offset + 2 * stages * 8;
 
@@ -165,6 +172,9 @@ struct AttentionSm90Traits {
   static_assert(!kKvTma || (kBlockSize >= 8 && kv_boxes <= 32),
                 "kv_tma: pages of at least 8 slots (whole 128-byte swizzle atoms) and at most 32 boxes per "
                 "tile (one per lane; more spill the producer's registers)");
+  static_assert(!kKvFp8 || (!kKvTma && kHeadDim <= 128),
+                "kv_fp8: the gather path only (codes are widened by the producer), D <= 128 (at D 256 the "
+                "staging buffers do not fit beside two bf16 stages)");
   static_assert(!kKvTma || kHeadDim <= 128,
                 "kv_tma: at D 256 the producer's 56 registers do not hold both the TMA and the gather path "
                 "(ptxas spills)");
@@ -313,9 +323,106 @@ __global__ void __launch_bounds__(Traits::threads, 1)
       }
     }
 
+    // Q [num_tokens, query_heads, head_dim], rows query_row_stride apart; rows past the chunk zero. It
+    // rides with the first tile: the full barrier of stage 0 covers it.
+    auto copy_q = [&]() {
+      const bf16_bits* column = params.query + first_head * kHeadDim + chunk * 8;
+#pragma unroll 4
+      for (int row = first_row; row < kBlockM; row += Traits::rows_per_pass) {
+        const bool valid = row < Traits::used_rows && row / kHeads < rows;
+        const long long token = query_start + row_begin + row / kHeads;
+        const bf16_bits* source = column + token * params.query_row_stride + (row % kHeads) * kHeadDim;
+        cp_async_16(base_address + Traits::q_offset + swizzle128_offset(row, chunk * 8, kBlockM),
+                    valid ? source : params.query, valid ? 16 : 0);
+      }
+    };
+
     int pages[kPageRegisters];
-    int box_page = -1;
     int tile = first_tile;
+    if constexpr (Traits::kv_fp8) {
+      // fp8 codes: the same layout with 1-byte elements; thread parity p gathers the 16-code chunks
+      // 2 k + p of its rows into staging buffer i % 2 (tile i), then, once its copies of tile i - 1 have
+      // landed, widens those same chunks into the bf16 tiles and arrives. Each thread reads back only what
+      // it copied itself, so its own cp.async wait orders the two.
+      constexpr int kCodeChunks = kHeadDim / 16;  // 16-byte chunks of codes per row
+      const unsigned char* key_codes =
+          reinterpret_cast<const unsigned char*>(params.key_cache) + kv_head * kHeadDim + parity * 16;
+      const unsigned char* value_codes =
+          reinterpret_cast<const unsigned char*>(params.value_cache) + kv_head * kHeadDim + parity * 16;
+      unsigned char* shared_base =
+          reinterpret_cast<unsigned char*>(shared_storage) + (base_address - raw_address);
+      load_pages(tile, pages);
+      for (int i = 0; i <= tile_count; ++i) {
+        int next_pages[kPageRegisters];
+        int following = tile;
+        if (i < tile_count) {
+          following = i + 1 < tile_count ? next_tile(tile) : tile;
+          if (i + 1 < tile_count) load_pages(following, next_pages);
+          if (i == 0) copy_q();
+          const unsigned buffer =
+              base_address + Traits::staging_offset + (i % 2) * Traits::staging_buffer_bytes;
+          const int key_first = tile * kBlockN;
+#pragma unroll
+          for (int pass = 0; pass < kKvPasses; ++pass) {
+            const int row = kv_first_row + pass * kKvRowsPerPass;
+            // The bf16 gather's slot lookup, written out in both (a lambda for it costs the producer
+            // spills at 56 registers).
+            const int position = key_first + row;
+            const int page = pages[pass];
+            const bool valid = page >= 0 && page < params.num_blocks && position < kv_len;
+            const long long slot = static_cast<long long>(page) * Traits::block_size +
+                                   static_cast<unsigned>(position) % Traits::block_size;
+            const unsigned char* key_row = valid ? key_codes + slot * slot_elements : key_codes;
+            const unsigned char* value_row = valid ? value_codes + slot * slot_elements : value_codes;
+            const int bytes = valid ? 16 : 0;
+#pragma unroll
+            for (int k = 0; k < kCodeChunks / 2; ++k) {
+              const unsigned offset = row * kHeadDim + 16 * (2 * k + parity);
+              cp_async_16(buffer + offset, key_row + 32 * k, bytes);
+              cp_async_16(buffer + kBlockN * kHeadDim + offset, value_row + 32 * k, bytes);
+            }
+          }
+        }
+        cp_async_commit();
+        if (i >= 1) {
+          cp_async_wait<1>();  // tile i - 1's codes (and Q) have landed; tile i's may still be in flight
+          const int done = i - 1;
+          const int stage = done % kStages;
+          if (done >= kStages) mbarrier_wait_parity(empty_barriers + stage * 8, ((done / kStages) - 1) & 1);
+          const unsigned char* buffer =
+              shared_base + Traits::staging_offset + (done % 2) * Traits::staging_buffer_bytes;
+          unsigned char* k_tile = shared_base + Traits::k_offset + stage * Traits::k_bytes;
+          unsigned char* v_tile = shared_base + Traits::v_offset + stage * Traits::v_bytes;
+#pragma unroll
+          for (int pass = 0; pass < kKvPasses; ++pass) {
+            const int row = kv_first_row + pass * kKvRowsPerPass;
+#pragma unroll
+            for (int k = 0; k < kCodeChunks / 2; ++k) {
+              const int code_chunk = 2 * k + parity;  // bf16 chunks 2 c and 2 c + 1 of the row
+              const uint4 key = *reinterpret_cast<const uint4*>(buffer + row * kHeadDim + 16 * code_chunk);
+              const uint4 value = *reinterpret_cast<const uint4*>(buffer + kBlockN * kHeadDim +
+                                                                  row * kHeadDim + 16 * code_chunk);
+              const unsigned low = swizzle128_offset(row, 16 * code_chunk, kBlockN);
+              const unsigned high = swizzle128_offset(row, 16 * code_chunk + 8, kBlockN);
+              *reinterpret_cast<uint4*>(k_tile + low) = fp8x8_to_bf16x8(make_uint2(key.x, key.y));
+              *reinterpret_cast<uint4*>(k_tile + high) = fp8x8_to_bf16x8(make_uint2(key.z, key.w));
+              *reinterpret_cast<uint4*>(v_tile + low) = fp8x8_to_bf16x8(make_uint2(value.x, value.y));
+              *reinterpret_cast<uint4*>(v_tile + high) = fp8x8_to_bf16x8(make_uint2(value.z, value.w));
+            }
+          }
+          mbarrier_arrive(full_barriers + stage * 8);
+        }
+        if (i < tile_count) {
+#pragma unroll
+          for (int r = 0; r < kPageRegisters; ++r) pages[r] = next_pages[r];
+          tile = following;
+        }
+      }
+      cp_async_wait<0>();
+      return;
+    }
+
+    int box_page = -1;
     prefetch(tile, pages, box_page);
 
     for (int i = 0; i < tile_count; ++i) {
@@ -326,19 +433,7 @@ __global__ void __launch_bounds__(Traits::threads, 1)
       if (i + 1 < tile_count) prefetch(following, next_pages, next_box_page);
       // Reusing a stage: wait until both consumers released its previous tile (i - stages).
       if (i >= kStages) mbarrier_wait_parity(empty_barriers + stage * 8, ((i / kStages) - 1) & 1);
-      if (i == 0) {
-        // Q [num_tokens, query_heads, head_dim], rows query_row_stride apart; rows past the chunk zero.
-        // It rides with the first tile: the full barrier of stage 0 covers it.
-        const bf16_bits* column = params.query + first_head * kHeadDim + chunk * 8;
-#pragma unroll 4
-        for (int row = first_row; row < kBlockM; row += Traits::rows_per_pass) {
-          const bool valid = row < Traits::used_rows && row / kHeads < rows;
-          const long long token = query_start + row_begin + row / kHeads;
-          const bf16_bits* source = column + token * params.query_row_stride + (row % kHeads) * kHeadDim;
-          cp_async_16(base_address + Traits::q_offset + swizzle128_offset(row, chunk * 8, kBlockM),
-                      valid ? source : params.query, valid ? 16 : 0);
-        }
-      }
+      if (i == 0) copy_q();
       const int key_first = tile * kBlockN;
       const unsigned k_address = base_address + Traits::k_offset + stage * Traits::k_bytes;
       const unsigned v_address = base_address + Traits::v_offset + stage * Traits::v_bytes;
@@ -433,21 +528,23 @@ __global__ void __launch_bounds__(Traits::threads, 1)
   // row_sum is this thread's partial over its columns, added across the quad at the end.
   float row_max[2] = {minus_infinity(), minus_infinity()};
   float row_sum[2] = {0.0f, 0.0f};
+  // fp8: q . k is computed against the codes, so k_scale joins the score scale.
+  const float score_scale = Traits::kv_fp8 ? params.scale * params.k_scale : params.scale;
   if constexpr (Traits::has_sinks) {
     // A sink S joins the denominator only (as in attention.cuh): the running max starts at S in raw-score
-    // units (S / scale) and the running sum at exp(0) = 1, in one thread of the quad (the four partial
-    // sums are added at the end), with no value row.
+    // units (S / score_scale) and the running sum at exp(0) = 1, in one thread of the quad (the four
+    // partial sums are added at the end), with no value row.
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int head = first_head + (warp_row + group + 8 * half) % kHeads;
-      row_max[half] = params.sinks[head] / params.scale;
+      row_max[half] = params.sinks[head] / score_scale;
       row_sum[half] = in_group == 0 ? 1.0f : 0.0f;
     }
   }
   float output[kOutputRegisters];
 #pragma unroll
   for (int i = 0; i < kOutputRegisters; ++i) output[i] = 0.0f;
-  const float score_multiplier = params.scale * kLog2e;
+  const float score_multiplier = score_scale * kLog2e;
 
   // This warpgroup's 64 Q rows start 64 * 128 bytes into each column block (row % 8 == 0: no swizzle shift).
   const unsigned q_address = base_address + Traits::q_offset + swizzle128_offset(consumer * 64, 0, kBlockM);
@@ -665,7 +762,8 @@ __global__ void __launch_bounds__(Traits::threads, 1)
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const float total = quad_sum(row_sum[half]);
-    const float inverse = total > 0.0f ? 1.0f / total : 0.0f;
+    // fp8: P V was computed against the codes; v_scale restores the values.
+    const float inverse = total > 0.0f ? (Traits::kv_fp8 ? params.v_scale : 1.0f) / total : 0.0f;
     const int row = warp_row + group + 8 * half;
     if (row < Traits::used_rows && row / kHeads < rows) {
       const long long token = query_start + row_begin + row / kHeads;

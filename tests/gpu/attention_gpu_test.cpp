@@ -396,7 +396,7 @@ plan::AttentionSpec spec_with_kernel(const Case& c, plan::AttentionKernel kernel
   plan::AttentionSpec spec = spec_for(c);
   spec.kernel = kernel;
   spec.tiling = kernel == plan::AttentionKernel::wgmma_sm90
-                    ? plan::choose_sm90_attention_tiling(c.head_dim, c.query_heads / c.kv_heads)
+                    ? plan::choose_sm90_attention_tiling(c.head_dim, c.query_heads / c.kv_heads, spec.kv_fp8)
                     : plan::choose_attention_tiling(c.head_dim, c.value_head_dim, device_arch());
   return spec;
 }
@@ -977,6 +977,28 @@ TEST_CASE("sm_90a wgmma attention with sinks matches the reference", "[gpu][atte
     return;
   }
   check_forced_sm90(sm90_sink_cases(), 900);
+}
+
+TEST_CASE("sm_90a wgmma attention over an fp8 e4m3fn KV cache matches the reference",
+          "[gpu][attention][sm90][fp8kv]") {
+  if (!device_is_sm90a()) {
+    SUCCEED("not an sm_90a device: the wgmma kernel cannot run here");
+    return;
+  }
+  // Every sm_90a, span and sink case at D <= 128 over an fp8 cache (forced, like the other features): the
+  // producer stages the codes and widens them into the bf16 tiles; k_scale 1 leaves small keys subnormal.
+  const std::vector<reference::KvFp8Scales> scales = {{0.0421f, 0.0173f}, {1.0f, 0.25f}};
+  std::vector<Case> cases;
+  for (const std::vector<Case>& list : {sm90_cases(), sm90_span_cases(), sm90_sink_cases()}) {
+    for (const Case& c : list) {
+      if (c.head_dim > 128) continue;
+      cases.push_back(c);
+      cases.back().name = "fp8 " + c.name;
+      cases.back().fp8 = scales[cases.size() % 2];
+    }
+  }
+  REQUIRE(cases.size() >= 15);
+  check_forced_sm90(cases, 1000);
 }
 
 TEST_CASE("sm_90a wgmma attention with TMA K/V loads matches the reference", "[gpu][attention][sm90]") {

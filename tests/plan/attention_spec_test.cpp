@@ -320,7 +320,9 @@ TEST_CASE("attention kernel choice: wgmma on sm_90a for the features it covers, 
     CHECK(choose(d, d, kSm80, false, /*spans=*/true) == AttentionKernel::mma_sync);
     CHECK(choose(d, d, kSm90a, false, false, /*sinks=*/true) ==
           (sm90_attention_sinks_enabled() ? AttentionKernel::wgmma_sm90 : AttentionKernel::mma_sync));
-    CHECK(choose(d, d, kSm90a, false, false, false, /*bf16_cache=*/false) == AttentionKernel::mma_sync);
+    CHECK(choose(d, d, kSm90a, false, false, false, /*bf16_cache=*/false) ==
+          (sm90_attention_fp8_kv_enabled() && d <= 128 ? AttentionKernel::wgmma_sm90
+                                                       : AttentionKernel::mma_sync));
   }
   for (const int d : {16, 40, 80, 96, 192}) CHECK(choose(d, d, kSm90a) == AttentionKernel::mma_sync);
   CHECK(choose(128, 64, kSm90a) == AttentionKernel::mma_sync);  // value_head_dim != head_dim
@@ -347,6 +349,16 @@ TEST_CASE("sm_90a attention tiling: 128 query rows, 128-key tiles up to D 128, 6
   // Three stages: 224 KiB + slack + six mbarriers, just under the 227 KiB opt-in limit; D 256 would not fit.
   CHECK(sm90_attention_shared_bytes(128, 128, 3) == 1024 + 224 * 1024 + 48);
   CHECK(sm90_attention_shared_bytes(256, 64, 3) > max_shared_bytes_per_block(kSm90a));
+  // An fp8 cache adds two staging buffers of K and V codes: D 128 keeps two stages (224 KiB + slack), in
+  // series; D 64 keeps three and the overlapped schedule.
+  CHECK(sm90_attention_shared_bytes(128, 128, 2, true) == 1024 + 224 * 1024 + 32);
+  const AttentionTiling fp8_128 = choose_sm90_attention_tiling(128, 4, /*kv_fp8=*/true);
+  CHECK(fp8_128.stages == 2);
+  CHECK_FALSE(fp8_128.overlap_softmax);
+  CHECK(fp8_128.shared_bytes == sm90_attention_shared_bytes(128, 128, 2, true));
+  const AttentionTiling fp8_64 = choose_sm90_attention_tiling(64, 4, /*kv_fp8=*/true);
+  CHECK(fp8_64.stages == 3);
+  CHECK(fp8_64.overlap_softmax);
   CHECK_THROWS_AS(choose_sm90_attention_tiling(96, 4), Error);
   CHECK_THROWS_AS(choose_sm90_attention_tiling(192, 4), Error);
   CHECK_THROWS_AS(choose_sm90_attention_tiling(128, 0), Error);
@@ -439,6 +451,7 @@ TEST_CASE("sm_90a attention compiles to wgmma without spills", "[plan][attention
     bool spans = false;
     bool kv_tma = false;
     bool sinks = false;
+    bool kv_fp8 = false;
   };
   const std::vector<Case> cases = {
       {64, 8, 16, false},
@@ -467,6 +480,11 @@ TEST_CASE("sm_90a attention compiles to wgmma without spills", "[plan][attention
       {64, 8, 16, false, false, true, true},
       {128, 4, 64, true, true, false, true},
       {256, 2, 16, false, false, false, true},
+      // An fp8 cache: codes staged and widened by the producer (D 128: two stages, serial; D 64: three).
+      {128, 4, 16, false, false, false, false, true},
+      {128, 4, 64, true, true, false, true, true},
+      {64, 8, 16, true, false, false, true, true},
+      {64, 2, 1, false, true, false, false, true},
   };
   std::vector<AttentionSpec> specs;
   for (const Case& c : cases) {
@@ -478,14 +496,15 @@ TEST_CASE("sm_90a attention compiles to wgmma without spills", "[plan][attention
     spec.has_window = c.window;
     spec.has_spans = c.spans;
     spec.has_sinks = c.sinks;
-    spec.tiling = choose_sm90_attention_tiling(c.head_dim, c.group_size);
+    spec.kv_fp8 = c.kv_fp8;
+    spec.tiling = choose_sm90_attention_tiling(c.head_dim, c.group_size, c.kv_fp8);
     spec.tiling.kv_tma = c.kv_tma;
     specs.push_back(spec);
     if (spec.tiling.overlap_softmax) {  // the serial schedule stays reachable: compile it too
       spec.tiling.overlap_softmax = false;
       spec.tiling.ping_pong = false;
       spec.tiling.stages = 2;
-      spec.tiling.shared_bytes = sm90_attention_shared_bytes(c.head_dim, spec.tiling.block_n, 2);
+      spec.tiling.shared_bytes = sm90_attention_shared_bytes(c.head_dim, spec.tiling.block_n, 2, c.kv_fp8);
       specs.push_back(spec);
     }
   }
@@ -506,12 +525,12 @@ TEST_CASE("sm_90a attention compiles to wgmma without spills", "[plan][attention
     INFO(kernels[i].log);
     std::printf(
         "attention sm_90a wgmma D %3d group %d block %4d bn %3d window %d spans %d sinks %d kv_tma %d "
-        "stages %d overlap %d ping-pong %d: %3d registers, %d spill bytes, %d stack bytes, %6d dynamic "
-        "smem\n",
+        "fp8 %d stages %d overlap %d ping-pong %d: %3d registers, %d spill bytes, %d stack bytes, %6d "
+        "dynamic smem\n",
         spec.head_dim, spec.group_size, spec.block_size, spec.tiling.block_n, int(spec.has_window),
-        int(spec.has_spans), int(spec.has_sinks), int(spec.tiling.kv_tma), spec.tiling.stages,
-        int(spec.tiling.overlap_softmax), int(spec.tiling.ping_pong), r.registers, r.spill_bytes(),
-        r.stack_bytes, spec.dynamic_shared_bytes());
+        int(spec.has_spans), int(spec.has_sinks), int(spec.tiling.kv_tma), int(spec.kv_fp8),
+        spec.tiling.stages, int(spec.tiling.overlap_softmax), int(spec.tiling.ping_pong), r.registers,
+        r.spill_bytes(), r.stack_bytes, spec.dynamic_shared_bytes());
     CHECK(kernels[i].lowered_name.find("attention_sm90_kernel") != std::string::npos);
     CHECK(kernels[i].ptx.find("wgmma.mma_async") != std::string::npos);
     CHECK(kernels[i].ptx.find("setmaxnreg") != std::string::npos);
