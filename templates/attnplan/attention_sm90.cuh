@@ -345,6 +345,14 @@ __global__ void __launch_bounds__(Traits::threads, 1)
       // landed, widens those same chunks into the bf16 tiles and arrives. Each thread reads back only what
       // it copied itself, so its own cp.async wait orders the two.
       constexpr int kCodeChunks = kHeadDim / 16;  // 16-byte chunks of codes per row
+      // Chunk c of row r of a staging buffer: rows of kHeadDim bytes, the chunk index XOR-ed with the row's
+      // place among those sharing a 128-byte bank line, so the 16 rows a warp widens at once spread over
+      // all banks (plain rows would put them all on the same 32 bytes: a 16-way conflict).
+      constexpr int kRowsPerLine = 128 / kHeadDim;
+      auto staged = [](int row, int code_chunk) {
+        return static_cast<unsigned>(row * kHeadDim +
+                                     16 * (code_chunk ^ ((row / kRowsPerLine) % kCodeChunks)));
+      };
       const unsigned char* key_codes =
           reinterpret_cast<const unsigned char*>(params.key_cache) + kv_head * kHeadDim + parity * 16;
       const unsigned char* value_codes =
@@ -377,7 +385,7 @@ __global__ void __launch_bounds__(Traits::threads, 1)
             const int bytes = valid ? 16 : 0;
 #pragma unroll
             for (int k = 0; k < kCodeChunks / 2; ++k) {
-              const unsigned offset = row * kHeadDim + 16 * (2 * k + parity);
+              const unsigned offset = staged(row, 2 * k + parity);
               cp_async_16(buffer + offset, key_row + 32 * k, bytes);
               cp_async_16(buffer + kBlockN * kHeadDim + offset, value_row + 32 * k, bytes);
             }
@@ -393,21 +401,23 @@ __global__ void __launch_bounds__(Traits::threads, 1)
               shared_base + Traits::staging_offset + (done % 2) * Traits::staging_buffer_bytes;
           unsigned char* k_tile = shared_base + Traits::k_offset + stage * Traits::k_bytes;
           unsigned char* v_tile = shared_base + Traits::v_offset + stage * Traits::v_bytes;
-#pragma unroll
+          // Not unrolled: the hoisted addresses of every pass would exceed the producer's 56 registers.
+#pragma unroll 1
           for (int pass = 0; pass < kKvPasses; ++pass) {
             const int row = kv_first_row + pass * kKvRowsPerPass;
 #pragma unroll
             for (int k = 0; k < kCodeChunks / 2; ++k) {
               const int code_chunk = 2 * k + parity;  // bf16 chunks 2 c and 2 c + 1 of the row
-              const uint4 key = *reinterpret_cast<const uint4*>(buffer + row * kHeadDim + 16 * code_chunk);
-              const uint4 value = *reinterpret_cast<const uint4*>(buffer + kBlockN * kHeadDim +
-                                                                  row * kHeadDim + 16 * code_chunk);
               const unsigned low = swizzle128_offset(row, 16 * code_chunk, kBlockN);
               const unsigned high = swizzle128_offset(row, 16 * code_chunk + 8, kBlockN);
-              *reinterpret_cast<uint4*>(k_tile + low) = fp8x8_to_bf16x8(make_uint2(key.x, key.y));
-              *reinterpret_cast<uint4*>(k_tile + high) = fp8x8_to_bf16x8(make_uint2(key.z, key.w));
-              *reinterpret_cast<uint4*>(v_tile + low) = fp8x8_to_bf16x8(make_uint2(value.x, value.y));
-              *reinterpret_cast<uint4*>(v_tile + high) = fp8x8_to_bf16x8(make_uint2(value.z, value.w));
+#pragma unroll
+              for (int tensor = 0; tensor < 2; ++tensor) {  // K, then V: one chunk live at a time
+                const uint4 codes = *reinterpret_cast<const uint4*>(buffer + tensor * kBlockN * kHeadDim +
+                                                                    staged(row, code_chunk));
+                unsigned char* tile_base = tensor == 0 ? k_tile : v_tile;
+                *reinterpret_cast<uint4*>(tile_base + low) = fp8x8_to_bf16x8(make_uint2(codes.x, codes.y));
+                *reinterpret_cast<uint4*>(tile_base + high) = fp8x8_to_bf16x8(make_uint2(codes.z, codes.w));
+              }
             }
           }
           mbarrier_arrive(full_barriers + stage * 8);
