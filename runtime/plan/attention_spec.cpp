@@ -110,7 +110,8 @@ AttentionKernel choose_attention_kernel(int head_dim, int value_head_dim, bool b
   const bool hopper = arch.sm() == 90 && arch.arch_specific;  // wgmma and setmaxnreg need sm_90a
   const bool dims = head_dim == value_head_dim && (head_dim == 64 || head_dim == 128 || head_dim == 256);
   const bool cache = bf16_kv_cache || (sm90_attention_fp8_kv_enabled() && head_dim <= 128);
-  const bool features = cache && !has_softcap && (!has_spans || sm90_attention_spans_enabled()) &&
+  const bool features = cache && (!has_softcap || sm90_attention_softcap_enabled()) &&
+                        (!has_spans || sm90_attention_spans_enabled()) &&
                         (!has_sinks || sm90_attention_sinks_enabled());
   return hopper && dims && features ? AttentionKernel::wgmma_sm90 : AttentionKernel::mma_sync;
 }
@@ -120,6 +121,10 @@ bool sm90_attention_spans_enabled() {
 }
 
 bool sm90_attention_sinks_enabled() {
+  return false;
+}
+
+bool sm90_attention_softcap_enabled() {
   return false;
 }
 
@@ -191,11 +196,11 @@ AttentionSpec AttentionSpec::from_config(const config::AttentionConfig& config, 
 
 compiler::KernelSource AttentionSpec::source() const {
   const bool sm90 = kernel == AttentionKernel::wgmma_sm90;
-  if (sm90 && (value_head_dim != head_dim || has_softcap || (kv_fp8 && head_dim > 128))) {
+  if (sm90 && (value_head_dim != head_dim || (kv_fp8 && head_dim > 128))) {
     throw Error(
         Stage::config,
-        "attention: the sm_90a kernel needs value_head_dim == head_dim, no softcap, and head_dim <= 128 "
-        "with an fp8 KV cache");
+        "attention: the sm_90a kernel needs value_head_dim == head_dim, and head_dim <= 128 with an fp8 "
+        "KV cache");
   }
   if (tiling.kv_tma && (!sm90 || kv_fp8 || !sm90_kv_tma_supported(head_dim, block_size, tiling.block_n))) {
     throw Error(Stage::config,
@@ -218,6 +223,7 @@ compiler::KernelSource AttentionSpec::source() const {
         {"has_window", cxx_bool(has_window)},
         {"has_spans", cxx_bool(has_spans)},
         {"has_sinks", cxx_bool(has_sinks)},
+        {"has_softcap", cxx_bool(has_softcap)},
         {"stages", std::to_string(tiling.stages)},
         {"overlap_softmax", cxx_bool(tiling.overlap_softmax)},
         {"ping_pong", cxx_bool(tiling.ping_pong)},

@@ -73,9 +73,9 @@ const char* to_string(AttentionKernel kernel);
 inline constexpr int kSm90AttentionThreads = 384;
 
 // Pure. The wgmma kernel when the arch is sm_90a (arch-specific features: wgmma, setmaxnreg) and it covers
-// the features: head_dim == value_head_dim in {64, 128, 256}, a bf16 KV cache, no softcap, no spans unless
-// sm90_attention_spans_enabled() and no sinks unless sm90_attention_sinks_enabled() (causal, sliding
-// window, GQA/MQA and every page size are covered). Otherwise the mma.sync kernel.
+// the features: head_dim == value_head_dim in {64, 128, 256}; spans, sinks, a softcap and an fp8 cache
+// (D <= 128) only where their switches (below) are on; causal, sliding window, GQA/MQA and every page size
+// always. Otherwise the mma.sync kernel.
 AttentionKernel choose_attention_kernel(int head_dim, int value_head_dim, bool bf16_kv_cache,
                                         bool has_softcap, bool has_spans, bool has_sinks, config::Arch arch);
 
@@ -93,6 +93,10 @@ bool sm90_attention_sinks_enabled();
 // slots, head_dim <= 128, and at most 32 boxes of [64 columns, min(block_size, block_n) slots] per K and V
 // tile together (one per lane of the issuing warp): block_size >= 16 at D 128, >= 8 at D 64.
 bool sm90_kv_tma_supported(int head_dim, int block_size, int block_n);
+
+// The same switch for a logit softcap on the sm_90a kernel (AttentionSm90Traits::has_softcap: Gemma 2), off
+// until `[attention][sm90]`'s softcap cases (which force the kernel) pass on an H200.
+bool sm90_attention_softcap_enabled();
 
 // The same switch for an fp8 e4m3fn KV cache on the sm_90a kernel (AttentionSm90Traits::kv_fp8, head dims
 // up to 128: the producer widens the codes into the bf16 tiles), off until `[attention][sm90]`'s fp8 cases

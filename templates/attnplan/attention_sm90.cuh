@@ -1,7 +1,7 @@
 // Variable-length paged attention for prefill on sm_90a (spec section 6), FlashAttention-3 style: the same
 // AttentionParams and semantics as attention.cuh for head_dim == value_head_dim in {64, 128, 256}, causal
-// with an optional sliding window, optional bidirectional spans and optional attention sinks, GQA/MQA, any
-// power-of-two page size, cached prefixes.
+// with an optional sliding window, bidirectional spans, attention sinks, a logit softcap and an fp8 cache,
+// GQA/MQA, any power-of-two page size, cached prefixes.
 //
 // GQA packing: one CTA owns block_m = 128 rows of one sequence that are (token, query head) pairs of
 // heads_per_cta heads sharing a kv head (row r: token r / heads_per_cta, head r % heads_per_cta of the
@@ -74,8 +74,8 @@ __device__ __forceinline__ const AttentionParams& common_params(const AttentionS
 }  // namespace attention_sm90_detail
 
 template <int kHeadDim, int kGroupSize, int kHeadsPerCta, int kBlockSize, int kBlockN, bool kHasWindow,
-          bool kHasSpans = false, bool kHasSinks = false, int kStages = 2, bool kOverlapSoftmax = false,
-          bool kPingPong = false, bool kKvTma = false, bool kKvFp8 = false>
+          bool kHasSpans = false, bool kHasSinks = false, bool kHasSoftcap = false, int kStages = 2,
+          bool kOverlapSoftmax = false, bool kPingPong = false, bool kKvTma = false, bool kKvFp8 = false>
 struct AttentionSm90Traits {
   // K/V pages by TMA: one producer warp issues a box per page and 64-column block of each tile, completing
   // on the stage's full barrier, instead of 128 threads gathering 16-byte chunks with cp.async (whose
@@ -95,6 +95,8 @@ struct AttentionSm90Traits {
   static constexpr bool has_spans = kHasSpans;
   // Attention sinks (params.sinks, one logit per query head): each joins its rows' softmax denominator.
   static constexpr bool has_sinks = kHasSinks;
+  // A logit softcap c (params.softcap, Gemma 2): x = c tanh(scale q . k / c) before the softmax.
+  static constexpr bool has_softcap = kHasSoftcap;
   // An fp8 e4m3fn KV cache (fp8_kv.cuh): the producer gathers each tile's codes into one of two staging
   // buffers and, a tile later, widens them into the bf16 K/V tiles the wgmmas read (exact: every e4m3fn
   // value is a bf16); k_scale joins the score multiplier and v_scale the final normalization.
@@ -535,26 +537,30 @@ __global__ void __launch_bounds__(Traits::threads, 1)
 
   // Online softmax state. row_max holds raw scores (q . k): scale > 0 (validated), so the max commutes
   // with it and each probability is one FFMA + exp2: exp2(s * scale * log2(e) - max * scale * log2(e)).
-  // row_sum is this thread's partial over its columns, added across the quad at the end.
+  // With a softcap the scores are first mapped to x log2(e) = c log2(e) tanh(scale / c q . k) (as
+  // attention.cuh does), and row_max holds those (score_multiplier 1). row_sum is this thread's partial
+  // over its columns, added across the quad at the end.
   float row_max[2] = {minus_infinity(), minus_infinity()};
   float row_sum[2] = {0.0f, 0.0f};
   // fp8: q . k is computed against the codes, so k_scale joins the score scale.
   const float score_scale = Traits::kv_fp8 ? params.scale * params.k_scale : params.scale;
+  const float tanh_multiplier = Traits::has_softcap ? score_scale / params.softcap : 0.0f;
+  const float softcap_multiplier = Traits::has_softcap ? params.softcap * kLog2e : 0.0f;
   if constexpr (Traits::has_sinks) {
-    // A sink S joins the denominator only (as in attention.cuh): the running max starts at S in raw-score
-    // units (S / score_scale) and the running sum at exp(0) = 1, in one thread of the quad (the four
-    // partial sums are added at the end), with no value row.
+    // A sink S joins the denominator only (as in attention.cuh): the running max starts at S in the units
+    // row_max keeps (raw scores: S / score_scale; with a softcap S log2(e)) and the running sum at
+    // exp(0) = 1, in one thread of the quad (the four partial sums are added at the end), with no value row.
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int head = first_head + (warp_row + group + 8 * half) % kHeads;
-      row_max[half] = params.sinks[head] / score_scale;
+      row_max[half] = Traits::has_softcap ? params.sinks[head] * kLog2e : params.sinks[head] / score_scale;
       row_sum[half] = in_group == 0 ? 1.0f : 0.0f;
     }
   }
   float output[kOutputRegisters];
 #pragma unroll
   for (int i = 0; i < kOutputRegisters; ++i) output[i] = 0.0f;
-  const float score_multiplier = score_scale * kLog2e;
+  const float score_multiplier = Traits::has_softcap ? 1.0f : score_scale * kLog2e;
 
   // This warpgroup's 64 Q rows start 64 * 128 bytes into each column block (row % 8 == 0: no swizzle shift).
   const unsigned q_address = base_address + Traits::q_offset + swizzle128_offset(consumer * 64, 0, kBlockM);
@@ -599,6 +605,11 @@ __global__ void __launch_bounds__(Traits::threads, 1)
   // and inside the keys needs none), the new running max, probabilities in place of the scores, the row
   // sums; returns the factor O must be rescaled by.
   auto softmax = [&](float(&score)[kScoreRegisters], int tile, float(&correction)[2]) {
+    if constexpr (Traits::has_softcap) {  // before the mask: tanh would turn -inf into a finite -c
+#pragma unroll
+      for (int j = 0; j < kScoreRegisters; ++j)
+        score[j] = softcap_multiplier * fast_tanh(score[j] * tanh_multiplier);
+    }
     const int key_first = tile * kBlockN;
     bool needs_mask = key_first + kBlockN - 1 > q_first || key_first + kBlockN > kv_len;
     if constexpr (Traits::has_window) needs_mask = needs_mask || key_first <= q_last - params.window;

@@ -979,6 +979,45 @@ TEST_CASE("sm_90a wgmma attention with sinks matches the reference", "[gpu][atte
   check_forced_sm90(sm90_sink_cases(), 900);
 }
 
+TEST_CASE("sm_90a wgmma attention with a softcap matches the reference", "[gpu][attention][sm90]") {
+  if (!device_is_sm90a()) {
+    SUCCEED("not an sm_90a device: the wgmma kernel cannot run here");
+    return;
+  }
+  // Logits large enough to reach the cap (query_stddev 3), alone, under a window, and with every other
+  // feature of the kernel at once (spans, sinks, an fp8 cache).
+  std::vector<Case> cases;
+  cases.push_back({.name = "softcap 50 gqa4 d128 b16",
+                   .query_heads = 8,
+                   .kv_heads = 2,
+                   .sequences = kMixed,
+                   .softcap = 50.0,
+                   .query_stddev = 3.0});
+  cases.push_back({.name = "softcap 30 window 50 mqa d256 b32",
+                   .query_heads = 4,
+                   .kv_heads = 1,
+                   .head_dim = 256,
+                   .value_head_dim = 256,
+                   .block_size = 32,
+                   .sequences = {{300, 130}, {0, 17}, {1000, 300}},
+                   .window = 50,
+                   .softcap = 30.0,
+                   .query_stddev = 3.0});
+  cases.push_back({.name = "softcap, sinks, spans, fp8 gqa8 d64 b16",
+                   .query_heads = 16,
+                   .kv_heads = 2,
+                   .head_dim = 64,
+                   .value_head_dim = 64,
+                   .sequences = {{63, 130}, {300, 17}, {0, 130}},
+                   .softcap = 30.0,
+                   .sinks = true,
+                   .spans_enabled = true,
+                   .spans = {{{80, 120}}, {{10, 50}}, {{5, 20}, {40, 100}}},
+                   .query_stddev = 3.0,
+                   .fp8 = reference::KvFp8Scales{0.0421f, 0.0173f}});
+  check_forced_sm90(cases, 1100);
+}
+
 TEST_CASE("sm_90a wgmma attention over an fp8 e4m3fn KV cache matches the reference",
           "[gpu][attention][sm90][fp8kv]") {
   if (!device_is_sm90a()) {

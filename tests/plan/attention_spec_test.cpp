@@ -313,7 +313,8 @@ TEST_CASE("attention kernel choice: wgmma on sm_90a for the features it covers, 
     CHECK(choose(d, d, kSm80) == AttentionKernel::mma_sync);
     CHECK(choose(d, d, kSm89) == AttentionKernel::mma_sync);
     CHECK(choose(d, d, config::Arch{10, 0, true}) == AttentionKernel::mma_sync);
-    CHECK(choose(d, d, kSm90a, /*softcap=*/true) == AttentionKernel::mma_sync);
+    CHECK(choose(d, d, kSm90a, /*softcap=*/true) ==
+          (sm90_attention_softcap_enabled() ? AttentionKernel::wgmma_sm90 : AttentionKernel::mma_sync));
     // Spans: the sm_90a kernel has them behind sm90_attention_spans_enabled() (off until measured).
     CHECK(choose(d, d, kSm90a, false, /*spans=*/true) ==
           (sm90_attention_spans_enabled() ? AttentionKernel::wgmma_sm90 : AttentionKernel::mma_sync));
@@ -388,10 +389,10 @@ TEST_CASE("attention spec on sm_90a: the wgmma kernel's stub, launch shape and c
   const std::string stub = source.render_stub();
   CHECK(stub.find("#include \"attnplan/attention_sm90.cuh\"") != std::string::npos);
   CHECK(stub.find("attention_sm90_kernel") != std::string::npos);
-  CHECK(stub.find(
-            "/*head_dim=*/128, /*group_size=*/4, /*heads_per_cta=*/4, /*block_size=*/16, "
-            "/*block_n=*/128, /*has_window=*/true, /*has_spans=*/false, /*has_sinks=*/false, /*stages=*/3, "
-            "/*overlap_softmax=*/true, /*ping_pong=*/true") != std::string::npos);
+  CHECK(stub.find("/*head_dim=*/128, /*group_size=*/4, /*heads_per_cta=*/4, /*block_size=*/16, "
+                  "/*block_n=*/128, /*has_window=*/true, /*has_spans=*/false, /*has_sinks=*/false, "
+                  "/*has_softcap=*/false, /*stages=*/3, /*overlap_softmax=*/true, /*ping_pong=*/true") !=
+        std::string::npos);
   CHECK(source.spec.at("kernel") == "wgmma_sm90");
   CHECK(source.spec.at("dynamic_shared_bytes") == spec.dynamic_shared_bytes());
   CHECK(spec.dynamic_shared_bytes() == sm90_attention_shared_bytes(128, 128, 3));
@@ -410,18 +411,23 @@ TEST_CASE("attention spec on sm_90a: the wgmma kernel's stub, launch shape and c
   params.window = 0;
   CHECK_THROWS_AS(spec.check(params, 32), Error);
 
-  // The same config elsewhere, or with a feature the wgmma kernel lacks, keeps the mma.sync kernel.
+  // The same config elsewhere, or with a feature whose switch is off, keeps the mma.sync kernel.
   CHECK(AttentionSpec::from_config(llama, kSm80).kernel == AttentionKernel::mma_sync);
   nlohmann::json with_softcap = config::to_json(llama);
   with_softcap["softcap"] = 50.0;
-  CHECK(AttentionSpec::from_config(config::parse(with_softcap), kSm90a).kernel == AttentionKernel::mma_sync);
+  CHECK(AttentionSpec::from_config(config::parse(with_softcap), kSm90a).kernel ==
+        (sm90_attention_softcap_enabled() ? AttentionKernel::wgmma_sm90 : AttentionKernel::mma_sync));
   nlohmann::json with_sinks = config::to_json(llama);
   with_sinks["sinks"] = true;
   CHECK(AttentionSpec::from_config(config::parse(with_sinks), kSm90a).kernel ==
         (sm90_attention_sinks_enabled() ? AttentionKernel::wgmma_sm90 : AttentionKernel::mma_sync));
-  // A spec forced onto the wgmma kernel with a feature it lacks is refused when rendered.
+  // A spec forced onto the wgmma kernel with a shape it lacks is refused when rendered.
   AttentionSpec forced = spec;
-  forced.has_softcap = true;
+  forced.value_head_dim = 64;
+  CHECK_THROWS_AS(forced.source(), Error);
+  forced = spec;
+  forced.kv_fp8 = true;
+  forced.head_dim = forced.value_head_dim = 256;
   CHECK_THROWS_AS(forced.source(), Error);
 
   // TMA K/V loads where sm90_kv_tma_supported, rendered as the last trait and in the spec (so the cache
@@ -452,6 +458,7 @@ TEST_CASE("sm_90a attention compiles to wgmma without spills", "[plan][attention
     bool kv_tma = false;
     bool sinks = false;
     bool kv_fp8 = false;
+    bool softcap = false;
   };
   const std::vector<Case> cases = {
       {64, 8, 16, false},
@@ -485,6 +492,10 @@ TEST_CASE("sm_90a attention compiles to wgmma without spills", "[plan][attention
       {128, 4, 64, true, true, false, true, true},
       {64, 8, 16, true, false, false, true, true},
       {64, 2, 1, false, true, false, false, true},
+      // A softcap (Gemma 2), alone and with everything else.
+      {128, 2, 16, true, false, false, false, false, true},
+      {256, 2, 64, false, false, false, false, false, true},
+      {64, 8, 16, true, true, false, true, true, true},
   };
   std::vector<AttentionSpec> specs;
   for (const Case& c : cases) {
@@ -497,6 +508,7 @@ TEST_CASE("sm_90a attention compiles to wgmma without spills", "[plan][attention
     spec.has_spans = c.spans;
     spec.has_sinks = c.sinks;
     spec.kv_fp8 = c.kv_fp8;
+    spec.has_softcap = c.softcap;
     spec.tiling = choose_sm90_attention_tiling(c.head_dim, c.group_size, c.kv_fp8);
     spec.tiling.kv_tma = c.kv_tma;
     specs.push_back(spec);
