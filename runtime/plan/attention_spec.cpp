@@ -138,14 +138,11 @@ bool sm90_attention_kv_tma_enabled() {
 
 bool sm90_kv_tma_supported(int head_dim, int block_size, int block_n) {
   if (block_size < 8 || head_dim > 128 || head_dim % 64 != 0 || block_n <= 0) return false;
-  const int boxes = 2 * (block_n / std::min(block_size, block_n)) * (head_dim / 64);
-  return boxes <= 32;
+  return attention_sm90_kv_tma_boxes(head_dim, block_size, block_n) <= 32;
 }
 
 int sm90_attention_shared_bytes(int head_dim, int block_n, int stages, bool kv_fp8) {
-  constexpr int kBlockM = 128, kAlignmentSlack = 1024;
-  const int staging = kv_fp8 ? 2 * 2 * block_n * head_dim : 0;  // two buffers of K and V codes
-  return kAlignmentSlack + 2 * head_dim * (kBlockM + stages * 2 * block_n) + staging + 2 * stages * 8;
+  return attention_sm90_shared_bytes(head_dim, block_n, stages, kv_fp8);
 }
 
 AttentionTiling choose_sm90_attention_tiling(int head_dim, int group_size, bool kv_fp8) {

@@ -110,7 +110,8 @@ bool sm90_attention_kv_tma_enabled();
 
 // Dynamic shared memory of the sm_90a kernel, bytes: 1024 of alignment slack, Q [128, D], `stages` stages
 // of K and V [block_n, D], bf16, with an fp8 cache two staging buffers of K and V codes [block_n, D], and
-// two mbarriers per stage. Mirrors AttentionSm90Traits::shared_bytes.
+// two mbarriers per stage: attention_params.h's attention_sm90_shared_bytes, which the traits check their
+// layout against.
 int sm90_attention_shared_bytes(int head_dim, int block_n, int stages, bool kv_fp8 = false);
 
 // Pure. The sm_90a kernel's tile per head dim: 128 query rows (two consumer warpgroups of 64), key tiles of

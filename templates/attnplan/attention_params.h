@@ -42,6 +42,21 @@ struct AttentionParams {
   float v_scale;
 };
 
+// Dynamic shared memory of the sm_90a kernel (attention_sm90.cuh), bytes: 1024 of alignment slack, Q
+// [128, D], `stages` stages of K and V [block_n, D] bf16, with an fp8 cache two staging buffers of K and V
+// codes [block_n, D], and two mbarriers per stage. One formula for the traits and the host.
+ATTNPLAN_HOST_DEVICE constexpr int attention_sm90_shared_bytes(int head_dim, int block_n, int stages,
+                                                               bool kv_fp8) {
+  return 1024 + 2 * head_dim * (128 + stages * 2 * block_n) + (kv_fp8 ? 2 * 2 * block_n * head_dim : 0) +
+         2 * stages * 8;
+}
+
+// TMA boxes per K/V tile of the sm_90a kernel with kv_tma: [64 columns, min(block_size, block_n) slots]
+// boxes, head_dim / 64 column blocks, for K and V. The kernel issues one per lane of a warp (at most 32).
+ATTNPLAN_HOST_DEVICE constexpr int attention_sm90_kv_tma_boxes(int head_dim, int block_size, int block_n) {
+  return 2 * (block_n / (block_size < block_n ? block_size : block_n)) * (head_dim / 64);
+}
+
 // The sm_90a kernel's parameters when it loads K/V pages with TMA (AttentionSm90Traits::kv_tma): the
 // common block plus one tensor map per cache, encoded by the host per launch (plan::launch_attention). Each
 // map sees its cache as a matrix [num_blocks * block_size slots, kv_heads * head_dim] bf16 and moves boxes

@@ -63,6 +63,15 @@ struct Select<false, IfTrue, IfFalse> {
   using type = IfFalse;
 };
 
+// Whether key `position` of a sequence holds a key on its prefetched `page` (a page inside the pool, a
+// position before kv_len; otherwise the gathers load zeros), and its cache slot when it does.
+template <int kBlockSize>
+__device__ __forceinline__ bool key_slot(int page, int position, int num_blocks, int kv_len,
+                                         long long& slot) {
+  slot = static_cast<long long>(page) * kBlockSize + static_cast<unsigned>(position) % kBlockSize;
+  return page >= 0 && page < num_blocks && position < kv_len;
+}
+
 // The common parameter block of either kernel parameter type.
 __device__ __forceinline__ const AttentionParams& common_params(const AttentionParams& params) {
   return params;
@@ -148,6 +157,8 @@ struct AttentionSm90Traits {
   static constexpr int barrier_offset = staging_offset + staging_bytes;
   static constexpr int alignment_slack = 1024;  // dynamic shared memory is only 16-byte aligned
   static constexpr int shared_bytes = alignment_slack + barrier_offset + 2 * stages * 8;
+  static_assert(shared_bytes == attention_sm90_shared_bytes(kHeadDim, kBlockN, kStages, kKvFp8),
+                "the layout above and the host's formula (attention_params.h) must agree");
 
   static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256,
                 "head_dim: 64, 128 or 256 (whole 64-element swizzle column blocks, a wgmma N)");
@@ -170,6 +181,8 @@ struct AttentionSm90Traits {
   static constexpr int kv_column_blocks = kHeadDim / 64;
   static constexpr int kv_boxes_per_tensor = kv_pages_per_tile * kv_column_blocks;
   static constexpr int kv_boxes = 2 * kv_boxes_per_tensor;  // lane b of the producer's warp 0 issues box b
+  static_assert(kv_boxes == attention_sm90_kv_tma_boxes(kHeadDim, kBlockSize, kBlockN),
+                "the box count and the host's formula (attention_params.h) must agree");
   static constexpr unsigned kv_tile_bytes = 2u * kBlockN * kHeadDim * 2u;
   static_assert(!kKvTma || (kBlockSize >= 8 && kv_boxes <= 32),
                 "kv_tma: pages of at least 8 slots (whole 128-byte swizzle atoms) and at most 32 boxes per "
@@ -375,13 +388,9 @@ __global__ void __launch_bounds__(Traits::threads, 1)
 #pragma unroll
           for (int pass = 0; pass < kKvPasses; ++pass) {
             const int row = kv_first_row + pass * kKvRowsPerPass;
-            // The bf16 gather's slot lookup, written out in both (a lambda for it costs the producer
-            // spills at 56 registers).
-            const int position = key_first + row;
-            const int page = pages[pass];
-            const bool valid = page >= 0 && page < params.num_blocks && position < kv_len;
-            const long long slot = static_cast<long long>(page) * Traits::block_size +
-                                   static_cast<unsigned>(position) % Traits::block_size;
+            long long slot;
+            const bool valid =
+                key_slot<Traits::block_size>(pages[pass], key_first + row, params.num_blocks, kv_len, slot);
             const unsigned char* key_row = valid ? key_codes + slot * slot_elements : key_codes;
             const unsigned char* value_row = valid ? value_codes + slot * slot_elements : value_codes;
             const int bytes = valid ? 16 : 0;
@@ -478,11 +487,9 @@ __global__ void __launch_bounds__(Traits::threads, 1)
 #pragma unroll
         for (int pass = 0; pass < kKvPasses; ++pass) {
           const int row = kv_first_row + pass * kKvRowsPerPass;
-          const int position = key_first + row;
-          const int page = pages[pass];
-          const bool valid = page >= 0 && page < params.num_blocks && position < kv_len;
-          const long long slot = static_cast<long long>(page) * Traits::block_size +
-                                 static_cast<unsigned>(position) % Traits::block_size;
+          long long slot;
+          const bool valid =
+              key_slot<Traits::block_size>(pages[pass], key_first + row, params.num_blocks, kv_len, slot);
           const bf16_bits* key_row = valid ? key_head + slot * slot_elements : params.key_cache;
           const bf16_bits* value_row = valid ? value_head + slot * slot_elements : params.value_cache;
           const int bytes = valid ? 16 : 0;
