@@ -255,7 +255,7 @@ def agreement(s, forward, config, row, attnplan, workdir):
         starts.append(starts[-1] + n)
     save_file({"hidden_states": s["x"].contiguous().cpu(),
                "query_starts": torch.tensor(starts, dtype=torch.int32)}, paths["input"])
-    command = [attnplan, "run", row["config"], "--weights", paths["weights"], "--prefix", prefix,
+    command = [attnplan, "run", row["config"], "--weights", paths["weights"], "--layer", prefix,
                "--input", paths["input"], "--output", paths["output"]]
     result = subprocess.run(command, capture_output=True, text=True, timeout=300)
     if result.returncode != 0:

@@ -106,34 +106,11 @@ const char* to_string(AttentionKernel kernel) {
 }
 
 AttentionKernel choose_attention_kernel(int head_dim, int value_head_dim, bool bf16_kv_cache,
-                                        bool has_softcap, bool has_spans, bool has_sinks, config::Arch arch) {
+                                        config::Arch arch) {
   const bool hopper = arch.sm() == 90 && arch.arch_specific;  // wgmma and setmaxnreg need sm_90a
   const bool dims = head_dim == value_head_dim && (head_dim == 64 || head_dim == 128 || head_dim == 256);
-  const bool cache = bf16_kv_cache || (sm90_attention_fp8_kv_enabled() && head_dim <= 128);
-  const bool features = cache && (!has_softcap || sm90_attention_softcap_enabled()) &&
-                        (!has_spans || sm90_attention_spans_enabled()) &&
-                        (!has_sinks || sm90_attention_sinks_enabled());
-  return hopper && dims && features ? AttentionKernel::wgmma_sm90 : AttentionKernel::mma_sync;
-}
-
-bool sm90_attention_spans_enabled() {
-  return false;
-}
-
-bool sm90_attention_sinks_enabled() {
-  return false;
-}
-
-bool sm90_attention_softcap_enabled() {
-  return false;
-}
-
-bool sm90_attention_fp8_kv_enabled() {
-  return false;
-}
-
-bool sm90_attention_kv_tma_enabled() {
-  return false;
+  const bool cache = bf16_kv_cache || head_dim <= 128;
+  return hopper && dims && cache ? AttentionKernel::wgmma_sm90 : AttentionKernel::mma_sync;
 }
 
 bool sm90_kv_tma_supported(int head_dim, int block_size, int block_n) {
@@ -180,14 +157,13 @@ AttentionSpec AttentionSpec::from_config(const config::AttentionConfig& config, 
   spec.has_spans = config.bidirectional_spans;
   spec.has_sinks = config.sinks;
   spec.kv_fp8 = config.kv_cache.dtype == config::KvCacheDtype::fp8_e4m3;
-  spec.kernel = choose_attention_kernel(spec.head_dim, spec.value_head_dim, !spec.kv_fp8, spec.has_softcap,
-                                        spec.has_spans, spec.has_sinks, arch);
+  spec.kernel = choose_attention_kernel(spec.head_dim, spec.value_head_dim, !spec.kv_fp8, arch);
   spec.tiling = spec.kernel == AttentionKernel::wgmma_sm90
                     ? choose_sm90_attention_tiling(spec.head_dim, spec.group_size, spec.kv_fp8)
                     : choose_attention_tiling(spec.head_dim, spec.value_head_dim, arch, spec.kv_fp8);
   if (spec.kernel == AttentionKernel::wgmma_sm90)
-    spec.tiling.kv_tma = sm90_attention_kv_tma_enabled() && !spec.kv_fp8 &&
-                         sm90_kv_tma_supported(spec.head_dim, spec.block_size, spec.tiling.block_n);
+    spec.tiling.kv_tma =
+        !spec.kv_fp8 && sm90_kv_tma_supported(spec.head_dim, spec.block_size, spec.tiling.block_n);
   return spec;
 }
 

@@ -72,41 +72,17 @@ const char* to_string(AttentionKernel kernel);
 // Threads of the sm_90a kernel's CTA: a producer warpgroup and two consumer warpgroups of 64 query rows.
 inline constexpr int kSm90AttentionThreads = 384;
 
-// Pure. The wgmma kernel when the arch is sm_90a (arch-specific features: wgmma, setmaxnreg) and it covers
-// the features: head_dim == value_head_dim in {64, 128, 256}; spans, sinks, a softcap and an fp8 cache
-// (D <= 128) only where their switches (below) are on; causal, sliding window, GQA/MQA and every page size
-// always. Otherwise the mma.sync kernel.
+// Pure. The wgmma kernel when the arch is sm_90a (arch-specific features: wgmma, setmaxnreg) and
+// head_dim == value_head_dim in {64, 128, 256}, with an fp8 cache only up to D 128 (its staging buffers do
+// not fit beside two bf16 stages at D 256); causal, sliding window, spans, sinks, a softcap, GQA/MQA and
+// every page size on both. Otherwise the mma.sync kernel.
 AttentionKernel choose_attention_kernel(int head_dim, int value_head_dim, bool bf16_kv_cache,
-                                        bool has_softcap, bool has_spans, bool has_sinks, config::Arch arch);
-
-// The switch for bidirectional spans on the sm_90a kernel (AttentionSm90Traits::has_spans). The kernel has
-// them and compiles without spills, but was written without device time (2026-11-30): off, so configs with
-// spans stay on the mma.sync kernel, until `[attention][sm90]`'s span cases (which force the kernel) pass on
-// an H200 and the bidirectional benchmark rows are measured. Then this returns true.
-bool sm90_attention_spans_enabled();
-
-// The same switch for attention sinks on the sm_90a kernel (AttentionSm90Traits::has_sinks: gpt-oss), off
-// until `[attention][sm90]`'s sink cases (which force the kernel) pass on an H200.
-bool sm90_attention_sinks_enabled();
+                                        config::Arch arch);
 
 // Pure. Whether the sm_90a kernel can load K/V with TMA (AttentionSm90Traits::kv_tma): pages of at least 8
 // slots, head_dim <= 128, and at most 32 boxes of [64 columns, min(block_size, block_n) slots] per K and V
 // tile together (one per lane of the issuing warp): block_size >= 16 at D 128, >= 8 at D 64.
 bool sm90_kv_tma_supported(int head_dim, int block_size, int block_n);
-
-// The same switch for a logit softcap on the sm_90a kernel (AttentionSm90Traits::has_softcap: Gemma 2), off
-// until `[attention][sm90]`'s softcap cases (which force the kernel) pass on an H200.
-bool sm90_attention_softcap_enabled();
-
-// The same switch for an fp8 e4m3fn KV cache on the sm_90a kernel (AttentionSm90Traits::kv_fp8, head dims
-// up to 128: the producer widens the codes into the bf16 tiles), off until `[attention][sm90]`'s fp8 cases
-// (which force the kernel) pass on an H200.
-bool sm90_attention_fp8_kv_enabled();
-
-// The switch for TMA K/V loads in the sm_90a attention kernel. Written without device time (2026-11-30):
-// off until `[attention][sm90]`'s TMA cases (which force it) pass on an H200 and the speed test shows it
-// ahead of the gather.
-bool sm90_attention_kv_tma_enabled();
 
 // Dynamic shared memory of the sm_90a kernel, bytes: 1024 of alignment slack, Q [128, D], `stages` stages
 // of K and V [block_n, D], bf16, with an fp8 cache two staging buffers of K and V codes [block_n, D], and

@@ -818,6 +818,12 @@ Problem tail_rows(const Problem& p, int first_row, int count) {
   tail.max_query_len = count;
   tail.query_rows.assign(p.query_rows.begin() + std::ptrdiff_t(first_row) * p.query_row_stride,
                          p.query_rows.begin() + std::ptrdiff_t(first_row + count) * p.query_row_stride);
+  // A span crossing the new prefix boundary starts at it instead: a row inside the span already sees the
+  // span's earlier keys through the causal mask, so only the span's end matters (and the prefix cannot hold
+  // part of a span).
+  const int boundary = tail.batch.context_lens[0];
+  for (std::array<int, 2>& span : tail.spans.bounds)
+    if (span[0] < boundary && span[1] > boundary) span[0] = boundary;
   return tail;
 }
 
@@ -851,8 +857,8 @@ TEST_CASE("sm_90a wgmma attention matches the reference", "[gpu][attention][sm90
 
 namespace {
 
-// Bidirectional spans on the sm_90a kernel (forced: the plan picks it for spans only once
-// sm90_attention_spans_enabled() is on). The spans of the mma.sync cases (inside a chunk, wholly in the
+// Bidirectional spans on the sm_90a kernel, K/V by the gather (check_forced_sm90; the TMA case below takes
+// them by TMA where it can). The spans of the mma.sync cases (inside a chunk, wholly in the
 // prefix, two in one chunk, longer than a query tile, a sequence without), under causal and window masks,
 // with GQA packing of 2, 4 and 8 heads per CTA (a span's rows are (token, head) pairs), and prompts that are
 // one span (key tiles wholly inside every row's span skip the mask).
@@ -906,8 +912,8 @@ std::vector<Case> sm90_span_cases() {
   return cases;
 }
 
-// Each case on the sm_90a kernel whatever the plan's switches say (with TMA K/V loads when `kv_tma`),
-// against the reference; seeds from `seed` on.
+// Each case on the sm_90a kernel with K/V by the gather, or by TMA when `kv_tma` (the plan takes TMA wherever
+// sm90_kv_tma_supported, so both paths get every case), against the reference; seeds from `seed` on.
 void check_forced_sm90(const std::vector<Case>& cases, std::uint64_t seed, bool kv_tma = false) {
   std::vector<plan::AttentionSpec> specs;
   for (const Case& c : cases) {
@@ -930,8 +936,8 @@ TEST_CASE("sm_90a wgmma attention with bidirectional spans matches the reference
 
 namespace {
 
-// Attention sinks on the sm_90a kernel (forced, like the spans): gpt-oss's shape (D 64, 8 query heads per
-// kv head packed into one CTA, a 128-key window on alternate layers), with spans, at D 128 and 256.
+// Attention sinks on the sm_90a kernel (K/V by the gather, as the spans): gpt-oss's shape (D 64, 8 query
+// heads per kv head packed into one CTA, a 128-key window on alternate layers), with spans, at D 128 and 256.
 std::vector<Case> sm90_sink_cases() {
   const std::vector<Sequence> with_prefix = {{0, 130}, {1000, 300}, {63, 1}, {5, 200}};
   std::vector<Case> cases;
@@ -1024,8 +1030,9 @@ TEST_CASE("sm_90a wgmma attention over an fp8 e4m3fn KV cache matches the refere
     SUCCEED("not an sm_90a device: the wgmma kernel cannot run here");
     return;
   }
-  // Every sm_90a, span and sink case at D <= 128 over an fp8 cache (forced, like the other features): the
-  // producer stages the codes and widens them into the bf16 tiles; k_scale 1 leaves small keys subnormal.
+  // Every sm_90a, span and sink case at D <= 128 over an fp8 cache (the gather: TMA does not take fp8
+  // caches): the producer stages the codes and widens them into the bf16 tiles; k_scale 1 leaves small keys
+  // subnormal.
   const std::vector<reference::KvFp8Scales> scales = {{0.0421f, 0.0173f}, {1.0f, 0.25f}};
   std::vector<Case> cases;
   for (const std::vector<Case>& list : {sm90_cases(), sm90_span_cases(), sm90_sink_cases()}) {
@@ -1045,8 +1052,8 @@ TEST_CASE("sm_90a wgmma attention with TMA K/V loads matches the reference", "[g
     SUCCEED("not an sm_90a device: the wgmma kernel cannot run here");
     return;
   }
-  // Every sm_90a, span and sink case the TMA path takes (sm90_kv_tma_supported; the kv_tma switch is forced
-  // here): tiles inside the keys come by TMA, a tile reaching past them by the gather.
+  // Every sm_90a, span and sink case the TMA path takes (sm90_kv_tma_supported), by TMA: tiles inside the
+  // keys come by TMA, a tile reaching past them by the gather.
   std::vector<Case> cases;
   for (const std::vector<Case>& list : {sm90_cases(), sm90_span_cases(), sm90_sink_cases()}) {
     for (const Case& c : list)

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "compiler/compiler.hpp"
@@ -120,7 +121,8 @@ TEST_CASE("attention spec from a config: shapes, flags and the arch's tiling", "
                                                                        {"sliding_window", 128},
                                                                        {"sinks", true},
                                                                        {"kv_cache", {{"block_size", 32}}}});
-  const AttentionSpec spec = AttentionSpec::from_config(gpt_oss, kSm90a);
+  // On sm_80: the mma.sync kernel (sm_90a takes these configs to the wgmma kernel, tested below).
+  const AttentionSpec spec = AttentionSpec::from_config(gpt_oss, kSm80);
   CHECK(spec.head_dim == 64);
   CHECK(spec.value_head_dim == 64);
   CHECK(spec.group_size == 8);
@@ -129,7 +131,7 @@ TEST_CASE("attention spec from a config: shapes, flags and the arch's tiling", "
   CHECK(spec.has_sinks);
   CHECK_FALSE(spec.has_softcap);
   CHECK_FALSE(spec.has_spans);
-  CHECK(spec.tiling == choose_attention_tiling(64, 64, kSm90a));
+  CHECK(spec.tiling == choose_attention_tiling(64, 64, kSm80));
 
   const compiler::KernelSource source = spec.source();
   const std::string stub = source.render_stub();
@@ -145,9 +147,9 @@ TEST_CASE("attention spec from a config: shapes, flags and the arch's tiling", "
                               {"query_heads", 32},
                               {"kv_heads", 8},
                               {"kv_cache", {{"block_size", 16}, {"dtype", "fp8_e4m3"}}}};
-  const AttentionSpec fp8 = AttentionSpec::from_config(config::parse(fp8_cache), kSm90a);
+  const AttentionSpec fp8 = AttentionSpec::from_config(config::parse(fp8_cache), kSm80);
   CHECK(fp8.kv_fp8);
-  CHECK(fp8.tiling == choose_attention_tiling(128, 128, kSm90a, true));
+  CHECK(fp8.tiling == choose_attention_tiling(128, 128, kSm80, true));
   CHECK(fp8.source().render_stub().find("/*has_sinks=*/false, /*kv_fp8=*/true") != std::string::npos);
   CHECK(fp8.source().spec.at("kv_fp8") == true);
 
@@ -303,9 +305,8 @@ TEST_CASE("attention compiles for sm_80 and sm_90a without spills", "[plan][atte
 TEST_CASE("attention kernel choice: wgmma on sm_90a for the features it covers, mma.sync otherwise",
           "[plan][attention]") {
   constexpr config::Arch kSm90{9, 0, false};
-  const auto choose = [](int d, int dv, config::Arch arch, bool softcap = false, bool spans = false,
-                         bool sinks = false, bool bf16_cache = true) {
-    return choose_attention_kernel(d, dv, bf16_cache, softcap, spans, sinks, arch);
+  const auto choose = [](int d, int dv, config::Arch arch, bool bf16_cache = true) {
+    return choose_attention_kernel(d, dv, bf16_cache, arch);
   };
   for (const int d : {64, 128, 256}) {
     CHECK(choose(d, d, kSm90a) == AttentionKernel::wgmma_sm90);
@@ -313,17 +314,10 @@ TEST_CASE("attention kernel choice: wgmma on sm_90a for the features it covers, 
     CHECK(choose(d, d, kSm80) == AttentionKernel::mma_sync);
     CHECK(choose(d, d, kSm89) == AttentionKernel::mma_sync);
     CHECK(choose(d, d, config::Arch{10, 0, true}) == AttentionKernel::mma_sync);
-    CHECK(choose(d, d, kSm90a, /*softcap=*/true) ==
-          (sm90_attention_softcap_enabled() ? AttentionKernel::wgmma_sm90 : AttentionKernel::mma_sync));
-    // Spans: the sm_90a kernel has them behind sm90_attention_spans_enabled() (off until measured).
-    CHECK(choose(d, d, kSm90a, false, /*spans=*/true) ==
-          (sm90_attention_spans_enabled() ? AttentionKernel::wgmma_sm90 : AttentionKernel::mma_sync));
-    CHECK(choose(d, d, kSm80, false, /*spans=*/true) == AttentionKernel::mma_sync);
-    CHECK(choose(d, d, kSm90a, false, false, /*sinks=*/true) ==
-          (sm90_attention_sinks_enabled() ? AttentionKernel::wgmma_sm90 : AttentionKernel::mma_sync));
-    CHECK(choose(d, d, kSm90a, false, false, false, /*bf16_cache=*/false) ==
-          (sm90_attention_fp8_kv_enabled() && d <= 128 ? AttentionKernel::wgmma_sm90
-                                                       : AttentionKernel::mma_sync));
+    // An fp8 cache up to D 128: at D 256 its staging buffers do not fit beside two bf16 stages.
+    CHECK(choose(d, d, kSm90a, /*bf16_cache=*/false) ==
+          (d <= 128 ? AttentionKernel::wgmma_sm90 : AttentionKernel::mma_sync));
+    CHECK(choose(d, d, kSm80, /*bf16_cache=*/false) == AttentionKernel::mma_sync);
   }
   for (const int d : {16, 40, 80, 96, 192}) CHECK(choose(d, d, kSm90a) == AttentionKernel::mma_sync);
   CHECK(choose(128, 64, kSm90a) == AttentionKernel::mma_sync);  // value_head_dim != head_dim
@@ -382,7 +376,9 @@ TEST_CASE("attention spec on sm_90a: the wgmma kernel's stub, launch shape and c
                                                                      {"kv_cache", {{"block_size", 16}}}});
   const AttentionSpec spec = AttentionSpec::from_config(llama, kSm90a);
   CHECK(spec.kernel == AttentionKernel::wgmma_sm90);
-  CHECK(spec.tiling == choose_sm90_attention_tiling(128, 4));
+  AttentionTiling expected = choose_sm90_attention_tiling(128, 4);
+  expected.kv_tma = true;  // pages of 16 at D 128: sm90_kv_tma_supported
+  CHECK(spec.tiling == expected);
   CHECK(spec.tiling.heads_per_cta == 4);
   CHECK(spec.threads() == 384);
   const compiler::KernelSource source = spec.source();
@@ -411,16 +407,18 @@ TEST_CASE("attention spec on sm_90a: the wgmma kernel's stub, launch shape and c
   params.window = 0;
   CHECK_THROWS_AS(spec.check(params, 32), Error);
 
-  // The same config elsewhere, or with a feature whose switch is off, keeps the mma.sync kernel.
+  // The same config elsewhere keeps the mma.sync kernel; a softcap, sinks or spans keep the wgmma kernel,
+  // rendered as their traits.
   CHECK(AttentionSpec::from_config(llama, kSm80).kernel == AttentionKernel::mma_sync);
-  nlohmann::json with_softcap = config::to_json(llama);
-  with_softcap["softcap"] = 50.0;
-  CHECK(AttentionSpec::from_config(config::parse(with_softcap), kSm90a).kernel ==
-        (sm90_attention_softcap_enabled() ? AttentionKernel::wgmma_sm90 : AttentionKernel::mma_sync));
-  nlohmann::json with_sinks = config::to_json(llama);
-  with_sinks["sinks"] = true;
-  CHECK(AttentionSpec::from_config(config::parse(with_sinks), kSm90a).kernel ==
-        (sm90_attention_sinks_enabled() ? AttentionKernel::wgmma_sm90 : AttentionKernel::mma_sync));
+  for (const auto& [field, value] : std::vector<std::pair<std::string, nlohmann::json>>{
+           {"softcap", 50.0}, {"sinks", true}, {"bidirectional_spans", true}}) {
+    nlohmann::json with = config::to_json(llama);
+    with[field] = value;
+    INFO(field);
+    const AttentionSpec featured = AttentionSpec::from_config(config::parse(with), kSm90a);
+    CHECK(featured.kernel == AttentionKernel::wgmma_sm90);
+    CHECK(featured.source().render_stub() != spec.source().render_stub());
+  }
   // A spec forced onto the wgmma kernel with a shape it lacks is refused when rendered.
   AttentionSpec forced = spec;
   forced.value_head_dim = 64;
@@ -431,21 +429,22 @@ TEST_CASE("attention spec on sm_90a: the wgmma kernel's stub, launch shape and c
   CHECK_THROWS_AS(forced.source(), Error);
 
   // TMA K/V loads where sm90_kv_tma_supported, rendered as the last trait and in the spec (so the cache
-  // keeps both variants apart); the switch decides what from_config picks.
-  CHECK(spec.tiling.kv_tma == sm90_attention_kv_tma_enabled());  // block 16, D 128: supported
-  CHECK(sm90_kv_tma_supported(128, 16, 128));                    // 2 x 8 pages x 2 column blocks
+  // keeps both variants apart).
+  CHECK(spec.tiling.kv_tma);                   // block 16, D 128: supported
+  CHECK(sm90_kv_tma_supported(128, 16, 128));  // 2 x 8 pages x 2 column blocks
   CHECK(sm90_kv_tma_supported(128, 1024, 128));
   CHECK(sm90_kv_tma_supported(64, 8, 128));
   CHECK_FALSE(sm90_kv_tma_supported(128, 8, 128));  // 64 boxes
   CHECK_FALSE(sm90_kv_tma_supported(128, 4, 128));
   CHECK_FALSE(sm90_kv_tma_supported(256, 64, 64));
+  CHECK(stub.find("/*ping_pong=*/true, /*kv_tma=*/true") != std::string::npos);
+  CHECK(source.grid_constant);
+  CHECK(source.spec.at("kv_tma") == true);
+  AttentionSpec gather = spec;
+  gather.tiling.kv_tma = false;
+  CHECK(gather.source().render_stub().find("/*kv_tma=*/false") != std::string::npos);
+  CHECK(gather.source().spec != source.spec);
   AttentionSpec tma = spec;
-  tma.tiling.kv_tma = true;
-  const compiler::KernelSource tma_source = tma.source();
-  CHECK(tma_source.render_stub().find("/*ping_pong=*/true, /*kv_tma=*/true") != std::string::npos);
-  CHECK(tma_source.grid_constant);
-  CHECK(tma_source.spec.at("kv_tma") == true);
-  CHECK(tma_source.spec != source.spec);
   tma.block_size = 4;
   CHECK_THROWS_AS(tma.source(), Error);
 }
