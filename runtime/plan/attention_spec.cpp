@@ -113,13 +113,17 @@ AttentionKernel choose_attention_kernel(int head_dim, int value_head_dim, bool b
   return hopper && dims && cache ? AttentionKernel::wgmma_sm90 : AttentionKernel::mma_sync;
 }
 
-bool sm90_kv_tma_supported(int head_dim, int block_size, int block_n) {
-  if (block_size < 8 || head_dim > 128 || head_dim % 64 != 0 || block_n <= 0) return false;
+bool sm90_kv_tma_possible(int head_dim, int block_size, int block_n) {
+  if (block_size < 8 || head_dim % 64 != 0 || head_dim > 256 || block_n <= 0) return false;
   return attention_sm90_kv_tma_boxes(head_dim, block_size, block_n) <= 32;
 }
 
-int sm90_attention_shared_bytes(int head_dim, int block_n, int stages, bool kv_fp8) {
-  return attention_sm90_shared_bytes(head_dim, block_n, stages, kv_fp8);
+bool sm90_kv_tma_supported(int head_dim, int block_size, int block_n) {
+  return head_dim <= 128 && sm90_kv_tma_possible(head_dim, block_size, block_n);
+}
+
+int sm90_attention_shared_bytes(int head_dim, int block_n, int stages, bool kv_fp8, bool kv_tma) {
+  return attention_sm90_shared_bytes(head_dim, block_n, stages, kv_fp8, kv_tma);
 }
 
 AttentionTiling choose_sm90_attention_tiling(int head_dim, int group_size, bool kv_fp8) {
@@ -161,9 +165,11 @@ AttentionSpec AttentionSpec::from_config(const config::AttentionConfig& config, 
   spec.tiling = spec.kernel == AttentionKernel::wgmma_sm90
                     ? choose_sm90_attention_tiling(spec.head_dim, spec.group_size, spec.kv_fp8)
                     : choose_attention_tiling(spec.head_dim, spec.value_head_dim, arch, spec.kv_fp8);
-  if (spec.kernel == AttentionKernel::wgmma_sm90)
+  if (spec.kernel == AttentionKernel::wgmma_sm90) {
     spec.tiling.kv_tma =
         !spec.kv_fp8 && sm90_kv_tma_supported(spec.head_dim, spec.block_size, spec.tiling.block_n);
+    spec.tiling.shared_bytes = spec.dynamic_shared_bytes();  // the TMA-only path adds its landing barrier
+  }
   return spec;
 }
 
@@ -175,11 +181,12 @@ compiler::KernelSource AttentionSpec::source() const {
         "attention: the sm_90a kernel needs value_head_dim == head_dim, and head_dim <= 128 with an fp8 "
         "KV cache");
   }
-  if (tiling.kv_tma && (!sm90 || kv_fp8 || !sm90_kv_tma_supported(head_dim, block_size, tiling.block_n))) {
-    throw Error(Stage::config,
-                fmt::format("attention: TMA K/V loads need the sm_90a kernel, pages of at least 8 slots, "
-                            "head_dim <= 128 and at most 32 boxes per tile (block_size {}, head_dim {})",
-                            block_size, head_dim));
+  if (tiling.kv_tma && (!sm90 || kv_fp8 || !sm90_kv_tma_possible(head_dim, block_size, tiling.block_n))) {
+    throw Error(
+        Stage::config,
+        fmt::format("attention: TMA K/V loads need the sm_90a kernel, a bf16 cache, pages of at least 8 "
+                    "slots and at most 32 boxes per tile (block_size {}, head_dim {})",
+                    block_size, head_dim));
   }
   compiler::KernelSource source;
   source.family = "attention";
@@ -252,7 +259,7 @@ compiler::KernelSource AttentionSpec::source() const {
 
 int AttentionSpec::dynamic_shared_bytes() const {
   if (kernel == AttentionKernel::wgmma_sm90)
-    return sm90_attention_shared_bytes(head_dim, tiling.block_n, tiling.stages, kv_fp8);
+    return sm90_attention_shared_bytes(head_dim, tiling.block_n, tiling.stages, kv_fp8, tiling.kv_tma);
   return attention_shared_bytes(head_dim, value_head_dim, tiling.block_m, tiling.block_n, tiling.stages,
                                 kv_fp8);
 }

@@ -79,16 +79,22 @@ inline constexpr int kSm90AttentionThreads = 384;
 AttentionKernel choose_attention_kernel(int head_dim, int value_head_dim, bool bf16_kv_cache,
                                         config::Arch arch);
 
-// Pure. Whether the sm_90a kernel can load K/V with TMA (AttentionSm90Traits::kv_tma): pages of at least 8
-// slots, head_dim <= 128, and at most 32 boxes of [64 columns, min(block_size, block_n) slots] per K and V
-// tile together (one per lane of the issuing warp): block_size >= 16 at D 128, >= 8 at D 64.
+// Pure. Whether the sm_90a kernel template can load K/V with TMA (AttentionSm90Traits::kv_tma): pages of at
+// least 8 slots and at most 32 boxes of [64 columns, min(block_size, block_n) slots] per K and V tile
+// together (one per lane of the issuing warp): block_size >= 8 at D 64, >= 16 at D 128 and 256.
+bool sm90_kv_tma_possible(int head_dim, int block_size, int block_n);
+
+// Pure. Whether the plan takes TMA K/V loads: where possible, at head_dim <= 128. D 256's TMA-only producer
+// (attention_params.h, attention_sm90_kv_tma_only) stays out of the plan until its forced GPU case and the
+// speed test have run on an H200 (docs/attention-notes.md, step j).
 bool sm90_kv_tma_supported(int head_dim, int block_size, int block_n);
 
 // Dynamic shared memory of the sm_90a kernel, bytes: 1024 of alignment slack, Q [128, D], `stages` stages
 // of K and V [block_n, D], bf16, with an fp8 cache two staging buffers of K and V codes [block_n, D], and
-// two mbarriers per stage: attention_params.h's attention_sm90_shared_bytes, which the traits check their
-// layout against.
-int sm90_attention_shared_bytes(int head_dim, int block_n, int stages, bool kv_fp8 = false);
+// two mbarriers per stage (and the landing mbarrier of the TMA-only path): attention_params.h's
+// attention_sm90_shared_bytes, which the traits check their layout against.
+int sm90_attention_shared_bytes(int head_dim, int block_n, int stages, bool kv_fp8 = false,
+                                bool kv_tma = false);
 
 // Pure. The sm_90a kernel's tile per head dim: 128 query rows (two consumer warpgroups of 64), key tiles of
 // 128 for D <= 128 and 64 for D = 256 (O [64, 256] fp32 is 128 registers per consumer thread; a 64-key S

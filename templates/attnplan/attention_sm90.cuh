@@ -17,9 +17,10 @@
 //     O += P V with P from registers (bf16, the wgmma A-fragment layout) and V from shared memory as an
 //     N-major B operand.
 // K/V by cp.async or TMA: the cp.async gather handles every page size (block_size 1 included) with one
-// code path and needs no tensor map; with kv_tma (pages of 8 or more slots, D <= 128) one producer warp
-// instead issues a TMA box per page and 64-column block from two tensor maps the host encodes per launch,
-// which frees the producer's issue slots (the gather stays for the tile that reaches past the keys). Q is
+// code path and needs no tensor map; with kv_tma (pages of 8 or more slots, at most 32 boxes per tile) one
+// producer warp instead issues a TMA box per page and 64-column block from two tensor maps the host encodes
+// per launch, which frees the producer's issue slots (the gather stays for the tile that reaches past the
+// keys at D <= 128; at D 256 that tile comes by TMA too and its V rows past the keys are zeroed). Q is
 // read once per CTA by cp.async and is a small share of the traffic.
 //
 // Semantics the kernel guarantees (as attention.cuh): a key whose page lies outside [0, num_blocks) or
@@ -89,9 +90,13 @@ struct AttentionSm90Traits {
   // K/V pages by TMA: one producer warp issues a box per page and 64-column block of each tile, completing
   // on the stage's full barrier, instead of 128 threads gathering 16-byte chunks with cp.async (whose
   // address arithmetic and issue slots were the producer's limit, attention-notes.md). A tile that reaches
-  // past the sequence's keys keeps the gather: slots past kv_len must read as zeros (a masked score gives
-  // P = 0, but 0 * NaN from a stale V slot is NaN). Pages of at least 8 slots: whole 8-row swizzle atoms.
+  // past the sequence's keys keeps the gather (D <= 128) or has its V rows past kv_len zeroed (D 256, below):
+  // a masked score gives P = 0, but 0 * NaN from a stale V slot is NaN; K needs no zeros, every score past
+  // kv_len is replaced by -inf. Pages of at least 8 slots: whole 8-row swizzle atoms.
   static constexpr bool kv_tma = kKvTma;
+  // At D 256 the TMA path is TMA only (attention_params.h, attention_sm90_kv_tma_only): no gather in the
+  // producer; the tile past the keys lands on the landing barrier, its V rows past kv_len are zeroed.
+  static constexpr bool kv_tma_only = attention_sm90_kv_tma_only(kHeadDim, kKvTma);
   using Params = typename attention_sm90_detail::Select<kKvTma, AttentionSm90Params, AttentionParams>::type;
   static constexpr int head_dim = kHeadDim;  // q/k and v head dims (equal on this path)
   static constexpr int group_size = kGroupSize;
@@ -144,7 +149,8 @@ struct AttentionSm90Traits {
 
   // Shared memory, bytes from a 1024-byte aligned base (the 128-byte swizzle is a function of address
   // bits): Q [block_m, head_dim], per stage K [block_n, head_dim] and V [block_n, head_dim], each stored as
-  // head_dim / 64 column blocks of 128-byte swizzled rows; then the full and empty mbarriers of each stage.
+  // head_dim / 64 column blocks of 128-byte swizzled rows; then the full and empty mbarriers of each stage
+  // and, TMA only, the landing mbarrier.
   static constexpr int q_bytes = kHeadDim * block_m * 2;
   static constexpr int k_bytes = kHeadDim * kBlockN * 2;
   static constexpr int v_bytes = kHeadDim * kBlockN * 2;
@@ -156,8 +162,9 @@ struct AttentionSm90Traits {
   static constexpr int staging_bytes = kKvFp8 ? 2 * staging_buffer_bytes : 0;
   static constexpr int barrier_offset = staging_offset + staging_bytes;
   static constexpr int alignment_slack = 1024;  // dynamic shared memory is only 16-byte aligned
-  static constexpr int shared_bytes = alignment_slack + barrier_offset + 2 * stages * 8;
-  static_assert(shared_bytes == attention_sm90_shared_bytes(kHeadDim, kBlockN, kStages, kKvFp8),
+  static constexpr int landing_barrier_offset = barrier_offset + 2 * stages * 8;
+  static constexpr int shared_bytes = alignment_slack + landing_barrier_offset + (kv_tma_only ? 8 : 0);
+  static_assert(shared_bytes == attention_sm90_shared_bytes(kHeadDim, kBlockN, kStages, kKvFp8, kKvTma),
                 "the layout above and the host's formula (attention_params.h) must agree");
 
   static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256,
@@ -190,9 +197,6 @@ struct AttentionSm90Traits {
   static_assert(!kKvFp8 || (!kKvTma && kHeadDim <= 128),
                 "kv_fp8: the gather path only (codes are widened by the producer), D <= 128 (at D 256 the "
                 "staging buffers do not fit beside two bf16 stages)");
-  static_assert(!kKvTma || kHeadDim <= 128,
-                "kv_tma: at D 256 the producer's 56 registers do not hold both the TMA and the gather path "
-                "(ptxas spills)");
 };
 
 // grid: [ceil(max_query_len / tokens_per_cta), num_seqs, query_heads / heads_per_cta], block: [384],
@@ -269,6 +273,8 @@ __global__ void __launch_bounds__(Traits::threads, 1)
       mbarrier_init(full_barriers + stage * 8, Traits::producer_threads);
       mbarrier_init(empty_barriers + stage * 8, Traits::consumer_threads);
     }
+    // TMA only: the boxes of the tile past the keys land here (thread 0's arrival plus their bytes).
+    if constexpr (Traits::kv_tma_only) mbarrier_init(base_address + Traits::landing_barrier_offset, 1);
     fence_barrier_init();
   }
   __syncthreads();
@@ -316,7 +322,9 @@ __global__ void __launch_bounds__(Traits::threads, 1)
     // TMA (kv_tma): lane b of warp 0 issues box b of a tile (the K boxes, then V; in each, page by page,
     // 64-column block by block) and prefetches its page a tile ahead like the gather's rows.
     const int box = threadIdx.x;
-    auto uses_tma = [&](int tile) { return Traits::kv_tma && (tile + 1) * kBlockN <= kv_len; };
+    auto uses_tma = [&](int tile) {
+      return Traits::kv_tma && (Traits::kv_tma_only || (tile + 1) * kBlockN <= kv_len);
+    };
     auto load_box_page = [&](int tile) {
       const int page_in_tile = (box / Traits::kv_column_blocks) % Traits::kv_pages_per_tile;
       const int logical =
@@ -328,7 +336,7 @@ __global__ void __launch_bounds__(Traits::threads, 1)
       if (uses_tma(tile)) {
         box_page = load_box_page(tile);
       } else {
-        load_pages(tile, pages);
+        if constexpr (!Traits::kv_tma_only) load_pages(tile, pages);
       }
     };
     if constexpr (Traits::kv_tma) {
@@ -459,10 +467,20 @@ __global__ void __launch_bounds__(Traits::threads, 1)
       const unsigned k_address = base_address + Traits::k_offset + stage * Traits::k_bytes;
       const unsigned v_address = base_address + Traits::v_offset + stage * Traits::v_bytes;
       const unsigned full = full_barriers + stage * 8;
+      // TMA only: the tile reaching past the keys lands on the landing barrier; the producer then zeroes its
+      // V rows past kv_len and arrives on the full barrier itself (at most one such tile per CTA).
+      const bool past_keys = Traits::kv_tma_only && key_first + kBlockN > kv_len;
       if (uses_tma(tile)) {
         if constexpr (Traits::kv_tma) {
+          const unsigned landing = base_address + Traits::landing_barrier_offset;
           // The bytes first (this thread's arrival below is one the phase still needs), then the boxes.
-          if (threadIdx.x == 0) mbarrier_expect_tx(full, Traits::kv_tile_bytes);
+          if (threadIdx.x == 0) {
+            if (past_keys) {
+              mbarrier_arrive_expect_tx(landing, Traits::kv_tile_bytes);
+            } else {
+              mbarrier_expect_tx(full, Traits::kv_tile_bytes);
+            }
+          }
           __syncwarp();
           if (box < Traits::kv_boxes) {
             const bool value = box >= Traits::kv_boxes_per_tensor;
@@ -479,11 +497,25 @@ __global__ void __launch_bounds__(Traits::threads, 1)
                                  : -Traits::kv_box_rows;
             const unsigned destination = (value ? v_address : k_address) + column_block * kBlockN * 128u +
                                          page_in_tile * Traits::kv_box_rows * 128u;
-            tma_load_2d(destination, value ? &kernel_params.value_map : &kernel_params.key_map, full,
-                        kv_head * kHeadDim + column_block * 64, slot);
+            tma_load_2d(destination, value ? &kernel_params.value_map : &kernel_params.key_map,
+                        past_keys ? landing : full, kv_head * kHeadDim + column_block * 64, slot);
+          }
+          if (past_keys) {
+            // V rows [kv_len - key_first, block_n): every 16-byte chunk of each row, so the swizzle (a
+            // permutation inside a row) does not matter.
+            mbarrier_wait_parity(landing, 0);
+            uint4* v_tile = reinterpret_cast<uint4*>(reinterpret_cast<unsigned char*>(shared_storage) +
+                                                     (v_address - raw_address));
+            const int zero_from = kv_len - key_first;
+            for (int index = threadIdx.x; index < (kBlockN - zero_from) * Traits::chunks;
+                 index += Traits::producer_threads) {
+              const int row = zero_from + index / Traits::chunks;
+              const int chunk_in_row = index % Traits::chunks;  // column block chunk_in_row / 8
+              v_tile[(chunk_in_row / 8) * kBlockN * 8 + row * 8 + chunk_in_row % 8] = make_uint4(0, 0, 0, 0);
+            }
           }
         }
-      } else {
+      } else if constexpr (!Traits::kv_tma_only) {
 #pragma unroll
         for (int pass = 0; pass < kKvPasses; ++pass) {
           const int row = kv_first_row + pass * kKvRowsPerPass;
@@ -506,7 +538,14 @@ __global__ void __launch_bounds__(Traits::threads, 1)
       // No wait here: the barrier gets this thread's arrival when its copies (Q on the first tile, the
       // gather) have landed, and the producer goes on to the next free stage (v1 waited for each tile's
       // copies, which left the consumers idle for a tile's load latency whenever both stages were in use).
-      cp_async_mbarrier_arrive(full);
+      // After zeroing, the arrival must also publish this thread's stores: wait for its copies (Q) and
+      // arrive plainly (release), as the fp8 path does.
+      if (past_keys) {
+        cp_async_wait<0>();
+        mbarrier_arrive(full);
+      } else {
+        cp_async_mbarrier_arrive(full);
+      }
 #pragma unroll
       for (int r = 0; r < kPageRegisters; ++r) pages[r] = next_pages[r];
       box_page = next_box_page;

@@ -436,7 +436,14 @@ TEST_CASE("attention spec on sm_90a: the wgmma kernel's stub, launch shape and c
   CHECK(sm90_kv_tma_supported(64, 8, 128));
   CHECK_FALSE(sm90_kv_tma_supported(128, 8, 128));  // 64 boxes
   CHECK_FALSE(sm90_kv_tma_supported(128, 4, 128));
-  CHECK_FALSE(sm90_kv_tma_supported(256, 64, 64));
+  CHECK_FALSE(sm90_kv_tma_supported(256, 64, 64));  // the TMA-only producer: not in the plan yet
+  CHECK(sm90_kv_tma_possible(256, 64, 64));         // but the template takes it: 2 x 1 page x 4 blocks
+  CHECK(sm90_kv_tma_possible(256, 16, 64));         // 2 x 4 pages x 4 column blocks
+  CHECK_FALSE(sm90_kv_tma_possible(256, 8, 64));    // 64 boxes
+  CHECK(sm90_kv_tma_possible(128, 16, 128) == sm90_kv_tma_supported(128, 16, 128));
+  // Its landing barrier is 8 bytes of shared memory on top of the gather's layout.
+  CHECK(sm90_attention_shared_bytes(256, 64, 2, false, true) == sm90_attention_shared_bytes(256, 64, 2) + 8);
+  CHECK(sm90_attention_shared_bytes(128, 128, 3, false, true) == sm90_attention_shared_bytes(128, 128, 3));
   CHECK(stub.find("/*ping_pong=*/true, /*kv_tma=*/true") != std::string::npos);
   CHECK(source.grid_constant);
   CHECK(source.spec.at("kv_tma") == true);
@@ -481,6 +488,11 @@ TEST_CASE("sm_90a attention compiles to wgmma without spills", "[plan][attention
       {64, 8, 1024, false, false, true},
       {64, 1, 8, true, false, true},
       {64, 2, 128, true, true, true},
+      // D 256: TMA only (the tile past the keys too, its V rows zeroed by the producer).
+      {256, 2, 16, false, false, true},
+      {256, 4, 64, true, true, true},
+      {256, 1, 1024, false, false, true, true},
+      {256, 2, 64, true, true, true, false, false, true},
       // Sinks (gpt-oss: D 64, group 8, window 128 on alternate layers), also with spans and TMA.
       {64, 8, 16, true, false, false, true},
       {64, 8, 16, false, false, true, true},
@@ -515,7 +527,7 @@ TEST_CASE("sm_90a attention compiles to wgmma without spills", "[plan][attention
       spec.tiling.overlap_softmax = false;
       spec.tiling.ping_pong = false;
       spec.tiling.stages = 2;
-      spec.tiling.shared_bytes = sm90_attention_shared_bytes(c.head_dim, spec.tiling.block_n, 2, c.kv_fp8);
+      spec.tiling.shared_bytes = spec.dynamic_shared_bytes();
       specs.push_back(spec);
     }
   }
