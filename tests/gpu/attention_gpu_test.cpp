@@ -1102,27 +1102,32 @@ TEST_CASE("attention over 32k tokens matches the reference on sampled rows", "[.
 
 TEST_CASE("attention speed of both kernels", "[.attention_speed][gpu]") {
   // Hq 32, Hkv 8, one causal sequence: D 128 over 4096 tokens (pages of 16 and 64), D 64 over 16384 and
-  // D 256 over 4096. FLOPs = 4 * Hq * D * allowed (query, key) pairs; median of 20 launches after a
-  // warm-up (run_kernel); the last 64 rows are checked against the reference so a fast wrong kernel
-  // cannot pass. The sm_90a kernel runs each consumer schedule (serial or overlapped softmax, with and
-  // without ping-pong) so one log compares them on the same inputs.
+  // D 256 over 4096; then one span over a 4096-token prompt, an fp8 cache and sinks (the plan's tiling for
+  // those). FLOPs = 4 * Hq * D * allowed (query, key) pairs; median of 20 launches after a warm-up
+  // (run_kernel); the last 64 rows are checked against the reference so a fast wrong kernel cannot pass.
+  // The sm_90a kernel runs each consumer schedule (serial or overlapped softmax, with and without
+  // ping-pong, gather or TMA) so one log compares them on the same inputs.
   struct Shape {
     int head_dim, tokens, block_size;
     bool bidirectional = false;  // one span over the whole prompt (how a causal runtime is asked)
+    bool fp8 = false;            // an fp8 e4m3fn cache
+    bool sinks = false;          // a sink per query head (gpt-oss)
   };
   struct Variant {
     plan::AttentionKernel kernel;
-    int stages;
+    int stages;  // 0: the plan's tiling (choose_sm90_attention_tiling and sm90_kv_tma_supported)
     bool overlap, ping_pong;
     bool kv_tma = false;
   };
   using plan::AttentionKernel::wgmma_sm90;
   for (const Shape shape : {Shape{128, 4096, 16}, Shape{128, 4096, 64}, Shape{64, 16384, 16},
-                            Shape{256, 4096, 16}, Shape{128, 4096, 64, true}}) {
+                            Shape{256, 4096, 16}, Shape{128, 4096, 64, true},
+                            Shape{128, 4096, 64, false, true}, Shape{64, 16384, 16, false, false, true}}) {
     std::vector<Variant> variants = {{plan::AttentionKernel::mma_sync, 0, false, false}};
     if (device_is_sm90a()) {
       const std::vector<Variant> sm90 =
-          shape.bidirectional
+          shape.fp8 || shape.sinks ? std::vector<Variant>{{wgmma_sm90, 0, false, false}}
+          : shape.bidirectional
               ? std::vector<Variant>{{wgmma_sm90, 3, true, true}, {wgmma_sm90, 3, true, true, true}}
           : shape.head_dim <= 128 ? std::vector<Variant>{{wgmma_sm90, 3, false, false},
                                                          {wgmma_sm90, 3, false, true},
@@ -1145,6 +1150,8 @@ TEST_CASE("attention speed of both kernels", "[.attention_speed][gpu]") {
       c.spans_enabled = true;
       c.spans = {{{0, shape.tokens}}};
     }
+    if (shape.fp8) c.fp8 = reference::KvFp8Scales{0.0421f, 0.0173f};
+    c.sinks = shape.sinks;
     std::mt19937_64 rng(3);
     const Problem p = make_problem(c, rng);
     const double allowed = shape.bidirectional ? double(shape.tokens) * shape.tokens
@@ -1152,7 +1159,10 @@ TEST_CASE("attention speed of both kernels", "[.attention_speed][gpu]") {
     const double flops = 4.0 * c.query_heads * c.head_dim * allowed;
     for (const Variant variant : variants) {
       plan::AttentionSpec spec = spec_with_kernel(c, variant.kernel);
-      if (variant.kernel == plan::AttentionKernel::wgmma_sm90) {
+      if (variant.kernel == plan::AttentionKernel::wgmma_sm90 && variant.stages == 0) {
+        spec.tiling.kv_tma =
+            !spec.kv_fp8 && plan::sm90_kv_tma_supported(c.head_dim, c.block_size, spec.tiling.block_n);
+      } else if (variant.kernel == plan::AttentionKernel::wgmma_sm90) {
         spec.tiling.stages = variant.stages;
         spec.tiling.overlap_softmax = variant.overlap;
         spec.tiling.ping_pong = variant.ping_pong;
@@ -1172,9 +1182,12 @@ TEST_CASE("attention speed of both kernels", "[.attention_speed][gpu]") {
           "(%d regs, %d spill bytes, %d smem): %.3f ms, %.1f TFLOP/s, tail rel L2 %.2e\n",
           plan::to_string(variant.kernel), spec.tiling.stages, int(spec.tiling.overlap_softmax),
           int(spec.tiling.ping_pong), int(spec.tiling.kv_tma), shape.head_dim, shape.tokens, shape.block_size,
-          shape.bidirectional ? "bidirectional" : "causal", spec.tiling.block_m, spec.tiling.block_n,
-          resources.registers, resources.spill_bytes(), spec.dynamic_shared_bytes(), got.milliseconds,
-          flops / (got.milliseconds * 1e-3) / 1e12, error);
+          shape.bidirectional ? "bidirectional"
+          : shape.fp8         ? "causal fp8 cache"
+          : shape.sinks       ? "causal sinks"
+                              : "causal",
+          spec.tiling.block_m, spec.tiling.block_n, resources.registers, resources.spill_bytes(),
+          spec.dynamic_shared_bytes(), got.milliseconds, flops / (got.milliseconds * 1e-3) / 1e12, error);
     }
   }
 }
