@@ -7,6 +7,7 @@
 
 #include "compiler/compiler.hpp"
 #include "config/target.hpp"
+#include "support/catch.hpp"
 
 namespace attnplan::plan_testing {
 
@@ -22,6 +23,23 @@ inline const compiler::Compiler& source_tree_compiler() {
       compiler::Toolkit::locate({}, {}, {}),
       compiler::TemplateLibrary::from_directory(std::string(ATTNPLAN_SOURCE_DIR) + "/templates"));
   return instance;
+}
+
+// A warp-specialized GEMM (gemm_sm90*.cuh) compiled for sm_90a with its PTX, and what every one of them
+// must show: no spills, no stack, all shared memory dynamic, at most 168 registers at launch (65536 / 384;
+// setmaxnreg then moves them to the consumers), TMA loads and the consumers' setmaxnreg to 232.
+inline compiler::CompiledKernel compile_sm90a_gemm(const compiler::KernelSource& source) {
+  INFO(source.render_stub());
+  compiler::CompiledKernel kernel =
+      source_tree_compiler().compile(source, compiler::CompileOptions{.arch = kSm90a, .keep_ptx = true});
+  INFO(kernel.log);
+  CHECK(kernel.resources.spill_bytes() == 0);
+  CHECK(kernel.resources.stack_bytes == 0);
+  CHECK(kernel.resources.shared_bytes == 0);
+  CHECK(kernel.resources.registers <= 168);
+  CHECK(kernel.ptx.find("cp.async.bulk.tensor.2d") != std::string::npos);
+  CHECK(kernel.ptx.find("setmaxnreg.inc.sync.aligned.u32 232") != std::string::npos);
+  return kernel;
 }
 
 // Device addresses are only checked for alignment, never dereferenced.
