@@ -2,38 +2,69 @@
 # Everything that needs a GPU, in one go (for a lent GPU machine or a developer's workstation): build,
 # the GPU test executable, `attnplan verify` of every plan, and the HF transformers layer comparison.
 # Logs go to $OUT (default: ./gpu-logs). Exit status: non-zero if any part failed.
+#
+#   tools/gpu_suite.sh                 # every part: build tests plans verify hf host
+#   tools/gpu_suite.sh build tests     # just these parts, in this order
+#
+# Parts: `tests` runs test_gpu "~[.]~[plans]" (every non-hidden case but the plan sweep), `plans` the sweep
+# "[plans]" (every plan in plans/ through the runtime API), `verify` `attnplan verify` of every plan (1000
+# tokens, 4 sequences, prefix 300), `hf` the HF transformers layers, `host` ctest without the GPU label.
+# On an H200 (2026-11-30): build ~40 s, tests ~6.5 min, plans ~3 min, verify ~4 min, hf ~1 min. Where one
+# command is limited to 10 minutes, run `build tests` and `build plans verify hf` apart (the build is
+# incremental; the kernel cache in $ATTNPLAN_CACHE_DIR is shared). Two parts run at once on one GPU slow
+# each other down: tests and verify side by side took more than 8 minutes.
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 OUT="${OUT:-$ROOT/gpu-logs}"
 BUILD="${ATTNPLAN_BUILD_DIR:-$ROOT/build-gpu}"
 mkdir -p "$OUT"
 export ATTNPLAN_CACHE_DIR="${ATTNPLAN_CACHE_DIR:-$BUILD/cache}"
+parts=("$@")
+[[ ${#parts[@]} -gt 0 ]] || parts=(build tests plans verify hf host)
+for part in "${parts[@]}"; do
+  case "$part" in
+    build | tests | plans | verify | hf | host) ;;
+    *) echo "unknown part '$part' (build tests plans verify hf host)" >&2; exit 2 ;;
+  esac
+done
 status=0
 
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/device.txt"
-if ! { cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DATTNPLAN_WERROR=ON &&
-       ninja -C "$BUILD"; } >"$OUT/build.log" 2>&1; then
-  tail -40 "$OUT/build.log"
-  exit 1
-fi
-
-echo "== GPU tests"
-"$BUILD/tests/test_gpu" -r compact >"$OUT/test_gpu.log" 2>&1 || status=1
-tail -5 "$OUT/test_gpu.log"
-
-echo "== attnplan verify, every plan"
-for plan in "$ROOT"/plans/*.json; do
-  "$BUILD/attnplan" verify "$plan" --tokens 1000 --seqs 4 --prefix 300 >>"$OUT/verify.log" 2>&1
-  code=$?
-  printf '%-28s %s\n' "$(basename "$plan")" "$([[ $code == 0 ]] && echo ok || echo "FAILED ($code)")"
-  [[ $code == 0 ]] || status=1
+for part in "${parts[@]}"; do
+  start=$SECONDS
+  case "$part" in
+    build)
+      if ! { cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DATTNPLAN_WERROR=ON &&
+             ninja -C "$BUILD"; } >"$OUT/build.log" 2>&1; then
+        tail -40 "$OUT/build.log"
+        exit 1
+      fi
+      ;;
+    tests)
+      "$BUILD/tests/test_gpu" "~[.]~[plans]" -r compact -d yes >"$OUT/test_gpu.log" 2>&1 || status=1
+      tail -3 "$OUT/test_gpu.log"
+      ;;
+    plans)
+      "$BUILD/tests/test_gpu" "[plans]~[.]" -r compact -d yes >"$OUT/plans.log" 2>&1 || status=1
+      tail -3 "$OUT/plans.log"
+      ;;
+    verify)
+      for plan in "$ROOT"/plans/*.json; do
+        "$BUILD/attnplan" verify "$plan" --tokens 1000 --seqs 4 --prefix 300 >>"$OUT/verify.log" 2>&1
+        code=$?
+        printf '%-32s %s\n' "$(basename "$plan")" "$([[ $code == 0 ]] && echo ok || echo "FAILED ($code)")"
+        [[ $code == 0 ]] || status=1
+      done
+      ;;
+    hf)
+      python3 "$ROOT/tools/hf_layer_check.py" "$BUILD/attnplan" "$BUILD/hf" >"$OUT/hf.log" 2>&1 || status=1
+      grep -E "attnplan vs|FAIL|Error|error" "$OUT/hf.log" | head -20
+      ;;
+    host)
+      (cd "$BUILD" && ctest -j 16 --output-on-failure -LE gpu >"$OUT/ctest.log" 2>&1) || status=1
+      tail -3 "$OUT/ctest.log"
+      ;;
+  esac
+  echo "== $part: $((SECONDS - start)) s"
 done
-
-echo "== HF transformers layers"
-python3 "$ROOT/tools/hf_layer_check.py" "$BUILD/attnplan" "$BUILD/hf" >"$OUT/hf.log" 2>&1 || status=1
-grep -E "attnplan vs|FAIL|Error|error" "$OUT/hf.log" | head -20
-
-echo "== host tests"
-(cd "$BUILD" && ctest -j 16 --output-on-failure -LE gpu >"$OUT/ctest.log" 2>&1) || status=1
-tail -3 "$OUT/ctest.log"
 exit $status
