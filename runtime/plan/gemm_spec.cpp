@@ -146,8 +146,8 @@ compiler::KernelSource sm90_w4_source(const GemmSpec& spec) {
     throw Error(
         Stage::input,
         fmt::format(
-            "gemm: the wgmma_w4 kernel reads mxfp4, nvfp4, 4-bit affine and 4-bit GPTQ without act order "
-            "weights, not {}{}",
+            "gemm: the wgmma_w4 kernel reads mxfp4, nvfp4, 4-bit affine, 4-bit GPTQ without act order, "
+            "mxfp8 and fp8 weight-only weights, not {}{}",
             config::to_string(spec.weights.format),
             spec.weights.format == WeightFormat::affine ? fmt::format(" with {} bits", spec.weights.bits)
             : spec.weights.format == WeightFormat::packed_integer
@@ -176,8 +176,9 @@ compiler::KernelSource sm90_w4_source(const GemmSpec& spec) {
                  {"has_bias", spec.has_bias},
                  {"weights",
                   {{"format", config::to_string(spec.weights.format)},
-                   {"bits", spec.weights.bits},
-                   {"group_size", spec.weights.group_size}}},
+                   {"bits", weight_bits(spec.weights)},
+                   {"group_size", spec.weights.group_size},
+                   {"policy", weight_policy(spec.weights)}}},
                  {"dynamic_shared_bytes", spec.dynamic_shared_bytes()}};
   return source;
 }
@@ -232,6 +233,10 @@ bool sm90_w4_gemm_enabled() {
   return true;
 }
 
+bool sm90_w8_gemm_enabled() {
+  return false;
+}
+
 bool sm90_w4_gemm_supports(const config::WeightEncoding& encoding) {
   switch (encoding.format) {
     case WeightFormat::mxfp4:
@@ -248,6 +253,10 @@ bool sm90_w4_gemm_supports(const config::WeightEncoding& encoding) {
              (encoding.group_size == -1 ||
               (encoding.group_size > 0 && encoding.group_size % 16 == 0 &&
                (64 % encoding.group_size == 0 || encoding.group_size % 64 == 0)));
+    case WeightFormat::fp8:  // weight-only: fp8 activations take gemm_sm90_fp8.cuh
+      return encoding.activation == config::ActivationType::bf16;
+    case WeightFormat::mxfp8:
+      return true;
     default:
       return false;
   }
@@ -257,10 +266,13 @@ GemmKernelChoice choose_w4_gemm_kernel(const config::WeightEncoding& encoding, c
                                        int n, int k, std::span<const int> segment_widths) {
   GemmKernelChoice choice;
   if (!sm90_w4_gemm_enabled() || !sm90_w4_gemm_supports(encoding)) return choice;
+  const int bits = weight_bits(encoding);
+  if (bits == 8 && !sm90_w8_gemm_enabled()) return choice;
   if (arch.sm() != 90 || !arch.arch_specific) return choice;  // wgmma exists only in sm_90a
-  if (n <= 0 || k <= 0 || k % 32 != 0 || segment_widths.empty()) return choice;
+  if (n <= 0 || k <= 0 || k % (128 / bits) != 0 || segment_widths.empty()) return choice;
   if (!segments_fit(segment_widths, kGemmSm90W4BlockRows)) return choice;
-  constexpr GemmSm90Tiling kWide{.block_n = 256, .stages = 6};
+  // 8-bit codes make a 256-token slot 40 KiB: five fit where six 36 KiB slots of 4-bit codes do.
+  const GemmSm90Tiling kWide{.block_n = 256, .stages = bits == 8 ? 5 : 6};
   constexpr GemmSm90Tiling kNarrow{.block_n = 128, .stages = 8};
   // Busiest SM's rounds of tiles times a tile's time (proportional to its tokens; a 128-token tile does
   // ~10% less per token: the weight slice is decoded once per tile, so twice as often per token).
@@ -281,6 +293,7 @@ GemmSm90Params make_gemm_sm90_w4_params(const GemmSpec& spec, const GemmParams& 
   encode_tensor_map(sm90.a_map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, params.a, params.k, params.m, params.lda,
                     kGemmSm90W4BlockK, spec.sm90.block_n, "gemm a");
   const bool gptq = spec.weights.format == WeightFormat::packed_integer;
+  const int row_bytes_per_k_slot = kGemmSm90W4BlockK * weight_bits(spec.weights) / 8;  // 32 or 64
   for (int s = 0; s < spec.segments; ++s) {
     const GemmSegment& segment = params.segments[s];
     const int rows = segment.n_end - segment.n_begin;
@@ -288,9 +301,10 @@ GemmSm90Params make_gemm_sm90_w4_params(const GemmSpec& spec, const GemmParams& 
     if (gptq) {  // words [K / 8, rows]: boxes of 8 word rows (64 k) of 128 weight rows, unswizzled
       encode_tensor_map(sm90.w_maps[s], CU_TENSOR_MAP_DATA_TYPE_UINT32, 4, segment.weight, rows, params.k / 8,
                         rows, kGemmSm90W4BlockRows, kGemmSm90W4BlockK / 8, field, CU_TENSOR_MAP_SWIZZLE_NONE);
-    } else {  // bytes [rows, K / 2]: boxes of 64 k (32 bytes) of 128 rows, unswizzled
-      encode_tensor_map(sm90.w_maps[s], CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, segment.weight, params.k / 2, rows,
-                        params.k / 2, kGemmSm90W4BlockK / 2, kGemmSm90W4BlockRows, field,
+    } else {  // bytes [rows, K * bits / 8]: boxes of 64 k (32 or 64 bytes) of 128 rows, unswizzled
+      const long long row_bytes = static_cast<long long>(params.k) * weight_bits(spec.weights) / 8;
+      encode_tensor_map(sm90.w_maps[s], CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, segment.weight, row_bytes, rows,
+                        row_bytes, row_bytes_per_k_slot, kGemmSm90W4BlockRows, field,
                         CU_TENSOR_MAP_SWIZZLE_NONE);
     }
   }
@@ -440,7 +454,8 @@ int GemmSpec::threads() const {
 
 int GemmSpec::dynamic_shared_bytes() const {
   if (kernel == GemmKernel::wgmma) return gemm_sm90_dynamic_shared_bytes(sm90.block_n, sm90.stages);
-  if (kernel == GemmKernel::wgmma_w4) return gemm_sm90_w4_dynamic_shared_bytes(sm90.block_n, sm90.stages);
+  if (kernel == GemmKernel::wgmma_w4)
+    return gemm_sm90_w4_dynamic_shared_bytes(sm90.block_n, sm90.stages, weight_bits(weights));
   return gemm_dynamic_shared_bytes(tiling.block_m, tiling.block_n, tiling.block_k, tiling.stages,
                                    weight_bits(weights));
 }
@@ -522,9 +537,10 @@ void GemmSpec::check(const GemmParams& params) const {
     }
   }
   if (kernel == GemmKernel::wgmma_w4) {
-    require(params.k % 32 == 0,
-            fmt::format("K = {} is not a multiple of 32 (the wgmma_w4 kernel's 16-byte rows of 4-bit codes)",
-                        params.k));
+    const int bits = weight_bits(weights);
+    require(params.k % (128 / bits) == 0,
+            fmt::format("K = {} is not a multiple of {} (the wgmma_w4 kernel's 16-byte rows of {}-bit codes)",
+                        params.k, 128 / bits, bits));
   }
 }
 

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 #include "attnplan/common.cuh"
 #include "attnplan/gemm_params.h"
@@ -74,10 +75,22 @@ __device__ __forceinline__ float2 u4_pair_to_float2(unsigned byte) {
   return __half22float2(__hsub2(biased, __floats2half2_rn(1024.0f, 1024.0f)));
 }
 
+// The e4m3fn formats' codes for the sm_90a mixed-input kernel (gemm_sm90_w4.cuh), as E2m1Codes below for
+// the 4-bit ones: bytes [rows, K] in k order; code_pair takes two codes (the low 16 bits, lower k first)
+// and gives their exact values (e4m3fn fits fp16; its NaN code stays NaN, as e4m3fn_to_float says).
+struct E4m3Codes {
+  static constexpr bool has_offset = false;
+  static constexpr float code_pair_unit = 1.0f;
+  __device__ static float2 code_pair(unsigned pair) {
+    return __half22float2(
+        __half2(__nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(pair & 0xFFFFu), __NV_E4M3)));
+  }
+};
+
 // fp8 e4m3fn weights, weight-only (activations stay bf16). kGranularity: 0 one f32 scale for the tensor,
 // 1 one f32 per row, 2 one f32 per 128x128 block ([ceil(rows / 128), ceil(K / 128)]).
 template <int kGranularity>
-struct Fp8Weights {
+struct Fp8Weights : E4m3Codes {
   static constexpr int bits = 8;
   static_assert(kGranularity >= 0 && kGranularity <= 2, "tensor, channel or block");
   // raw: the 8 bytes of W[row, k .. k + 8) (k a multiple of 8, so one scale block holds all 8).
@@ -93,11 +106,20 @@ struct Fp8Weights {
 #pragma unroll
     for (int e = 0; e < 8; ++e) values[e] = e4m3fn_to_float(raw[e]) * s;
   }
+  // For gemm_sm90_w4.cuh: one scale per 128 k of a row (block), else one for the whole row (-1).
+  static constexpr int group_size = kGranularity == 2 ? 128 : -1;
+  __device__ static float group_scale(const GemmSegment& segment, int row, int group, int k_total) {
+    return scale(segment, row, group * 128, k_total);  // group is 0 unless block-scaled
+  }
 };
 
 // OCP MXFP8: e4m3fn values, one E8M0 scale per 32 values of a row ([rows, K / 32]).
-struct Mxfp8Weights {
+struct Mxfp8Weights : E4m3Codes {
   static constexpr int bits = 8;
+  static constexpr int group_size = 32;  // for gemm_sm90_w4.cuh
+  __device__ static float group_scale(const GemmSegment& segment, int row, int group, int k_total) {
+    return e8m0_to_float(static_cast<const unsigned char*>(segment.scales)[row * (k_total / 32) + group]);
+  }
   __device__ static void dequantize(const unsigned char* raw, const GemmSegment& segment, int row, int k,
                                     int k_total, float (&values)[8]) {
     const float s =

@@ -1,7 +1,8 @@
 // The sm_90a mixed-input projection GEMM: C[M, N] = X[M, K] · dequant(W)[N, K]^T (+ bias[N]) for 4-bit
 // weights whose codes are stored in k order, two per byte, low nibble first: rows of bytes [N, K / 2]
-// (mxfp4, nvfp4, MLX affine 4-bit) or GPTQ's words [K / 8, N] (4-bit, no act order); bf16 activations,
-// fp32 accumulation, one rounding to bf16 — gemm.cuh's semantics.
+// (mxfp4, nvfp4, MLX affine 4-bit) or GPTQ's words [K / 8, N] (4-bit, no act order); and for 8-bit e4m3fn
+// weights, rows of bytes [N, K] (fp8 weight-only, mxfp8); bf16 activations, fp32 accumulation, one
+// rounding to bf16 — gemm.cuh's semantics. ("w4" for the width it was written for.)
 //
 // wgmma reads its A operand from registers or shared memory and B from shared memory only, so the operands
 // are swapped: a tile computes C^T[128 weight rows, block_tokens] = W'[128, K] · X[block_tokens, K]^T with
@@ -59,14 +60,17 @@ struct GemmSm90W4Traits {
   static constexpr int k_steps = block_k / 16;                  // wgmma k16 steps per slot
 
   static constexpr int x_slot_bytes = block_tokens * block_k * 2;  // [block_tokens, 64] bf16
-  static constexpr int code_row_bytes = block_k / 2;               // 32: 64 codes of one weight row
+  static constexpr int bits = Format::bits;                        // 4 or 8 bits per code
+  static constexpr int code_row_bytes = block_k * bits / 8;        // 32 or 64: 64 codes of one weight row
   static constexpr int code_slot_bytes = block_rows * code_row_bytes;
   static constexpr int slot_bytes = x_slot_bytes + code_slot_bytes;
   static constexpr int ring_bytes = stages * slot_bytes;
-  static constexpr int dynamic_shared_bytes = gemm_sm90_w4_dynamic_shared_bytes(block_tokens, stages);
+  static constexpr int dynamic_shared_bytes = gemm_sm90_w4_dynamic_shared_bytes(block_tokens, stages, bits);
 
   // Codes: bytes [rows, K / 2] (a slot: [128, 32] bytes), or GPTQ words [K / 8, rows] (a slot: [8, 128]
   // words). Either way byte l % 4 of the slot's word 2 s (+ 1) of a row holds its k 16 s + 2 (l % 4) (+ 8).
+  // 8-bit codes: bytes [rows, K] (a slot: [128, 64] bytes); the 16-bit half l % 2 of the row's word
+  // 4 s + (l % 4) / 2 (+ 2) holds the same two k.
   static constexpr bool k_major_words = k_major_words_v<Format>;
   // Scales per weight row that one slot's 64 k touch, and the k16 steps one scale covers (a per-channel
   // group, -1, is one group longer than any K).
@@ -79,7 +83,7 @@ struct GemmSm90W4Traits {
   static constexpr unsigned empty_arrivals = 4 * consumers;  // one per consumer warp
   static constexpr int group_tokens = 8;                     // token tiles per rasterization group
 
-  static_assert(Format::bits == 4, "4-bit codes, two per byte");
+  static_assert(bits == 4 || (bits == 8 && !k_major_words), "4-bit codes two per byte, or 8-bit bytes");
   static_assert(block_tokens == 128 || block_tokens == 256, "block_tokens is 128 or 256 (wgmma N, TMA box)");
   static_assert(stages >= 2, "the ring needs at least two slots");
   static_assert(kSegments >= 1 && kSegments <= kMaxGemmSegments, "1 to 3 weight segments");
@@ -169,7 +173,8 @@ __global__ void __launch_bounds__(Traits::threads, 1)
   const int thread = threadIdx.x % 128;
   const int warp = thread / 32;
   const int lane = thread % 32;
-  const int byte_shift = 8 * (lane % 4);
+  // Where a thread's code pair sits in a 32-bit word: byte l % 4 (4 bits), or half l % 2 (8 bits).
+  const int byte_shift = Traits::bits == 4 ? 8 * (lane % 4) : 16 * (lane % 2);
   const int fragment_row = (warpgroup - 1) * Traits::consumer_rows + 16 * warp + lane / 4;  // of the tile
   float accumulator[Traits::accumulators];
 #pragma unroll
@@ -235,13 +240,23 @@ __global__ void __launch_bounds__(Traits::threads, 1)
           const unsigned* column = reinterpret_cast<const unsigned*>(codes) + fragment_row + 8 * h;
 #pragma unroll
           for (int i = 0; i < 8; ++i) words[h][i] = column[i * Traits::block_rows];
-        } else {  // [128, 32] bytes, row-major
+        } else if constexpr (Traits::bits == 4) {  // [128, 32] bytes, row-major
           const uint4* source =
               reinterpret_cast<const uint4*>(codes + (fragment_row + 8 * h) * Traits::code_row_bytes);
           const uint4 first = source[0];
           const uint4 second = source[1];
           words[h][0] = first.x, words[h][1] = first.y, words[h][2] = first.z, words[h][3] = first.w;
           words[h][4] = second.x, words[h][5] = second.y, words[h][6] = second.z, words[h][7] = second.w;
+        } else {  // [128, 64] bytes, row-major: of the row's 16 words, 2 i + (l % 4) / 2 is this thread's i
+          const uint4* source =
+              reinterpret_cast<const uint4*>(codes + (fragment_row + 8 * h) * Traits::code_row_bytes);
+          const bool odd = (lane & 2) != 0;
+#pragma unroll
+          for (int q = 0; q < 4; ++q) {
+            const uint4 four = source[q];
+            words[h][2 * q] = odd ? four.y : four.x;
+            words[h][2 * q + 1] = odd ? four.w : four.z;
+          }
         }
       }
 #pragma unroll
@@ -251,7 +266,8 @@ __global__ void __launch_bounds__(Traits::threads, 1)
         for (int half = 0; half < 2; ++half) {  // k + 0 (word 2 step) or k + 8 (word 2 step + 1)
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
-            const unsigned byte = words[h][2 * step + half] >> byte_shift;  // code_pair masks the byte
+            // code_pair masks its byte (4 bits) or half word (8 bits)
+            const unsigned byte = words[h][2 * step + half] >> byte_shift;
             a[step][2 * half + h] =
                 dequantize_code_pair<Format>(byte, scales.scale[h][j], scales.offset[h][j]);
           }

@@ -579,8 +579,34 @@ TEST_CASE("sm_90a 4-bit weight GEMM matches the reference per format", "[gpu][ge
   }
 }
 
+TEST_CASE("sm_90a 8-bit weight GEMM (fp8 weight-only, mxfp8) matches the reference per format",
+          "[gpu][gemm][gemm_w4]") {
+  const config::Arch arch = device_arch();
+  if (arch.sm() != 90 || !arch.arch_specific) {
+    WARN("wgmma_w4 needs sm_90a; " << arch.name() << " skips it");
+    return;
+  }
+  // The mixed-input kernel's 8-bit members, forced (the plan gives them the kernel only once
+  // sm90_w8_gemm_enabled): codes [N, K] bytes, a thread's k pair a half word, one scale per tensor, row,
+  // 128 x 128 block or 32 k (E8M0).
+  std::uint64_t seed = 6300;
+  for (const config::WeightEncoding& weights : testing::sm90_w8_encodings()) {
+    const int llama[] = {4096, 1024, 1024};
+    CHECK(plan::choose_w4_gemm_kernel(weights, arch, 2048, 6144, 4096, llama).kernel ==
+          (plan::sm90_w8_gemm_enabled() ? plan::GemmKernel::wgmma_w4 : plan::GemmKernel::mma_sync));
+    // M 1000 (3.9 tiles of 256), N 1536 + 64 (a ragged last segment), K 4096, bias; both tilings.
+    check_quantized_gemm(weights, 1000, 4096, {1536, 64}, true, seed++, {{256, 5}, {128, 8}});
+    // K past the last whole slot: 4064 = 63.5 slots of 64 (mxfp8 needs K % 32; a partial 128-wide scale
+    // block for the block-scaled fp8).
+    check_quantized_gemm(weights, 1000, 4064, {1536, 64}, false, seed++, {{256, 5}});
+    // Three segments, few tokens, then one token.
+    check_quantized_gemm(weights, 37, 2880, {256, 128, 72}, true, seed++, {{128, 8}});
+    check_quantized_gemm(weights, 1, 2880, {128, 128, 8}, true, seed++, {{128, 8}});
+  }
+}
+
 // Issue #6's 4-bit row: the Llama-3.1-8B QKV product (N 6144 = 4096 | 1024 | 1024, K 4096) at 512, 2048 and
-// 8192 tokens, the bf16 wgmma kernel (the plan's pick) next to each 4-bit format on wgmma_w4 (both tilings;
+// 8192 tokens, the bf16 wgmma kernel (the plan's pick) next to each 4- and 8-bit format on wgmma_w4 (both tilings;
 // "<-" marks the plan's pick) and on mma.sync (the plan's tiling). Median of 20 CUDA-event timings after 5
 // warm-up launches; every 4-bit output is compared with mma.sync's on the same weights.
 // Run: test_gpu "[.gemm_w4_speed]".
@@ -596,9 +622,12 @@ TEST_CASE("4-bit weight GEMM speed: wgmma_w4 vs bf16 wgmma and mma.sync", "[.gem
   std::mt19937_64 rng(12);
   const driver::DeviceBuffer d_w =
       driver::DeviceBuffer::from_host(random_bf16(std::size_t(n) * k, rng, 0.0, 1.0 / std::sqrt(k)));
-  // One of each code layout and decode: E2M1 (two scale kinds), affine (g64: g32 and g128 time alike), GPTQ.
+  // One of each code layout and decode: E2M1 (two scale kinds), affine (g64: g32 and g128 time alike), GPTQ;
+  // and the 8-bit members (fp8 block-scaled weight-only, mxfp8), whose mma.sync rows are the baseline they
+  // replace once sm90_w8_gemm_enabled.
   const std::vector<config::WeightEncoding> all = w4_encodings();
-  const std::vector<config::WeightEncoding> encodings = {all[0], all[1], all[3], all[5]};
+  const std::vector<config::WeightEncoding> w8 = testing::sm90_w8_encodings();
+  const std::vector<config::WeightEncoding> encodings = {all[0], all[1], all[3], all[5], w8[2], w8[3]};
   std::vector<QuantizedWeights> quantized;
   for (std::size_t f = 0; f < encodings.size(); ++f)
     quantized.push_back(upload_quantized(encodings[f], k, widths, {}, 500 + f));
@@ -644,9 +673,13 @@ TEST_CASE("4-bit weight GEMM speed: wgmma_w4 vs bf16 wgmma and mma.sync", "[.gem
                   encoding_name(spec.weights).c_str(), spec_name(spec).c_str(), mma_ms, tflops(mma_ms),
                   bf16_ms / mma_ms);
       const plan::GemmKernelChoice choice = plan::choose_w4_gemm_kernel(encodings[f], arch, m, n, k, widths);
-      CHECK(choice.kernel ==
-            (plan::sm90_w4_gemm_enabled() ? plan::GemmKernel::wgmma_w4 : plan::GemmKernel::mma_sync));
-      for (const plan::GemmSm90Tiling tiling : {plan::GemmSm90Tiling{256, 6}, plan::GemmSm90Tiling{128, 8}}) {
+      const bool eight = encodings[f].format == config::WeightFormat::fp8 ||
+                         encodings[f].format == config::WeightFormat::mxfp8;
+      CHECK(choice.kernel == (plan::sm90_w4_gemm_enabled() && (!eight || plan::sm90_w8_gemm_enabled())
+                                  ? plan::GemmKernel::wgmma_w4
+                                  : plan::GemmKernel::mma_sync));
+      for (const plan::GemmSm90Tiling tiling :
+           {plan::GemmSm90Tiling{256, eight ? 5 : 6}, plan::GemmSm90Tiling{128, 8}}) {
         spec.kernel = plan::GemmKernel::wgmma_w4;
         spec.sm90 = tiling;
         const double ms = time_ms(spec);

@@ -79,11 +79,25 @@ TEST_CASE("wgmma_w4: sm_90a, the row-major 4-bit formats, segments of whole 128-
     CHECK(choose_w4_gemm_kernel(encoding, {9, 0, false}, 8192, 6144, 4096, llama).kernel ==
           GemmKernel::mma_sync);
   }
-  // Formats whose codes are not [N, K / 2] row-major bytes stay on mma.sync.
+  // 8-bit codes ([N, K] bytes): the kernel reads them; the plan gives them to it once sm90_w8_gemm_enabled,
+  // with five 256-token slots (40 KiB each) instead of six.
+  for (const config::WeightEncoding& encoding : testing::sm90_w8_encodings()) {
+    INFO(config::to_string(encoding.format) << " " << config::to_string(encoding.scale_granularity));
+    CHECK(sm90_w4_gemm_supports(encoding));
+    const GemmKernelChoice choice = choose_w4_gemm_kernel(encoding, kSm90a, 8192, 6144, 4096, llama);
+    if (sm90_w8_gemm_enabled()) {
+      CHECK(choice.kernel == GemmKernel::wgmma_w4);
+      CHECK(choice.sm90 == GemmSm90Tiling{.block_n = 256, .stages = 5});
+    } else {
+      CHECK(choice.kernel == GemmKernel::mma_sync);
+    }
+  }
+  config::WeightEncoding fp8_activations = testing::fp8_weight_only(config::Fp8ScaleGranularity::block);
+  fp8_activations.activation = config::ActivationType::fp8;  // gemm_sm90_fp8.cuh's
+  CHECK_FALSE(sm90_w4_gemm_supports(fp8_activations));
+  // Formats whose codes are neither [N, K / 2] nor [N, K] row-major bytes stay on mma.sync.
   const config::WeightEncoding others[] = {
       format(config::WeightFormat::bf16),
-      format(config::WeightFormat::fp8),
-      format(config::WeightFormat::mxfp8),
       testing::packed_encoding(config::PackedIntegerScheme::awq, 4, 128, false),
       testing::packed_encoding(config::PackedIntegerScheme::gptq, 4, 128, true),  // act order
       testing::packed_encoding(config::PackedIntegerScheme::gptq, 8, 128, false),
@@ -157,8 +171,13 @@ TEST_CASE("wgmma_w4 spec: stub, shared memory, persistent launch shape, checks",
 
 TEST_CASE("wgmma_w4 specializations compile for sm_90a: register-A wgmma, no spills",
           "[plan][gemm][gemm_w4][nvrtc]") {
-  const GemmSm90Tiling tilings[] = {{.block_n = 256, .stages = 6}, {.block_n = 128, .stages = 8}};
-  for (const config::WeightEncoding& encoding : w4_encodings()) {
+  std::vector<config::WeightEncoding> encodings = w4_encodings();
+  for (const config::WeightEncoding& encoding : testing::sm90_w8_encodings()) encodings.push_back(encoding);
+  for (const config::WeightEncoding& encoding : encodings) {
+    const bool eight =
+        encoding.format == config::WeightFormat::fp8 || encoding.format == config::WeightFormat::mxfp8;
+    const GemmSm90Tiling tilings[] = {{.block_n = 256, .stages = eight ? 5 : 6},
+                                      {.block_n = 128, .stages = 8}};
     for (const GemmSm90Tiling& tiling : tilings) {
       GemmSpec spec{.segments = 3, .has_bias = true};
       spec.kernel = GemmKernel::wgmma_w4;
@@ -170,14 +189,10 @@ TEST_CASE("wgmma_w4 specializations compile for sm_90a: register-A wgmma, no spi
       INFO(kernel.log);
       const compiler::ResourceUsage& usage = kernel.resources;
       std::printf(
-          "gemm_sm90_w4 %-6s g%-3d tokens %d stages %d: %3d registers, %d spill bytes, %d stack bytes, %d "
+          "gemm_sm90_w4 %-48s tokens %d stages %d: %3d registers, %d spill bytes, %d stack bytes, %d "
           "dynamic smem\n",
-          std::string(config::to_string(encoding.format)).c_str(),
-          encoding.format == config::WeightFormat::mxfp4 || encoding.format == config::WeightFormat::nvfp4
-              ? 0
-              : encoding.group_size,
-          tiling.block_n, tiling.stages, usage.registers, usage.spill_bytes(), usage.stack_bytes,
-          spec.dynamic_shared_bytes());
+          source.spec.at("weights").at("policy").get<std::string>().c_str(), tiling.block_n, tiling.stages,
+          usage.registers, usage.spill_bytes(), usage.stack_bytes, spec.dynamic_shared_bytes());
       CHECK(kernel.lowered_name.find("gemm_sm90_w4_kernel") != std::string::npos);
       // The A operand from registers: "{%r.., %r.., %r.., %r..}" right after the accumulator list.
       const std::string wgmma =
