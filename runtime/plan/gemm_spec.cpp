@@ -146,8 +146,8 @@ compiler::KernelSource sm90_w4_source(const GemmSpec& spec) {
     throw Error(
         Stage::input,
         fmt::format(
-            "gemm: the wgmma_w4 kernel reads mxfp4, nvfp4, 4-bit affine, 4-bit GPTQ without act order, "
-            "mxfp8 and fp8 weight-only weights, not {}{}",
+            "gemm: the wgmma_w4 kernel reads mxfp4, nvfp4, 4-bit affine, 4-bit GPTQ and AWQ without act "
+            "order, mxfp8 and fp8 weight-only weights, not {}{}",
             config::to_string(spec.weights.format),
             spec.weights.format == WeightFormat::affine ? fmt::format(" with {} bits", spec.weights.bits)
             : spec.weights.format == WeightFormat::packed_integer
@@ -233,8 +233,11 @@ bool sm90_w4_gemm_enabled() {
   return true;
 }
 
-bool sm90_w8_gemm_enabled() {
-  return false;
+bool sm90_w4_gemm_validated(const config::WeightEncoding& encoding) {
+  // Built in session 5 without device time: 8-bit codes and AWQ's words (docs/kernels-notes.md).
+  if (weight_bits(encoding) == 8) return false;
+  return !(encoding.format == WeightFormat::packed_integer &&
+           encoding.scheme == config::PackedIntegerScheme::awq);
 }
 
 bool sm90_w4_gemm_supports(const config::WeightEncoding& encoding) {
@@ -246,10 +249,9 @@ bool sm90_w4_gemm_supports(const config::WeightEncoding& encoding) {
       return encoding.bits == 4 &&
              (encoding.group_size == 32 || encoding.group_size == 64 || encoding.group_size == 128);
     case WeightFormat::packed_integer:
-      // GPTQ's [K / 8, N] words (AWQ packs along N: a byte holds two columns, not two k). A group must
-      // hold whole k16 steps and tile the 64-wide K slot (or a whole number of them).
-      return encoding.scheme != config::PackedIntegerScheme::awq && encoding.bits == 4 &&
-             !encoding.act_order &&
+      // GPTQ's [K / 8, N] words or AWQ's [K, N / 8]. A group must hold whole k16 steps and tile the
+      // 64-wide K slot (or a whole number of them).
+      return encoding.bits == 4 && !encoding.act_order &&
              (encoding.group_size == -1 ||
               (encoding.group_size > 0 && encoding.group_size % 16 == 0 &&
                (64 % encoding.group_size == 0 || encoding.group_size % 64 == 0)));
@@ -266,8 +268,13 @@ GemmKernelChoice choose_w4_gemm_kernel(const config::WeightEncoding& encoding, c
                                        int n, int k, std::span<const int> segment_widths) {
   GemmKernelChoice choice;
   if (!sm90_w4_gemm_enabled() || !sm90_w4_gemm_supports(encoding)) return choice;
+  if (!sm90_w4_gemm_validated(encoding)) return choice;
   const int bits = weight_bits(encoding);
-  if (bits == 8 && !sm90_w8_gemm_enabled()) return choice;
+  const bool awq =
+      encoding.scheme == config::PackedIntegerScheme::awq && encoding.format == WeightFormat::packed_integer;
+  // AWQ's rows of N / 8 words must be whole 16-byte TMA strides.
+  if (awq && !std::all_of(segment_widths.begin(), segment_widths.end(), [](int w) { return w % 32 == 0; }))
+    return choice;
   if (arch.sm() != 90 || !arch.arch_specific) return choice;  // wgmma exists only in sm_90a
   if (n <= 0 || k <= 0 || k % (128 / bits) != 0 || segment_widths.empty()) return choice;
   if (!segments_fit(segment_widths, kGemmSm90W4BlockRows)) return choice;
@@ -292,7 +299,9 @@ GemmSm90Params make_gemm_sm90_w4_params(const GemmSpec& spec, const GemmParams& 
   sm90.gemm = params;
   encode_tensor_map(sm90.a_map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, params.a, params.k, params.m, params.lda,
                     kGemmSm90W4BlockK, spec.sm90.block_n, "gemm a");
-  const bool gptq = spec.weights.format == WeightFormat::packed_integer;
+  const bool packed = spec.weights.format == WeightFormat::packed_integer;
+  const bool awq = packed && spec.weights.scheme == config::PackedIntegerScheme::awq;
+  const bool gptq = packed && !awq;
   const int row_bytes_per_k_slot = kGemmSm90W4BlockK * weight_bits(spec.weights) / 8;  // 32 or 64
   for (int s = 0; s < spec.segments; ++s) {
     const GemmSegment& segment = params.segments[s];
@@ -301,6 +310,10 @@ GemmSm90Params make_gemm_sm90_w4_params(const GemmSpec& spec, const GemmParams& 
     if (gptq) {  // words [K / 8, rows]: boxes of 8 word rows (64 k) of 128 weight rows, unswizzled
       encode_tensor_map(sm90.w_maps[s], CU_TENSOR_MAP_DATA_TYPE_UINT32, 4, segment.weight, rows, params.k / 8,
                         rows, kGemmSm90W4BlockRows, kGemmSm90W4BlockK / 8, field, CU_TENSOR_MAP_SWIZZLE_NONE);
+    } else if (awq) {  // words [K, rows / 8]: boxes of 64 k of 16 words (128 weight rows), unswizzled
+      encode_tensor_map(sm90.w_maps[s], CU_TENSOR_MAP_DATA_TYPE_UINT32, 4, segment.weight, rows / 8, params.k,
+                        rows / 8, kGemmSm90W4BlockRows / 8, kGemmSm90W4BlockK, field,
+                        CU_TENSOR_MAP_SWIZZLE_NONE);
     } else {  // bytes [rows, K * bits / 8]: boxes of 64 k (32 or 64 bytes) of 128 rows, unswizzled
       const long long row_bytes = static_cast<long long>(params.k) * weight_bits(spec.weights) / 8;
       encode_tensor_map(sm90.w_maps[s], CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, segment.weight, row_bytes, rows,
@@ -534,6 +547,16 @@ void GemmSpec::check(const GemmParams& params) const {
           fmt::format("segments[{}] is {} wide, not a multiple of the {} kernel's {} weight rows per tile "
                       "(a tile would straddle two segments)",
                       s, width, gemm_kernel_name(kernel), tile_rows));
+    }
+  }
+  if (kernel == GemmKernel::wgmma_w4 && weights.format == WeightFormat::packed_integer &&
+      weights.scheme == config::PackedIntegerScheme::awq) {
+    for (int s = 0; s < segments; ++s) {
+      const int width = params.segments[s].n_end - params.segments[s].n_begin;
+      require(width % 32 == 0,
+              fmt::format("segments[{}] is {} wide, not a multiple of 32 (the wgmma_w4 kernel reads AWQ's "
+                          "rows of N / 8 words as 16-byte TMA strides)",
+                          s, width));
     }
   }
   if (kernel == GemmKernel::wgmma_w4) {

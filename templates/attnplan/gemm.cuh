@@ -288,6 +288,28 @@ struct AwqWeights {
       values[e] = (float((word >> shift) & 15u) - z) * s;
     }
   }
+
+  // For the sm_90a kernel (gemm_sm90_w4.cuh): the codes are 32-bit words [K, rows / 8] (n_major_words),
+  // row r's code of a k at nibble nibble_of_column(r % 8) of word r / 8; a value is q * s + offset with
+  // offset = -s * z.
+  static constexpr int group_size = kGroupSize;  // -1: one group (per channel)
+  static constexpr bool n_major_words = true;
+  static constexpr bool has_offset = true;
+  static constexpr float code_pair_unit = 1.0f;
+  __device__ static float2 code_pair(unsigned byte) {
+    return u4_pair_to_float2(byte);
+  }
+  __device__ static float group_scale(const GemmSegment& segment, int row, int group, int /*k_total*/) {
+    const int width = segment.n_end - segment.n_begin;
+    return static_cast<const float*>(segment.scales)[static_cast<long long>(group) * width + row];
+  }
+  __device__ static float group_offset(const GemmSegment& segment, int row, int group, int k_total) {
+    const int width = segment.n_end - segment.n_begin;
+    const unsigned zero_word =
+        static_cast<const unsigned*>(segment.zeros)[static_cast<long long>(group) * (width / 8) + row / 8];
+    const float z = float((zero_word >> (4 * nibble_of_column(row % 8))) & 15u);
+    return -group_scale(segment, row, group, k_total) * z;
+  }
 };
 
 // MLX affine: weight u32 [N, K * bits / 32], per row an LSB-first bit stream over little-endian bytes;

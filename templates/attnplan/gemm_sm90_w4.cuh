@@ -1,6 +1,7 @@
 // The sm_90a mixed-input projection GEMM: C[M, N] = X[M, K] · dequant(W)[N, K]^T (+ bias[N]) for 4-bit
 // weights whose codes are stored in k order, two per byte, low nibble first: rows of bytes [N, K / 2]
-// (mxfp4, nvfp4, MLX affine 4-bit) or GPTQ's words [K / 8, N] (4-bit, no act order); and for 8-bit e4m3fn
+// (mxfp4, nvfp4, MLX affine 4-bit) or GPTQ's words [K / 8, N] (4-bit, no act order); for AWQ's words
+// [K, N / 8] (4-bit, packed along N: a thread gathers its pairs from two words); and for 8-bit e4m3fn
 // weights, rows of bytes [N, K] (fp8 weight-only, mxfp8); bf16 activations, fp32 accumulation, one
 // rounding to bf16 — gemm.cuh's semantics. ("w4" for the width it was written for.)
 //
@@ -34,10 +35,17 @@
 namespace attnplan::kernels {
 
 // Whether a format stores its codes as GPTQ does: 32-bit words [K / 8, rows], word i of a row holding k
-// 8 i .. 8 i + 7 at 4 bits each (the others: bytes [rows, K / 2]).
+// 8 i .. 8 i + 7 at 4 bits each (the others: bytes [rows, K / 2], or AWQ's words below).
 template <class Format>
 inline constexpr bool k_major_words_v = requires {
   Format::k_major_words;
+};
+
+// Whether a format stores its codes as AWQ does: 32-bit words [K, rows / 8], a word holding one k of 8
+// rows (in the format's nibble order).
+template <class Format>
+inline constexpr bool n_major_words_v = requires {
+  Format::n_major_words;
 };
 
 // kFormat: a 4-bit policy of gemm.cuh with code_pair, group_scale (and group_offset where has_offset):
@@ -72,6 +80,9 @@ struct GemmSm90W4Traits {
   // 8-bit codes: bytes [rows, K] (a slot: [128, 64] bytes); the 16-bit half l % 2 of the row's word
   // 4 s + (l % 4) / 2 (+ 2) holds the same two k.
   static constexpr bool k_major_words = k_major_words_v<Format>;
+  // AWQ words [K, rows / 8] (a slot: [64, 16] words): a thread's code of row r and k comes from word
+  // (k, r / 8) alone, so each of its k takes one 4-byte load (the 8 row groups of a warp read the same word).
+  static constexpr bool n_major_words = n_major_words_v<Format>;
   // Scales per weight row that one slot's 64 k touch, and the k16 steps one scale covers (a per-channel
   // group, -1, is one group longer than any K).
   static constexpr int group_size = Format::group_size > 0 ? Format::group_size : (1 << 30);
@@ -83,7 +94,8 @@ struct GemmSm90W4Traits {
   static constexpr unsigned empty_arrivals = 4 * consumers;  // one per consumer warp
   static constexpr int group_tokens = 8;                     // token tiles per rasterization group
 
-  static_assert(bits == 4 || (bits == 8 && !k_major_words), "4-bit codes two per byte, or 8-bit bytes");
+  static_assert(bits == 4 || (bits == 8 && !k_major_words && !n_major_words),
+                "4-bit codes two per byte, or 8-bit bytes");
   static_assert(block_tokens == 128 || block_tokens == 256, "block_tokens is 128 or 256 (wgmma N, TMA box)");
   static_assert(stages >= 2, "the ring needs at least two slots");
   static_assert(kSegments >= 1 && kSegments <= kMaxGemmSegments, "1 to 3 weight segments");
@@ -156,6 +168,9 @@ __global__ void __launch_bounds__(Traits::threads, 1)
             if constexpr (Traits::k_major_words) {  // x: the weight row, y: the word row (8 k each)
               sm90::tma_load_2d(x_slot + Traits::x_slot_bytes, codes.map, full, codes.row,
                                 k_tile * Traits::block_k / 8);
+            } else if constexpr (Traits::n_major_words) {  // x: the word column (8 rows each), y: k
+              sm90::tma_load_2d(x_slot + Traits::x_slot_bytes, codes.map, full, codes.row / 8,
+                                k_tile * Traits::block_k);
             } else {  // x: bytes along the row (two k per byte), y: the weight row
               sm90::tma_load_2d(x_slot + Traits::x_slot_bytes, codes.map, full,
                                 k_tile * Traits::code_row_bytes, codes.row);
@@ -173,8 +188,9 @@ __global__ void __launch_bounds__(Traits::threads, 1)
   const int thread = threadIdx.x % 128;
   const int warp = thread / 32;
   const int lane = thread % 32;
-  // Where a thread's code pair sits in a 32-bit word: byte l % 4 (4 bits), or half l % 2 (8 bits).
-  const int byte_shift = Traits::bits == 4 ? 8 * (lane % 4) : 16 * (lane % 2);
+  // Where a thread's code pair sits in a 32-bit word: byte l % 4 (4 bits), or half l % 2 (8 bits); AWQ's
+  // pairs are assembled into the low byte.
+  const int byte_shift = Traits::n_major_words ? 0 : Traits::bits == 4 ? 8 * (lane % 4) : 16 * (lane % 2);
   const int fragment_row = (warpgroup - 1) * Traits::consumer_rows + 16 * warp + lane / 4;  // of the tile
   float accumulator[Traits::accumulators];
 #pragma unroll
@@ -240,6 +256,18 @@ __global__ void __launch_bounds__(Traits::threads, 1)
           const unsigned* column = reinterpret_cast<const unsigned*>(codes) + fragment_row + 8 * h;
 #pragma unroll
           for (int i = 0; i < 8; ++i) words[h][i] = column[i * Traits::block_rows];
+        } else if constexpr (Traits::n_major_words) {
+          // [64, 16] words: the codes of k 8 i + 2 (l % 4) and the next, at this row's nibble of word
+          // (k, row / 8), make pair i.
+          const unsigned* column = reinterpret_cast<const unsigned*>(codes) + (fragment_row + 8 * h) / 8;
+          const int nibble_shift = 4 * Format::nibble_of_column(fragment_row % 8);
+#pragma unroll
+          for (int i = 0; i < 8; ++i) {
+            const int k = 8 * i + 2 * (lane % 4);
+            const unsigned low = (column[k * (Traits::block_rows / 8)] >> nibble_shift) & 15u;
+            const unsigned high = (column[(k + 1) * (Traits::block_rows / 8)] >> nibble_shift) & 15u;
+            words[h][i] = low | (high << 4);
+          }
         } else if constexpr (Traits::bits == 4) {  // [128, 32] bytes, row-major
           const uint4* source =
               reinterpret_cast<const uint4*>(codes + (fragment_row + 8 * h) * Traits::code_row_bytes);

@@ -539,6 +539,9 @@ std::vector<config::WeightEncoding> w4_encodings() {
   for (int group : {32, 64, 128}) encodings.push_back(testing::affine_encoding(4, group));
   encodings.push_back(testing::packed_encoding(config::PackedIntegerScheme::gptq, 4, 128, false));
   encodings.push_back(testing::packed_encoding(config::PackedIntegerScheme::gptq_v2, 4, -1, false));
+  // AWQ's words [K, N / 8] (not yet given to the kernel by the plan: sm90_w4_gemm_validated).
+  encodings.push_back(testing::packed_encoding(config::PackedIntegerScheme::awq, 4, 128, false));
+  encodings.push_back(testing::packed_encoding(config::PackedIntegerScheme::awq, 4, -1, false));
   return encodings;
 }
 
@@ -554,10 +557,12 @@ TEST_CASE("sm_90a 4-bit weight GEMM matches the reference per format", "[gpu][ge
   }
   std::uint64_t seed = 6100;
   for (const config::WeightEncoding& weights : w4_encodings()) {
-    // The plan picks this kernel for the Llama-3.1-8B QKV shape (unless sm90_w4_gemm_enabled says no; the
-    // kernel is still tested).
+    // The plan picks this kernel for the Llama-3.1-8B QKV shape (unless sm90_w4_gemm_enabled says no, or
+    // the format has not run here yet: sm90_w4_gemm_validated; the kernel is tested either way).
     const int llama[] = {4096, 1024, 1024};
-    const bool enabled = plan::sm90_w4_gemm_enabled();
+    const bool enabled = plan::sm90_w4_gemm_enabled() && plan::sm90_w4_gemm_validated(weights);
+    // AWQ's rows of N / 8 words must be 16-byte strides: its segments are multiples of 32 wide.
+    const bool awq = weights.scheme == config::PackedIntegerScheme::awq;
     CHECK(plan::choose_w4_gemm_kernel(weights, arch, 2048, 6144, 4096, llama).kernel ==
           (enabled ? plan::GemmKernel::wgmma_w4 : plan::GemmKernel::mma_sync));
     // NVRTC takes seconds per specialization: the cases share four (segments, bias, tiling) per format.
@@ -574,8 +579,8 @@ TEST_CASE("sm_90a 4-bit weight GEMM matches the reference per format", "[gpu][ge
             plan::GemmSm90Tiling{128, 8});
     }
     const int k_few = 2880 - (weights.group_size == 128 ? 64 : 0);
-    check_quantized_gemm(weights, 37, k_few, {256, 128, 72}, true, seed++, {{128, 8}});
-    check_quantized_gemm(weights, 1, k_few, {128, 128, 8}, true, seed++, {{128, 8}});
+    check_quantized_gemm(weights, 37, k_few, {256, 128, awq ? 96 : 72}, true, seed++, {{128, 8}});
+    check_quantized_gemm(weights, 1, k_few, {128, 128, awq ? 32 : 8}, true, seed++, {{128, 8}});
   }
 }
 
@@ -587,13 +592,13 @@ TEST_CASE("sm_90a 8-bit weight GEMM (fp8 weight-only, mxfp8) matches the referen
     return;
   }
   // The mixed-input kernel's 8-bit members, forced (the plan gives them the kernel only once
-  // sm90_w8_gemm_enabled): codes [N, K] bytes, a thread's k pair a half word, one scale per tensor, row,
+  // sm90_w4_gemm_validated): codes [N, K] bytes, a thread's k pair a half word, one scale per tensor, row,
   // 128 x 128 block or 32 k (E8M0).
   std::uint64_t seed = 6300;
   for (const config::WeightEncoding& weights : testing::sm90_w8_encodings()) {
     const int llama[] = {4096, 1024, 1024};
     CHECK(plan::choose_w4_gemm_kernel(weights, arch, 2048, 6144, 4096, llama).kernel ==
-          (plan::sm90_w8_gemm_enabled() ? plan::GemmKernel::wgmma_w4 : plan::GemmKernel::mma_sync));
+          (plan::sm90_w4_gemm_validated(weights) ? plan::GemmKernel::wgmma_w4 : plan::GemmKernel::mma_sync));
     // M 1000 (3.9 tiles of 256), N 1536 + 64 (a ragged last segment), K 4096, bias; both tilings.
     check_quantized_gemm(weights, 1000, 4096, {1536, 64}, true, seed++, {{256, 5}, {128, 8}});
     // K past the last whole slot: 4064 = 63.5 slots of 64 (mxfp8 needs K % 32; a partial 128-wide scale
@@ -606,7 +611,8 @@ TEST_CASE("sm_90a 8-bit weight GEMM (fp8 weight-only, mxfp8) matches the referen
 }
 
 // Issue #6's 4-bit row: the Llama-3.1-8B QKV product (N 6144 = 4096 | 1024 | 1024, K 4096) at 512, 2048 and
-// 8192 tokens, the bf16 wgmma kernel (the plan's pick) next to each 4- and 8-bit format on wgmma_w4 (both tilings;
+// 8192 tokens, the bf16 wgmma kernel (the plan's pick) next to each 4- and 8-bit format on wgmma_w4 (both
+// tilings;
 // "<-" marks the plan's pick) and on mma.sync (the plan's tiling). Median of 20 CUDA-event timings after 5
 // warm-up launches; every 4-bit output is compared with mma.sync's on the same weights.
 // Run: test_gpu "[.gemm_w4_speed]".
@@ -623,11 +629,12 @@ TEST_CASE("4-bit weight GEMM speed: wgmma_w4 vs bf16 wgmma and mma.sync", "[.gem
   const driver::DeviceBuffer d_w =
       driver::DeviceBuffer::from_host(random_bf16(std::size_t(n) * k, rng, 0.0, 1.0 / std::sqrt(k)));
   // One of each code layout and decode: E2M1 (two scale kinds), affine (g64: g32 and g128 time alike), GPTQ;
-  // and the 8-bit members (fp8 block-scaled weight-only, mxfp8), whose mma.sync rows are the baseline they
-  // replace once sm90_w8_gemm_enabled.
+  // AWQ and the 8-bit members (fp8 block-scaled weight-only, mxfp8), whose mma.sync rows are the baseline
+  // they replace once sm90_w4_gemm_validated.
   const std::vector<config::WeightEncoding> all = w4_encodings();
   const std::vector<config::WeightEncoding> w8 = testing::sm90_w8_encodings();
-  const std::vector<config::WeightEncoding> encodings = {all[0], all[1], all[3], all[5], w8[2], w8[3]};
+  const std::vector<config::WeightEncoding> encodings = {all[0], all[1], all[3], all[5],
+                                                         all[7], w8[2],  w8[3]};
   std::vector<QuantizedWeights> quantized;
   for (std::size_t f = 0; f < encodings.size(); ++f)
     quantized.push_back(upload_quantized(encodings[f], k, widths, {}, 500 + f));
@@ -675,7 +682,7 @@ TEST_CASE("4-bit weight GEMM speed: wgmma_w4 vs bf16 wgmma and mma.sync", "[.gem
       const plan::GemmKernelChoice choice = plan::choose_w4_gemm_kernel(encodings[f], arch, m, n, k, widths);
       const bool eight = encodings[f].format == config::WeightFormat::fp8 ||
                          encodings[f].format == config::WeightFormat::mxfp8;
-      CHECK(choice.kernel == (plan::sm90_w4_gemm_enabled() && (!eight || plan::sm90_w8_gemm_enabled())
+      CHECK(choice.kernel == (plan::sm90_w4_gemm_enabled() && plan::sm90_w4_gemm_validated(encodings[f])
                                   ? plan::GemmKernel::wgmma_w4
                                   : plan::GemmKernel::mma_sync));
       for (const plan::GemmSm90Tiling tiling :

@@ -79,26 +79,31 @@ TEST_CASE("wgmma_w4: sm_90a, the row-major 4-bit formats, segments of whole 128-
     CHECK(choose_w4_gemm_kernel(encoding, {9, 0, false}, 8192, 6144, 4096, llama).kernel ==
           GemmKernel::mma_sync);
   }
-  // 8-bit codes ([N, K] bytes): the kernel reads them; the plan gives them to it once sm90_w8_gemm_enabled,
-  // with five 256-token slots (40 KiB each) instead of six.
-  for (const config::WeightEncoding& encoding : testing::sm90_w8_encodings()) {
+  // 8-bit codes ([N, K] bytes) and AWQ's words ([K, N / 8]): the kernel reads them; the plan gives them to
+  // it once sm90_w4_gemm_validated says they ran on an H200, 8-bit codes with five 256-token slots (40 KiB
+  // each) instead of six.
+  std::vector<config::WeightEncoding> unvalidated = testing::sm90_w8_encodings();
+  unvalidated.push_back(testing::packed_encoding(config::PackedIntegerScheme::awq, 4, 128, false));
+  for (const config::WeightEncoding& encoding : unvalidated) {
     INFO(config::to_string(encoding.format) << " " << config::to_string(encoding.scale_granularity));
     CHECK(sm90_w4_gemm_supports(encoding));
     const GemmKernelChoice choice = choose_w4_gemm_kernel(encoding, kSm90a, 8192, 6144, 4096, llama);
-    if (sm90_w8_gemm_enabled()) {
+    if (sm90_w4_gemm_validated(encoding)) {
       CHECK(choice.kernel == GemmKernel::wgmma_w4);
-      CHECK(choice.sm90 == GemmSm90Tiling{.block_n = 256, .stages = 5});
+      const bool eight = encoding.format != config::WeightFormat::packed_integer;
+      CHECK(choice.sm90 == GemmSm90Tiling{.block_n = 256, .stages = eight ? 5 : 6});
     } else {
       CHECK(choice.kernel == GemmKernel::mma_sync);
     }
   }
+  for (const config::WeightEncoding& encoding : w4_encodings()) CHECK(sm90_w4_gemm_validated(encoding));
   config::WeightEncoding fp8_activations = testing::fp8_weight_only(config::Fp8ScaleGranularity::block);
   fp8_activations.activation = config::ActivationType::fp8;  // gemm_sm90_fp8.cuh's
   CHECK_FALSE(sm90_w4_gemm_supports(fp8_activations));
   // Formats whose codes are neither [N, K / 2] nor [N, K] row-major bytes stay on mma.sync.
   const config::WeightEncoding others[] = {
       format(config::WeightFormat::bf16),
-      testing::packed_encoding(config::PackedIntegerScheme::awq, 4, 128, false),
+      testing::packed_encoding(config::PackedIntegerScheme::awq, 4, 128, true),   // act order
       testing::packed_encoding(config::PackedIntegerScheme::gptq, 4, 128, true),  // act order
       testing::packed_encoding(config::PackedIntegerScheme::gptq, 8, 128, false),
       testing::packed_encoding(config::PackedIntegerScheme::gptq, 4, 8, false),  // groups inside a k16 step
@@ -162,16 +167,28 @@ TEST_CASE("wgmma_w4 spec: stub, shared memory, persistent launch shape, checks",
   for (int s = 0; s < 3; ++s) k_tail.segments[s].scale_2 = fake_pointer<const float>(0x4000000);
   k_tail.k = k_tail.lda = 4048;  // a multiple of nvfp4's 16, not of the kernel's 32
   CHECK(contains(expect_error([&] { spec.check(k_tail); }).what(), "not a multiple of 32"));
-  // A format the kernel has no loader for is refused when rendered, by name.
+  // AWQ: every segment's N / 8 words must make a 16-byte TMA stride (N a multiple of 32).
   spec.weights = testing::packed_encoding(config::PackedIntegerScheme::awq, 4, 128, false);
+  GemmParams awq = llama_qkv_params(512);
+  for (int s = 0; s < 3; ++s) awq.segments[s].zeros = fake_pointer<const void>(0x5000000 * (s + 1));
+  CHECK_NOTHROW(spec.check(awq));
+  GemmParams narrow = awq;
+  narrow.segments[2].n_end = narrow.n = 6144 - 8;  // v is 1016 rows
+  CHECK(contains(expect_error([&] { spec.check(narrow); }).what(), "segments[2] is 1016 wide"));
+  // A format the kernel has no loader for is refused when rendered, by name.
+  spec.weights = testing::packed_encoding(config::PackedIntegerScheme::gptq, 8, 128, false);
   const std::string refused = expect_error([&] { (void)spec.source(); }).what();
+  INFO(refused);
   CHECK(contains(refused, "wgmma_w4"));
   CHECK(contains(refused, "packed_integer"));
+  CHECK(contains(refused, "8 bits"));
 }
 
 TEST_CASE("wgmma_w4 specializations compile for sm_90a: register-A wgmma, no spills",
           "[plan][gemm][gemm_w4][nvrtc]") {
   std::vector<config::WeightEncoding> encodings = w4_encodings();
+  encodings.push_back(testing::packed_encoding(config::PackedIntegerScheme::awq, 4, 128, false));
+  encodings.push_back(testing::packed_encoding(config::PackedIntegerScheme::awq, 4, -1, false));
   for (const config::WeightEncoding& encoding : testing::sm90_w8_encodings()) encodings.push_back(encoding);
   for (const config::WeightEncoding& encoding : encodings) {
     const bool eight =
