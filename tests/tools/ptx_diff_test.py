@@ -1,0 +1,55 @@
+#!/usr/bin/env python3
+"""Host tests of tools/ptx_diff.py's PTX normalization (no GPU, no toolkit): register numbers, labels,
+register-count declarations and debug lines do not count as differences; an instruction, an operand or
+their order does.
+
+  python3 tests/tools/ptx_diff_test.py
+"""
+import os
+import sys
+import unittest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
+import ptx_diff  # noqa: E402
+
+BEFORE = """\
+.global .align 1 .u8 _ZN8attnplan7kernels5TraitsE;
+\t.reg .b32 \t%r<428>;
+\t.loc\t1 203 0
+$L__BB0_3:
+\tadd.s32 \t%r17, %r12, 196608;
+\tmbarrier.arrive.expect_tx.shared::cta.b64 _, [%r17], %r19;
+\t@%p4 bra \t$L__BB0_3;
+$L__info_string7:
+"""
+
+
+class NormalizedTest(unittest.TestCase):
+    def test_renumbered_registers_labels_and_debug_lines_are_the_same(self):
+        after = (BEFORE.replace("%r<428>", "%r<430>").replace("%r17", "%r20").replace("%r12", "%r3")
+                 .replace("$L__BB0_3", "$L__BB0_9").replace("203 0", "207 0")
+                 .replace("_info_string7", "_info_string8"))
+        self.assertEqual(ptx_diff.normalized(BEFORE), ptx_diff.normalized(after))
+
+    def test_a_changed_operand_differs(self):
+        after = BEFORE.replace("196608", "196616")
+        self.assertNotEqual(ptx_diff.normalized(BEFORE), ptx_diff.normalized(after))
+
+    def test_a_changed_instruction_differs(self):
+        after = BEFORE.replace("add.s32", "sub.s32")
+        self.assertNotEqual(ptx_diff.normalized(BEFORE), ptx_diff.normalized(after))
+
+    def test_reordered_instructions_differ(self):
+        lines = BEFORE.splitlines()
+        swapped = lines[:4] + [lines[5], lines[4]] + lines[6:]
+        self.assertNotEqual(ptx_diff.normalized(BEFORE), ptx_diff.normalized("\n".join(swapped)))
+
+    def test_debug_and_globals_are_dropped(self):
+        kept = ptx_diff.normalized(BEFORE)
+        self.assertFalse(any(".loc" in line or line.startswith(".global") or "info_string" in line
+                             for line in kept))
+        self.assertIn("\tadd.s32 \t%r, %r, 196608;", kept)
+
+
+if __name__ == "__main__":
+    unittest.main()
