@@ -69,8 +69,7 @@ struct GemmSm90Traits {
                 "setmaxnreg targets exceed the register file");
 };
 
-// Pieces the warp-specialized sm_90a GEMMs share (this kernel, gemm_sm90_w4.cuh and gemm_sm90_fp8.cuh).
-// `Params` is GemmSm90Params or GemmSm90Fp8Params: a_map, w_maps[] and gemm.
+// Pieces the warp-specialized sm_90a GEMMs share (this kernel and gemm_sm90_w4.cuh).
 
 // Every ring slot's "full" barrier (one arrival: the producer's arrive_expect_tx, plus the TMA bytes) and
 // "empty" barrier (kEmptyArrivals: one per consumer warp), initialized by thread 0 and made visible to
@@ -94,8 +93,8 @@ struct SegmentTile {
   int row;
 };
 
-template <int kSegments, class Params>
-__device__ __forceinline__ SegmentTile segment_tile(const Params& params, int n0) {
+template <int kSegments>
+__device__ __forceinline__ SegmentTile segment_tile(const GemmSm90Params& params, int n0) {
   // Compile-time indices only: no local-memory copy of the arrays.
   SegmentTile tile{&params.w_maps[0], n0};
 #pragma unroll
@@ -112,10 +111,10 @@ __device__ __forceinline__ SegmentTile segment_tile(const Params& params, int n0
 // parity 1), announces kSlotBytes on the slot's full barrier (TMA counts full boxes, zero fill included)
 // and calls load(coordinates, k_tile, slot address, full barrier) to issue the slot's TMA loads.
 // `slot_use` counts slot uses across tiles: slot slot_use % kStages, phase (slot_use / kStages) % 2.
-template <int kStages, int kSlotBytes, int kSegments, int kGroup, class Params, class Load>
-__device__ __forceinline__ void produce_ring(const Params& params, unsigned ring, unsigned full_barriers,
-                                             unsigned empty_barriers, int tiles_m, int tiles_n, int k_tiles,
-                                             Load&& load) {
+template <int kStages, int kSlotBytes, int kSegments, int kGroup, class Load>
+__device__ __forceinline__ void produce_ring(const GemmSm90Params& params, unsigned ring,
+                                             unsigned full_barriers, unsigned empty_barriers, int tiles_m,
+                                             int tiles_n, int k_tiles, Load&& load) {
   sm90::prefetch_tensor_map(&params.a_map);
 #pragma unroll
   for (int s = 0; s < kSegments; ++s) sm90::prefetch_tensor_map(&params.w_maps[s]);
@@ -131,24 +130,6 @@ __device__ __forceinline__ void produce_ring(const Params& params, unsigned ring
       load(coordinates, k_tile, ring + slot * kSlotBytes, full);
     }
   }
-}
-
-// produce_ring for a slot of an A box [block_m rows, block_k] then a W box [block_n rows, block_k] at the
-// tile's coordinates (the bf16 kernel below and gemm_sm90_fp8.cuh; Traits: stages, slot_bytes,
-// a_slot_bytes, segments, group_m, block_m, block_n, block_k).
-template <class Traits, class Params>
-__device__ __forceinline__ void produce_a_w_ring(const Params& params, unsigned ring, unsigned full_barriers,
-                                                 unsigned empty_barriers, int tiles_m, int tiles_n,
-                                                 int k_tiles) {
-  produce_ring<Traits::stages, Traits::slot_bytes, Traits::segments, Traits::group_m>(
-      params, ring, full_barriers, empty_barriers, tiles_m, tiles_n, k_tiles,
-      [&](TileCoordinates coordinates, int k_tile, unsigned a_slot, unsigned full) {
-        const SegmentTile w_tile = segment_tile<Traits::segments>(params, coordinates.n * Traits::block_n);
-        sm90::tma_load_2d(a_slot, &params.a_map, full, k_tile * Traits::block_k,
-                          coordinates.m * Traits::block_m);
-        sm90::tma_load_2d(a_slot + Traits::a_slot_bytes, w_tile.map, full, k_tile * Traits::block_k,
-                          w_tile.row);
-      });
 }
 
 // grid: [min(tiles, SMs)] persistent CTAs, block: [Traits::threads], dynamic shared memory:
@@ -175,8 +156,18 @@ __global__ void __launch_bounds__(Traits::threads, 1)
   if (warpgroup == 0) {
     // Producer: one thread issues every TMA load.
     sm90::setmaxnreg_decrease<Traits::producer_registers>();
-    if (threadIdx.x == 0)
-      produce_a_w_ring<Traits>(params, ring, full_barriers, empty_barriers, tiles_m, tiles_n, k_tiles);
+    if (threadIdx.x == 0) {
+      produce_ring<Traits::stages, Traits::slot_bytes, Traits::segments, Traits::group_m>(
+          params, ring, full_barriers, empty_barriers, tiles_m, tiles_n, k_tiles,
+          [&](TileCoordinates coordinates, int k_tile, unsigned a_slot, unsigned full) {
+            const SegmentTile w_tile =
+                segment_tile<Traits::segments>(params, coordinates.n * Traits::block_n);
+            sm90::tma_load_2d(a_slot, &params.a_map, full, k_tile * Traits::block_k,
+                              coordinates.m * Traits::block_m);
+            sm90::tma_load_2d(a_slot + Traits::a_slot_bytes, w_tile.map, full, k_tile * Traits::block_k,
+                              w_tile.row);
+          });
+    }
     return;
   }
 
