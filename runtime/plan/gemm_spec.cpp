@@ -94,6 +94,18 @@ bool segments_fit(std::span<const int> widths, int block_n) {
 
 using config::WeightFormat;
 
+// AWQ's packed words ([K, N / 8], packed along N), as opposed to GPTQ's.
+bool is_awq(const config::WeightEncoding& encoding) {
+  return encoding.format == WeightFormat::packed_integer &&
+         encoding.scheme == config::PackedIntegerScheme::awq;
+}
+
+// Whether the wgmma_w4 kernel can map a weight segment `width` rows wide: AWQ's rows of width / 8 words
+// must make 16-byte TMA strides (width a multiple of 32); the other layouts take any width.
+bool sm90_w4_width_fits(const config::WeightEncoding& encoding, int width) {
+  return !is_awq(encoding) || width % 32 == 0;
+}
+
 // Bits per W value in the pipeline: 16 (bf16), 8 (fp8, mxfp8), 4 (mxfp4, nvfp4).
 int weight_bits(const config::WeightEncoding& encoding) {
   switch (encoding.format) {
@@ -235,9 +247,7 @@ bool sm90_w4_gemm_enabled() {
 
 bool sm90_w4_gemm_validated(const config::WeightEncoding& encoding) {
   // Built in session 5 without device time: 8-bit codes and AWQ's words (docs/kernels-notes.md).
-  if (weight_bits(encoding) == 8) return false;
-  return !(encoding.format == WeightFormat::packed_integer &&
-           encoding.scheme == config::PackedIntegerScheme::awq);
+  return weight_bits(encoding) != 8 && !is_awq(encoding);
 }
 
 bool sm90_w4_gemm_supports(const config::WeightEncoding& encoding) {
@@ -270,10 +280,8 @@ GemmKernelChoice choose_w4_gemm_kernel(const config::WeightEncoding& encoding, c
   if (!sm90_w4_gemm_enabled() || !sm90_w4_gemm_supports(encoding)) return choice;
   if (!sm90_w4_gemm_validated(encoding)) return choice;
   const int bits = weight_bits(encoding);
-  const bool awq =
-      encoding.scheme == config::PackedIntegerScheme::awq && encoding.format == WeightFormat::packed_integer;
-  // AWQ's rows of N / 8 words must be whole 16-byte TMA strides.
-  if (awq && !std::all_of(segment_widths.begin(), segment_widths.end(), [](int w) { return w % 32 == 0; }))
+  if (!std::all_of(segment_widths.begin(), segment_widths.end(),
+                   [&](int width) { return sm90_w4_width_fits(encoding, width); }))
     return choice;
   if (arch.sm() != 90 || !arch.arch_specific) return choice;  // wgmma exists only in sm_90a
   if (n <= 0 || k <= 0 || k % (128 / bits) != 0 || segment_widths.empty()) return choice;
@@ -299,9 +307,8 @@ GemmSm90Params make_gemm_sm90_w4_params(const GemmSpec& spec, const GemmParams& 
   sm90.gemm = params;
   encode_tensor_map(sm90.a_map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, params.a, params.k, params.m, params.lda,
                     kGemmSm90W4BlockK, spec.sm90.block_n, "gemm a");
-  const bool packed = spec.weights.format == WeightFormat::packed_integer;
-  const bool awq = packed && spec.weights.scheme == config::PackedIntegerScheme::awq;
-  const bool gptq = packed && !awq;
+  const bool awq = is_awq(spec.weights);
+  const bool gptq = spec.weights.format == WeightFormat::packed_integer && !awq;
   const int row_bytes_per_k_slot = kGemmSm90W4BlockK * weight_bits(spec.weights) / 8;  // 32 or 64
   for (int s = 0; s < spec.segments; ++s) {
     const GemmSegment& segment = params.segments[s];
@@ -549,11 +556,10 @@ void GemmSpec::check(const GemmParams& params) const {
                       s, width, gemm_kernel_name(kernel), tile_rows));
     }
   }
-  if (kernel == GemmKernel::wgmma_w4 && weights.format == WeightFormat::packed_integer &&
-      weights.scheme == config::PackedIntegerScheme::awq) {
+  if (kernel == GemmKernel::wgmma_w4) {
     for (int s = 0; s < segments; ++s) {
       const int width = params.segments[s].n_end - params.segments[s].n_begin;
-      require(width % 32 == 0,
+      require(sm90_w4_width_fits(weights, width),
               fmt::format("segments[{}] is {} wide, not a multiple of 32 (the wgmma_w4 kernel reads AWQ's "
                           "rows of N / 8 words as 16-byte TMA strides)",
                           s, width));

@@ -179,6 +179,12 @@ struct Nvfp4Weights : E2m1Codes<Nvfp4Weights> {
 // n that selects the word's segment and whether the word lies inside K, `word_index` its index in the
 // segment's tensor. Scales (and MLX biases) are f32 on the device (the host widens f16 / bf16).
 
+// Scale of W row `row` (within its segment) in group `group` where scales are [groups, N] f32 (GPTQ, AWQ).
+__device__ __forceinline__ float group_major_scale(const GemmSegment& segment, int row, int group) {
+  const int width = segment.n_end - segment.n_begin;
+  return static_cast<const float*>(segment.scales)[static_cast<long long>(group) * width + row];
+}
+
 // GPTQ: qweight i32 [K / P, N] (P = 32 / bits values per word, row k of W^T at bits (k % P) * bits of word
 // k / P), qzeros i32 [groups, N / P] packed along N, scales [groups, N]; value s * (q - (z + 1)), gptq_v2
 // drops the +1. kGroupSize -1: one group (per channel). kActOrder: the group of k is g_idx[k].
@@ -204,8 +210,7 @@ struct GptqWeights {
   }
   // Scale and zero point (with v1's + 1) of W row `row` of the segment in group `group`.
   __device__ static float group_scale(const GemmSegment& segment, int row, int group, int /*k_total*/) {
-    const int width = segment.n_end - segment.n_begin;
-    return static_cast<const float*>(segment.scales)[static_cast<long long>(group) * width + row];
+    return group_major_scale(segment, row, group);
   }
   __device__ static float zero_point(const GemmSegment& segment, int row, int group) {
     const int width = segment.n_end - segment.n_begin;
@@ -272,9 +277,18 @@ struct AwqWeights {
   }
   // The nibble of column offset j (the inverse of the packing order).
   __device__ static int nibble_of_column(int j) { return (j % 2) * 4 + j / 2; }
+  // Zero point of W row `row` of the segment in group `group`: qzeros [groups, N / 8] in the same order.
+  __device__ static float zero_point(const GemmSegment& segment, int row, int group) {
+    const int width = segment.n_end - segment.n_begin;
+    const unsigned word =
+        static_cast<const unsigned*>(segment.zeros)[static_cast<long long>(group) * (width / 8) + row / 8];
+    return float((word >> (4 * nibble_of_column(row % 8))) & 15u);
+  }
   template <int kBlockN, int kBlockK>
   __device__ static void dequantize(const unsigned* words, int tile_row, int kk, const GemmSegment& segment,
                                     int n, int k, int k_total, float (&values)[8]) {
+    // Written out rather than through group_major_scale / zero_point: this is the form verified on the
+    // H200, and the helpers compile to a reordered instruction (tools/ptx_diff.py).
     const int width = segment.n_end - segment.n_begin;
     const int g = kGroupSize > 0 ? k / kGroupSize : 0;
     const int shift = 4 * nibble_of_column(n % 8);
@@ -300,15 +314,10 @@ struct AwqWeights {
     return u4_pair_to_float2(byte);
   }
   __device__ static float group_scale(const GemmSegment& segment, int row, int group, int /*k_total*/) {
-    const int width = segment.n_end - segment.n_begin;
-    return static_cast<const float*>(segment.scales)[static_cast<long long>(group) * width + row];
+    return group_major_scale(segment, row, group);
   }
-  __device__ static float group_offset(const GemmSegment& segment, int row, int group, int k_total) {
-    const int width = segment.n_end - segment.n_begin;
-    const unsigned zero_word =
-        static_cast<const unsigned*>(segment.zeros)[static_cast<long long>(group) * (width / 8) + row / 8];
-    const float z = float((zero_word >> (4 * nibble_of_column(row % 8))) & 15u);
-    return -group_scale(segment, row, group, k_total) * z;
+  __device__ static float group_offset(const GemmSegment& segment, int row, int group, int /*k_total*/) {
+    return -group_major_scale(segment, row, group) * zero_point(segment, row, group);
   }
 };
 
