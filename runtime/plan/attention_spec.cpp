@@ -113,13 +113,9 @@ AttentionKernel choose_attention_kernel(int head_dim, int value_head_dim, bool b
   return hopper && dims && cache ? AttentionKernel::wgmma_sm90 : AttentionKernel::mma_sync;
 }
 
-bool sm90_kv_tma_possible(int head_dim, int block_size, int block_n) {
+bool sm90_kv_tma_supported(int head_dim, int block_size, int block_n) {
   if (block_size < 8 || head_dim % 64 != 0 || head_dim > 256 || block_n <= 0) return false;
   return attention_sm90_kv_tma_boxes(head_dim, block_size, block_n) <= 32;
-}
-
-bool sm90_kv_tma_supported(int head_dim, int block_size, int block_n) {
-  return head_dim <= 128 && sm90_kv_tma_possible(head_dim, block_size, block_n);
 }
 
 int sm90_attention_shared_bytes(int head_dim, int block_n, int stages, bool kv_fp8, bool kv_tma) {
@@ -181,7 +177,7 @@ compiler::KernelSource AttentionSpec::source() const {
         "attention: the sm_90a kernel needs value_head_dim == head_dim, and head_dim <= 128 with an fp8 "
         "KV cache");
   }
-  if (tiling.kv_tma && (!sm90 || kv_fp8 || !sm90_kv_tma_possible(head_dim, block_size, tiling.block_n))) {
+  if (tiling.kv_tma && (!sm90 || kv_fp8 || !sm90_kv_tma_supported(head_dim, block_size, tiling.block_n))) {
     throw Error(
         Stage::config,
         fmt::format("attention: TMA K/V loads need the sm_90a kernel, a bf16 cache, pages of at least 8 "

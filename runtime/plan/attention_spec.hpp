@@ -79,14 +79,10 @@ inline constexpr int kSm90AttentionThreads = 384;
 AttentionKernel choose_attention_kernel(int head_dim, int value_head_dim, bool bf16_kv_cache,
                                         config::Arch arch);
 
-// Pure. Whether the sm_90a kernel template can load K/V with TMA (AttentionSm90Traits::kv_tma): pages of at
-// least 8 slots and at most 32 boxes of [64 columns, min(block_size, block_n) slots] per K and V tile
-// together (one per lane of the issuing warp): block_size >= 8 at D 64, >= 16 at D 128 and 256.
-bool sm90_kv_tma_possible(int head_dim, int block_size, int block_n);
-
-// Pure. Whether the plan takes TMA K/V loads: where possible, at head_dim <= 128. D 256's TMA-only producer
-// (attention_params.h, attention_sm90_kv_tma_only) stays out of the plan until its forced GPU case and the
-// speed test have run on an H200 (docs/attention-notes.md, step j).
+// Pure. Whether the sm_90a kernel loads K/V with TMA (AttentionSm90Traits::kv_tma): pages of at least 8
+// slots and at most 32 boxes of [64 columns, min(block_size, block_n) slots] per K and V tile together (one
+// per lane of the issuing warp): block_size >= 8 at D 64, >= 16 at D 128 and 256. D 256 takes the TMA-only
+// producer (attention_sm90_kv_tma_only), where the tile past the keys lands on its own mbarrier.
 bool sm90_kv_tma_supported(int head_dim, int block_size, int block_n);
 
 // Dynamic shared memory of the sm_90a kernel, bytes: 1024 of alignment slack, Q [128, D], `stages` stages

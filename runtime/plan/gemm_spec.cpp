@@ -245,11 +245,6 @@ bool sm90_w4_gemm_enabled() {
   return true;
 }
 
-bool sm90_w4_gemm_validated(const config::WeightEncoding& encoding) {
-  // Built in session 5 without device time: 8-bit codes and AWQ's words (docs/kernels-notes.md).
-  return weight_bits(encoding) != 8 && !is_awq(encoding);
-}
-
 bool sm90_w4_gemm_supports(const config::WeightEncoding& encoding) {
   switch (encoding.format) {
     case WeightFormat::mxfp4:
@@ -278,7 +273,6 @@ GemmKernelChoice choose_w4_gemm_kernel(const config::WeightEncoding& encoding, c
                                        int n, int k, std::span<const int> segment_widths) {
   GemmKernelChoice choice;
   if (!sm90_w4_gemm_enabled() || !sm90_w4_gemm_supports(encoding)) return choice;
-  if (!sm90_w4_gemm_validated(encoding)) return choice;
   const int bits = weight_bits(encoding);
   if (!std::all_of(segment_widths.begin(), segment_widths.end(),
                    [&](int width) { return sm90_w4_width_fits(encoding, width); }))

@@ -83,13 +83,6 @@ GemmKernelChoice choose_gemm_kernel(config::Arch arch, int m_hint, int n, int k,
 // and 4-bit projections stay on the mma.sync kernel. One place to turn it off if it misbehaves on a GPU.
 bool sm90_w4_gemm_enabled();
 
-// Whether the wgmma_w4 member for `encoding` has passed its GPU case on an H200: the plan gives the kernel
-// only those. False for the members built without device time (session 5, docs/kernels-notes.md): 8-bit
-// codes (fp8 weight-only, mxfp8; "sm_90a 8-bit weight GEMM ... matches the reference per format") and AWQ
-// ("sm_90a 4-bit weight GEMM matches the reference per format"), until those cases pass and the speed test
-// shows them ahead of the mma.sync loaders.
-bool sm90_w4_gemm_validated(const config::WeightEncoding& encoding);
-
 // Whether the wgmma_w4 kernel has a loader for `encoding`: 4-bit codes in k order, two per byte, low
 // nibble first: rows of bytes [N, K / 2] (mxfp4, nvfp4, affine with bits 4) or GPTQ / GPTQ v2 words
 // [K / 8, N] or AWQ words [K, N / 8] (bits 4, no act order, group -1 or a multiple of 16 that divides or
@@ -98,7 +91,7 @@ bool sm90_w4_gemm_validated(const config::WeightEncoding& encoding);
 bool sm90_w4_gemm_supports(const config::WeightEncoding& encoding);
 
 // The kernel for a quantized [m_hint, k] x [k, n] product on `arch` (segments as in choose_gemm_kernel).
-// Pure. wgmma_w4 when enabled, on sm_90a, for a format it supports and sm90_w4_gemm_validated, with every
+// Pure. wgmma_w4 when enabled, on sm_90a, for a format it supports, with every
 // segment but the last a multiple of 128 rows (AWQ: every segment a multiple of 32) and K a multiple of 32
 // (4-bit) or 16 (8-bit); block_n (the token tile) 256 with 6 slots (5 for 8-bit codes) unless 128 with 8
 // needs fewer rounds of tiles over the SMs by more than the 10% it costs per token. Otherwise mma_sync.

@@ -1052,15 +1052,15 @@ TEST_CASE("sm_90a wgmma attention with TMA K/V loads matches the reference", "[g
     SUCCEED("not an sm_90a device: the wgmma kernel cannot run here");
     return;
   }
-  // Every sm_90a, span and sink case the TMA path can take (sm90_kv_tma_possible), by TMA: tiles inside the
+  // Every sm_90a, span and sink case the TMA path can take (sm90_kv_tma_supported), by TMA: tiles inside the
   // keys come by TMA, a tile reaching past them by the gather (D <= 128) or by TMA with its V rows past the
-  // keys zeroed (D 256, not yet in the plan: sm90_kv_tma_supported). The slots no sequence owns hold NaN,
+  // keys zeroed (D 256, the TMA-only producer). The slots no sequence owns hold NaN,
   // so a V row left unzeroed would turn its output rows to NaN.
   std::vector<Case> cases;
   for (const std::vector<Case>& list : {sm90_cases(), sm90_span_cases(), sm90_sink_cases()}) {
     for (const Case& c : list)
-      if (plan::sm90_kv_tma_possible(c.head_dim, c.block_size,
-                                     plan::choose_sm90_attention_tiling(c.head_dim, 1).block_n))
+      if (plan::sm90_kv_tma_supported(c.head_dim, c.block_size,
+                                      plan::choose_sm90_attention_tiling(c.head_dim, 1).block_n))
         cases.push_back(c);
   }
   REQUIRE(cases.size() >= 15);

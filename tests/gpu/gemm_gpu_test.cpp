@@ -539,7 +539,7 @@ std::vector<config::WeightEncoding> w4_encodings() {
   for (int group : {32, 64, 128}) encodings.push_back(testing::affine_encoding(4, group));
   encodings.push_back(testing::packed_encoding(config::PackedIntegerScheme::gptq, 4, 128, false));
   encodings.push_back(testing::packed_encoding(config::PackedIntegerScheme::gptq_v2, 4, -1, false));
-  // AWQ's words [K, N / 8] (not yet given to the kernel by the plan: sm90_w4_gemm_validated).
+  // AWQ's words [K, N / 8].
   encodings.push_back(testing::packed_encoding(config::PackedIntegerScheme::awq, 4, 128, false));
   encodings.push_back(testing::packed_encoding(config::PackedIntegerScheme::awq, 4, -1, false));
   return encodings;
@@ -557,10 +557,10 @@ TEST_CASE("sm_90a 4-bit weight GEMM matches the reference per format", "[gpu][ge
   }
   std::uint64_t seed = 6100;
   for (const config::WeightEncoding& weights : w4_encodings()) {
-    // The plan picks this kernel for the Llama-3.1-8B QKV shape (unless sm90_w4_gemm_enabled says no, or
-    // the format has not run here yet: sm90_w4_gemm_validated; the kernel is tested either way).
+    // The plan picks this kernel for the Llama-3.1-8B QKV shape (unless sm90_w4_gemm_enabled says no; the
+    // kernel is tested either way).
     const int llama[] = {4096, 1024, 1024};
-    const bool enabled = plan::sm90_w4_gemm_enabled() && plan::sm90_w4_gemm_validated(weights);
+    const bool enabled = plan::sm90_w4_gemm_enabled();
     // AWQ's rows of N / 8 words must be 16-byte strides: its segments are multiples of 32 wide.
     const bool awq = weights.scheme == config::PackedIntegerScheme::awq;
     CHECK(plan::choose_w4_gemm_kernel(weights, arch, 2048, 6144, 4096, llama).kernel ==
@@ -591,14 +591,13 @@ TEST_CASE("sm_90a 8-bit weight GEMM (fp8 weight-only, mxfp8) matches the referen
     WARN("wgmma_w4 needs sm_90a; " << arch.name() << " skips it");
     return;
   }
-  // The mixed-input kernel's 8-bit members, forced (the plan gives them the kernel only once
-  // sm90_w4_gemm_validated): codes [N, K] bytes, a thread's k pair a half word, one scale per tensor, row,
-  // 128 x 128 block or 32 k (E8M0).
+  // The mixed-input kernel's 8-bit members, forced (so they run whatever sm90_w4_gemm_enabled says): codes
+  // [N, K] bytes, a thread's k pair a half word, one scale per tensor, row, 128 x 128 block or 32 k (E8M0).
   std::uint64_t seed = 6300;
   for (const config::WeightEncoding& weights : testing::sm90_w8_encodings()) {
     const int llama[] = {4096, 1024, 1024};
     CHECK(plan::choose_w4_gemm_kernel(weights, arch, 2048, 6144, 4096, llama).kernel ==
-          (plan::sm90_w4_gemm_validated(weights) ? plan::GemmKernel::wgmma_w4 : plan::GemmKernel::mma_sync));
+          (plan::sm90_w4_gemm_enabled() ? plan::GemmKernel::wgmma_w4 : plan::GemmKernel::mma_sync));
     // M 1000 (3.9 tiles of 256), N 1536 + 64 (a ragged last segment), K 4096, bias; both tilings.
     check_quantized_gemm(weights, 1000, 4096, {1536, 64}, true, seed++, {{256, 5}, {128, 8}});
     // K past the last whole slot: 4064 = 63.5 slots of 64 (mxfp8 needs K % 32; a partial 128-wide scale
@@ -630,7 +629,7 @@ TEST_CASE("4-bit weight GEMM speed: wgmma_w4 vs bf16 wgmma and mma.sync", "[.gem
       driver::DeviceBuffer::from_host(random_bf16(std::size_t(n) * k, rng, 0.0, 1.0 / std::sqrt(k)));
   // One of each code layout and decode: E2M1 (two scale kinds), affine (g64: g32 and g128 time alike), GPTQ;
   // AWQ and the 8-bit members (fp8 block-scaled weight-only, mxfp8), whose mma.sync rows are the baseline
-  // they replace once sm90_w4_gemm_validated.
+  // they replaced.
   const std::vector<config::WeightEncoding> all = w4_encodings();
   const std::vector<config::WeightEncoding> w8 = testing::sm90_w8_encodings();
   const std::vector<config::WeightEncoding> encodings = {all[0], all[1], all[3], all[5],
@@ -682,9 +681,8 @@ TEST_CASE("4-bit weight GEMM speed: wgmma_w4 vs bf16 wgmma and mma.sync", "[.gem
       const plan::GemmKernelChoice choice = plan::choose_w4_gemm_kernel(encodings[f], arch, m, n, k, widths);
       const bool eight = encodings[f].format == config::WeightFormat::fp8 ||
                          encodings[f].format == config::WeightFormat::mxfp8;
-      CHECK(choice.kernel == (plan::sm90_w4_gemm_enabled() && plan::sm90_w4_gemm_validated(encodings[f])
-                                  ? plan::GemmKernel::wgmma_w4
-                                  : plan::GemmKernel::mma_sync));
+      CHECK(choice.kernel ==
+            (plan::sm90_w4_gemm_enabled() ? plan::GemmKernel::wgmma_w4 : plan::GemmKernel::mma_sync));
       for (const plan::GemmSm90Tiling tiling :
            {plan::GemmSm90Tiling{256, eight ? 5 : 6}, plan::GemmSm90Tiling{128, 8}}) {
         spec.kernel = plan::GemmKernel::wgmma_w4;

@@ -436,11 +436,15 @@ TEST_CASE("attention spec on sm_90a: the wgmma kernel's stub, launch shape and c
   CHECK(sm90_kv_tma_supported(64, 8, 128));
   CHECK_FALSE(sm90_kv_tma_supported(128, 8, 128));  // 64 boxes
   CHECK_FALSE(sm90_kv_tma_supported(128, 4, 128));
-  CHECK_FALSE(sm90_kv_tma_supported(256, 64, 64));  // the TMA-only producer: not in the plan yet
-  CHECK(sm90_kv_tma_possible(256, 64, 64));         // but the template takes it: 2 x 1 page x 4 blocks
-  CHECK(sm90_kv_tma_possible(256, 16, 64));         // 2 x 4 pages x 4 column blocks
-  CHECK_FALSE(sm90_kv_tma_possible(256, 8, 64));    // 64 boxes
-  CHECK(sm90_kv_tma_possible(128, 16, 128) == sm90_kv_tma_supported(128, 16, 128));
+  CHECK(sm90_kv_tma_supported(256, 64, 64));       // the TMA-only producer: 2 x 1 page x 4 blocks
+  CHECK(sm90_kv_tma_supported(256, 16, 64));       // 2 x 4 pages x 4 column blocks
+  CHECK_FALSE(sm90_kv_tma_supported(256, 8, 64));  // 64 boxes
+  config::AttentionConfig wide = llama;
+  wide.head_dim = wide.value_head_dim = 256;
+  const AttentionSpec wide_spec = AttentionSpec::from_config(wide, kSm90a);
+  CHECK(wide_spec.tiling.kv_tma);
+  CHECK(wide_spec.tiling.shared_bytes ==
+        sm90_attention_shared_bytes(256, 64, wide_spec.tiling.stages, false, true));
   // Its landing barrier is 8 bytes of shared memory on top of the gather's layout.
   CHECK(sm90_attention_shared_bytes(256, 64, 2, false, true) == sm90_attention_shared_bytes(256, 64, 2) + 8);
   CHECK(sm90_attention_shared_bytes(128, 128, 3, false, true) == sm90_attention_shared_bytes(128, 128, 3));

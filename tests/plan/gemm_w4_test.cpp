@@ -79,24 +79,18 @@ TEST_CASE("wgmma_w4: sm_90a, the row-major 4-bit formats, segments of whole 128-
     CHECK(choose_w4_gemm_kernel(encoding, {9, 0, false}, 8192, 6144, 4096, llama).kernel ==
           GemmKernel::mma_sync);
   }
-  // 8-bit codes ([N, K] bytes) and AWQ's words ([K, N / 8]): the kernel reads them; the plan gives them to
-  // it once sm90_w4_gemm_validated says they ran on an H200, 8-bit codes with five 256-token slots (40 KiB
+  // 8-bit codes ([N, K] bytes) and AWQ's words ([K, N / 8]): 8-bit codes with five 256-token slots (40 KiB
   // each) instead of six.
-  std::vector<config::WeightEncoding> unvalidated = testing::sm90_w8_encodings();
-  unvalidated.push_back(testing::packed_encoding(config::PackedIntegerScheme::awq, 4, 128, false));
-  for (const config::WeightEncoding& encoding : unvalidated) {
+  std::vector<config::WeightEncoding> wide_codes = testing::sm90_w8_encodings();
+  wide_codes.push_back(testing::packed_encoding(config::PackedIntegerScheme::awq, 4, 128, false));
+  for (const config::WeightEncoding& encoding : wide_codes) {
     INFO(config::to_string(encoding.format) << " " << config::to_string(encoding.scale_granularity));
     CHECK(sm90_w4_gemm_supports(encoding));
     const GemmKernelChoice choice = choose_w4_gemm_kernel(encoding, kSm90a, 8192, 6144, 4096, llama);
-    if (sm90_w4_gemm_validated(encoding)) {
-      CHECK(choice.kernel == GemmKernel::wgmma_w4);
-      const bool eight = encoding.format != config::WeightFormat::packed_integer;
-      CHECK(choice.sm90 == GemmSm90Tiling{.block_n = 256, .stages = eight ? 5 : 6});
-    } else {
-      CHECK(choice.kernel == GemmKernel::mma_sync);
-    }
+    CHECK(choice.kernel == GemmKernel::wgmma_w4);
+    const bool eight = encoding.format != config::WeightFormat::packed_integer;
+    CHECK(choice.sm90 == GemmSm90Tiling{.block_n = 256, .stages = eight ? 5 : 6});
   }
-  for (const config::WeightEncoding& encoding : w4_encodings()) CHECK(sm90_w4_gemm_validated(encoding));
   config::WeightEncoding fp8_activations = testing::fp8_weight_only(config::Fp8ScaleGranularity::block);
   fp8_activations.activation = config::ActivationType::fp8;  // gemm_sm90_fp8.cuh's
   CHECK_FALSE(sm90_w4_gemm_supports(fp8_activations));

@@ -38,10 +38,14 @@ TEST_CASE("on sm_90a both projections run the wgmma kernel; elsewhere mma.sync",
   }
 }
 
-TEST_CASE("on sm_90a the 4-bit plans run the wgmma_w4 kernel; other formats and archs mma.sync",
-          "[plan][gemm][gemm_w4]") {
+TEST_CASE(
+    "on sm_90a the weight-only plans run the wgmma_w4 kernel; GPTQ with act order and other archs "
+    "mma.sync",
+    "[plan][gemm][gemm_w4]") {
   const config::Arch hopper{9, 0, true};
-  for (const char* name : {"llama-3.1-8b-nvfp4", "llama-3.1-8b-mlx-4bit", "gpt-oss-20b-mxfp4"}) {
+  for (const char* name :
+       {"llama-3.1-8b-nvfp4", "llama-3.1-8b-mlx-4bit", "gpt-oss-20b-mxfp4", "llama-3.1-8b-awq",
+        "llama-3.1-8b-fp8", "qwen3-8b-fp8-block", "llama-3.1-8b-mxfp8"}) {
     INFO(name);
     const config::AttentionConfig config =
         config::load_file(std::string(ATTNPLAN_SOURCE_DIR) + "/plans/" + name + ".json");
@@ -54,9 +58,6 @@ TEST_CASE("on sm_90a the 4-bit plans run the wgmma_w4 kernel; other formats and 
     CHECK(plan::plan_kernels(config, config::Arch{8, 0, false}).qkv_projection.kernel ==
           plan::GemmKernel::mma_sync);
   }
-  const config::AttentionConfig awq =
-      config::load_file(std::string(ATTNPLAN_SOURCE_DIR) + "/plans/llama-3.1-8b-awq.json");
-  CHECK(plan::plan_kernels(awq, hopper).qkv_projection.kernel == plan::GemmKernel::mma_sync);
   const config::AttentionConfig gptq_act_order =
       config::load_file(std::string(ATTNPLAN_SOURCE_DIR) + "/plans/llama-3.1-8b-gptq.json");
   CHECK(plan::plan_kernels(gptq_act_order, hopper).qkv_projection.kernel == plan::GemmKernel::mma_sync);
