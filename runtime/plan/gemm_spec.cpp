@@ -594,4 +594,69 @@ void launch_gemm(const driver::Function& function, const GemmSpec& spec, const G
   }
 }
 
+compiler::KernelSource DequantizeSpec::source() const {
+  if (weights.format == WeightFormat::bf16 || !gemm_supports(weights)) {
+    throw Error(Stage::input,
+                fmt::format("dequantize: no weight loader for format {}{}", config::to_string(weights.format),
+                            weights.format == WeightFormat::fp8 ? " with fp8 activations" : ""));
+  }
+  compiler::KernelSource source;
+  source.family = "dequantize";
+  source.header = "attnplan/dequantize.cuh";
+  source.traits = "attnplan::kernels::DequantizeTraits";
+  source.kernel = "attnplan::kernels::dequantize_kernel";
+  source.arguments = {{"segments", std::to_string(segments)}, {"weights", weight_policy(weights)}};
+  source.spec = {{"family", source.family},
+                 {"block_rows", kDequantizeBlockRows},
+                 {"block_k", kDequantizeBlockK},
+                 {"segments", segments},
+                 {"weights",
+                  {{"format", config::to_string(weights.format)},
+                   {"bits", weight_bits(weights)},
+                   {"group_size", weights.group_size},
+                   {"policy", weight_policy(weights)}}}};
+  return source;
+}
+
+driver::LaunchShape DequantizeSpec::launch_shape(int n, int k) const {
+  if (n <= 0 || k <= 0)
+    throw Error(Stage::input, fmt::format("dequantize: no launch shape for N = {}, K = {}", n, k));
+  return driver::LaunchShape{{static_cast<unsigned>(ceil_div(n, kDequantizeBlockRows)),
+                              static_cast<unsigned>(ceil_div(k, kDequantizeBlockK)), 1},
+                             {static_cast<unsigned>(kDequantizeThreads), 1, 1},
+                             0};
+}
+
+void DequantizeSpec::check(const DequantizeParams& params) const {
+  GemmSpec quantized;
+  quantized.segments = segments;
+  quantized.weights = weights;
+  quantized.has_bias = true;  // the biases belong to the GEMM that follows; any pointer is accepted here
+  quantized.check(params.gemm);
+  require(params.weight != nullptr && aligned(params.weight, 16),
+          "dequantize weight: null or not 16-byte aligned (W [N, K] bf16 in the workspace)");
+}
+
+std::optional<GemmSpec> choose_dequantized_gemm(const GemmSpec& quantized, config::Arch arch, int m_hint,
+                                                int n, int k, std::span<const int> segment_widths) {
+  const config::WeightEncoding& weights = quantized.weights;
+  if (weights.format == WeightFormat::bf16 || !gemm_supports(weights)) return std::nullopt;
+  if (m_hint < kDequantizedMinTokens) return std::nullopt;
+  const GemmKernelChoice choice = choose_gemm_kernel(arch, m_hint, n, k, segment_widths);
+  if (choice.kernel != GemmKernel::wgmma) return std::nullopt;  // sm_90a and tileable segments only
+  GemmSpec gemm;
+  gemm.segments = quantized.segments;
+  gemm.has_bias = quantized.has_bias;
+  gemm.kernel = GemmKernel::wgmma;
+  gemm.sm90 = choice.sm90;
+  gemm.tiling = choose_gemm_tiling(m_hint, n, k, arch);
+  return gemm;
+}
+
+void launch_dequantize(const driver::Function& function, const DequantizeSpec& spec,
+                       const DequantizeParams& params, CUstream stream) {
+  if (params.gemm.n == 0 || params.gemm.k == 0) return;
+  driver::launch(function, spec.launch_shape(params.gemm.n, params.gemm.k), stream, params);
+}
+
 }  // namespace attnplan::plan

@@ -6,6 +6,7 @@
 
 #include <cuda.h>
 
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -167,5 +168,36 @@ GemmSm90Params make_gemm_sm90_w4_params(const GemmSpec& spec, const GemmParams& 
 // the device's SM count (the wgmma kernel's persistent grid). Nothing is launched when M or N is 0.
 void launch_gemm(const driver::Function& function, const GemmSpec& spec, const GemmParams& params,
                  CUstream stream, int multiprocessors);
+
+// The dequantized path of a weight-only quantized projection (sm_90a): the dequantize kernel
+// (dequantize.cuh) writes W [N, K] as bf16 into the workspace, then the bf16 wgmma GEMM reads it like a
+// bf16 checkpoint. At thousands of tokens the projection is compute-bound and the bf16 kernel runs at
+// ~700 TFLOP/s where the mixed-input kernel (wgmma_w4) decodes on the wgmma's critical path at 300-620;
+// the rewrite of W costs one memory-bound pass the GEMM amortizes over M (docs/kernels-notes.md). Launches
+// of at least kDequantizedMinTokens rows take it, shorter ones the quantized kernel.
+inline constexpr int kDequantizedMinTokens = 1024;
+
+struct DequantizeSpec {
+  int segments = 1;
+  config::WeightEncoding weights;  // the format; its gemm.cuh loader policy decodes
+
+  compiler::KernelSource source() const;
+  // grid [ceil(n / 64), ceil(k / 64)], block [256], no dynamic shared memory. n, k > 0.
+  driver::LaunchShape launch_shape(int n, int k) const;
+  // GemmSpec::check's rules for the quantized Params (params.gemm, as the mma.sync kernel with these
+  // weights reads them), and params.weight: null or not 16-byte aligned.
+  void check(const DequantizeParams& params) const;
+};
+
+// Pure. The bf16 GEMM of `quantized`'s dequantized path for a plan of up to m_hint rows, or nullopt where
+// the path does not apply: not sm_90a, bf16 weights or fp8 activations, a format without an mma.sync
+// loader (whose decode the dequantize kernel shares), m_hint below kDequantizedMinTokens, or segments the
+// wgmma kernel cannot tile (choose_gemm_kernel). Same segments and bias as `quantized`, bf16 weights.
+std::optional<GemmSpec> choose_dequantized_gemm(const GemmSpec& quantized, config::Arch arch, int m_hint,
+                                                int n, int k, std::span<const int> segment_widths);
+
+// Queues the dequantize kernel (params checked by spec.check first). Nothing when N or K is 0.
+void launch_dequantize(const driver::Function& function, const DequantizeSpec& spec,
+                       const DequantizeParams& params, CUstream stream);
 
 }  // namespace attnplan::plan

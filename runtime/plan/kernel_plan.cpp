@@ -28,8 +28,22 @@ std::string_view to_string(StageKind stage) {
   return "unknown";
 }
 
+ProjectionVariant projection_variant_of(const PlannedKernel& kernel) {
+  if (kernel.name == kQkvProjectionSmallName || kernel.name == kOutputProjectionSmallName)
+    return ProjectionVariant::small;
+  if (kernel.name == kQkvDequantizeName || kernel.name == kOutputDequantizeName)
+    return ProjectionVariant::dequantize;
+  if (kernel.name == kQkvProjectionDequantizedName || kernel.name == kOutputProjectionDequantizedName)
+    return ProjectionVariant::dequantized;
+  return ProjectionVariant::planned;
+}
+
 bool is_small_variant(const PlannedKernel& kernel) {
-  return kernel.name == kQkvProjectionSmallName || kernel.name == kOutputProjectionSmallName;
+  return projection_variant_of(kernel) == ProjectionVariant::small;
+}
+
+bool runs_dequantized(const std::optional<KernelPlan::Dequantized>& path, int num_tokens) {
+  return path.has_value() && num_tokens >= kDequantizedMinTokens;
 }
 
 bool KernelPlan::has(StageKind stage) const {
@@ -133,6 +147,19 @@ std::optional<GemmSpec> small_specialization(const GemmSpec& planned, const conf
   return spec;
 }
 
+// The projection's dequantized path (choose_dequantized_gemm), never with fp8 activations (those have
+// their own e4m3 GEMM).
+std::optional<KernelPlan::Dequantized> dequantized_path(const GemmSpec& planned,
+                                                        const config::AttentionConfig& config,
+                                                        const config::Arch& arch, int n, int k,
+                                                        std::span<const int> segment_widths) {
+  if (uses_fp8_activations(planned.weights)) return std::nullopt;
+  std::optional<GemmSpec> gemm =
+      choose_dequantized_gemm(planned, arch, config.max_tokens, n, k, segment_widths);
+  if (!gemm) return std::nullopt;
+  return KernelPlan::Dequantized{DequantizeSpec{planned.segments, planned.weights}, *gemm};
+}
+
 }  // namespace
 
 KernelPlan plan_kernels(const config::AttentionConfig& config, const config::Arch& arch) {
@@ -163,6 +190,8 @@ KernelPlan plan_kernels(const config::AttentionConfig& config, const config::Arc
     plan.qkv_projection.sm90 = choice.sm90;
     plan.qkv_projection_small =
         small_specialization(plan.qkv_projection, config, arch, q_width + k_width + v_width, hidden, widths);
+    plan.qkv_projection_dequantized =
+        dequantized_path(plan.qkv_projection, config, arch, q_width + k_width + v_width, hidden, widths);
   }
 
   plan.qkv_postprocess = QkvPostprocessSpec::from_config(config);
@@ -187,6 +216,8 @@ KernelPlan plan_kernels(const config::AttentionConfig& config, const config::Arc
   plan.output_projection.sm90 = output_choice.sm90;
   plan.output_projection_small =
       small_specialization(plan.output_projection, config, arch, hidden, attention_width, output_widths);
+  plan.output_projection_dequantized =
+      dequantized_path(plan.output_projection, config, arch, hidden, attention_width, output_widths);
 
   // fp8 activations (require_supported checked the arch and the shapes): an e4m3 GEMM replaces the one
   // above, fed by the quantizer.
@@ -204,12 +235,19 @@ KernelPlan plan_kernels(const config::AttentionConfig& config, const config::Arc
   // wgmma kernel (choose_projection_kernel keeps fp8 weights off it), so small_specialization gave none.
   const auto add_projection = [&](StageKind quantize_stage, StageKind stage, const std::string& name,
                                   const GemmSpec& spec, const std::optional<GemmFp8Spec>& fp8,
-                                  const std::optional<GemmSpec>& small, std::string_view small_name) {
+                                  const std::optional<GemmSpec>& small, std::string_view small_name,
+                                  const std::optional<KernelPlan::Dequantized>& dequantized,
+                                  std::string_view dequantize_name, std::string_view dequantized_name) {
     if (!fp8) {
       plan.kernels.push_back({stage, name, spec.source(), spec.dynamic_shared_bytes()});
       if (small)
         plan.kernels.push_back(
             {stage, std::string(small_name), small->source(), small->dynamic_shared_bytes()});
+      if (dequantized) {
+        plan.kernels.push_back({stage, std::string(dequantize_name), dequantized->dequantize.source(), 0});
+        plan.kernels.push_back({stage, std::string(dequantized_name), dequantized->gemm.source(),
+                                dequantized->gemm.dynamic_shared_bytes()});
+      }
       return;
     }
     plan.kernels.push_back(
@@ -219,7 +257,8 @@ KernelPlan plan_kernels(const config::AttentionConfig& config, const config::Arc
 
   plan.kernels.push_back({StageKind::input_norm, "input_rmsnorm", plan.input_norm.source(), 0});
   add_projection(StageKind::qkv_quantize, StageKind::qkv_projection, "qkv_projection", plan.qkv_projection,
-                 plan.qkv_projection_fp8, plan.qkv_projection_small, kQkvProjectionSmallName);
+                 plan.qkv_projection_fp8, plan.qkv_projection_small, kQkvProjectionSmallName,
+                 plan.qkv_projection_dequantized, kQkvDequantizeName, kQkvProjectionDequantizedName);
   if (plan.qkv_postprocess.has_work()) {
     plan.kernels.push_back({StageKind::qkv_postprocess, "qkv_postprocess", plan.qkv_postprocess.source(), 0});
   }
@@ -228,7 +267,8 @@ KernelPlan plan_kernels(const config::AttentionConfig& config, const config::Arc
       {StageKind::attention, "attention", plan.attention.source(), plan.attention.dynamic_shared_bytes()});
   add_projection(StageKind::output_quantize, StageKind::output_projection, "output_projection",
                  plan.output_projection, plan.output_projection_fp8, plan.output_projection_small,
-                 kOutputProjectionSmallName);
+                 kOutputProjectionSmallName, plan.output_projection_dequantized, kOutputDequantizeName,
+                 kOutputProjectionDequantizedName);
   return plan;
 }
 

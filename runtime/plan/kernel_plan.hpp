@@ -54,15 +54,35 @@ struct KernelPlan {
   // The projections' kSmallLaunchTokens specializations (wgmma, another block_n), planned only when their
   // tiling differs from the max_tokens one; each launch picks one by choose_gemm_variant.
   std::optional<GemmSpec> qkv_projection_small, output_projection_small;
-  std::vector<PlannedKernel> kernels;  // in launch order; a small specialization right after its stage's
+  // The dequantized path of a weight-only quantized projection (choose_dequantized_gemm): launches of at
+  // least kDequantizedMinTokens rows run `dequantize` into the workspace, then `gemm` (bf16 wgmma).
+  struct Dequantized {
+    DequantizeSpec dequantize;
+    GemmSpec gemm;
+  };
+  std::optional<Dequantized> qkv_projection_dequantized, output_projection_dequantized;
+  std::vector<PlannedKernel> kernels;  // in launch order; a stage's variants right after its kernel
 
   bool has(StageKind stage) const;
 };
 
-// The names of the small specializations' kernels (same StageKind as the planned projection).
+// The names of the small specializations' kernels and of the dequantized paths' two kernels (same
+// StageKind as the planned projection).
 inline constexpr std::string_view kQkvProjectionSmallName = "qkv_projection_small";
 inline constexpr std::string_view kOutputProjectionSmallName = "output_projection_small";
+inline constexpr std::string_view kQkvDequantizeName = "qkv_dequantize";
+inline constexpr std::string_view kQkvProjectionDequantizedName = "qkv_projection_dequantized";
+inline constexpr std::string_view kOutputDequantizeName = "output_dequantize";
+inline constexpr std::string_view kOutputProjectionDequantizedName = "output_projection_dequantized";
+
+// Which of a projection stage's kernels a planned kernel is.
+enum class ProjectionVariant { planned, small, dequantize, dequantized };
+ProjectionVariant projection_variant_of(const PlannedKernel& kernel);
 bool is_small_variant(const PlannedKernel& kernel);
+
+// Whether a launch of `num_tokens` rows runs the projection's dequantized path (planned, and
+// num_tokens >= kDequantizedMinTokens).
+bool runs_dequantized(const std::optional<KernelPlan::Dequantized>& path, int num_tokens);
 
 // Throws Error(config) when the config asks for something the kernels cannot do yet (a quantized
 // projection format without a loader, fp8 activations on an arch without the fp8-activation GEMM or with

@@ -28,6 +28,9 @@ struct PrefillPlan::Loaded {
   driver::Function input_norm, qkv_projection, qkv_postprocess, kv_store, attention, output_projection;
   // The kSmallLaunchTokens specializations, where planned (KernelPlan::qkv_projection_small, ...).
   driver::Function qkv_projection_small, output_projection_small;
+  // The dequantized paths, where planned (KernelPlan::qkv_projection_dequantized, ...).
+  driver::Function qkv_dequantize, qkv_projection_dequantized, output_dequantize,
+      output_projection_dequantized;
   driver::DeviceBuffer rope_frequencies;  // [rotary_dim / 2] doubles, uploaded once at load
   double rope_attention_factor = 1.0;
   int multiprocessors = 0;                         // the device's SMs: the persistent wgmma GEMM's grid
@@ -92,6 +95,36 @@ T* at(void* base, std::size_t offset) {
   return reinterpret_cast<T*>(static_cast<char*>(base) + offset);
 }
 
+// One launch's dequantized path: the dequantize kernel's Params and the bf16 GEMM's (segments pointing
+// into W in the workspace).
+struct Dequantized {
+  const KernelPlan::Dequantized* path;
+  DequantizeParams dequantize;
+  GemmParams gemm;
+};
+
+// The dequantized path's Params for `params` (the quantized projection's, already checked), checked, when
+// this launch takes it.
+std::optional<Dequantized> dequantized_launch(const std::optional<KernelPlan::Dequantized>& path,
+                                              const GemmParams& params, const WorkspaceLayout& layout,
+                                              void* workspace) {
+  if (!runs_dequantized(path, params.m)) return std::nullopt;
+  Dequantized launch{&*path, {}, params};
+  bf16_bits* weight = at<bf16_bits>(workspace, layout.dequantized_weights);
+  launch.dequantize.gemm = params;
+  launch.dequantize.weight = weight;
+  path->dequantize.check(launch.dequantize);
+  for (GemmSegment& segment : launch.gemm.segments) {
+    segment.weight = weight + static_cast<long long>(segment.n_begin) * params.k;
+    segment.scales = nullptr;
+    segment.scale_2 = nullptr;
+    segment.zeros = nullptr;
+    segment.g_idx = nullptr;
+  }
+  path->gemm.check(launch.gemm);
+  return launch;
+}
+
 }  // namespace
 
 PrefillPlan::PrefillPlan(CompiledPlan compiled, std::unique_ptr<Loaded> loaded)
@@ -117,7 +150,14 @@ WorkspaceLayout plan_workspace(const config::AttentionConfig& config, const Kern
     layout.fp8_activation_bytes =
         std::max(layout.fp8_activation_bytes, fp8_activation_bytes(int(tokens), attention_width));
   }
-  layout.bytes = layout.fp8_activations + layout.fp8_activation_bytes;
+  layout.dequantized_weights = align_up(layout.fp8_activations + layout.fp8_activation_bytes, 256);
+  if (runs_dequantized(kernels.qkv_projection_dequantized, num_tokens))
+    layout.dequantized_weight_bytes = std::size_t(layout.qkv_row_width) * config.hidden_size * 2;
+  if (runs_dequantized(kernels.output_projection_dequantized, num_tokens)) {
+    layout.dequantized_weight_bytes =
+        std::max(layout.dequantized_weight_bytes, std::size_t(config.hidden_size) * attention_width * 2);
+  }
+  layout.bytes = layout.dequantized_weights + layout.dequantized_weight_bytes;
   return layout;
 }
 
@@ -254,6 +294,8 @@ void PrefillPlan::execute(const ExecuteArgs& args, CUstream stream, const StageO
       projection_variant(loaded.qkv_projection, kernels.qkv_projection, loaded.qkv_projection_small,
                          kernels.qkv_projection_small, projection, loaded.multiprocessors);
   check_projection(*qkv_spec, kernels.qkv_projection_fp8, projection);
+  const std::optional<Dequantized> qkv_dequantized =
+      dequantized_launch(kernels.qkv_projection_dequantized, projection, layout, args.workspace);
 
   QkvPostprocessParams post{};
   post.qkv = qkv;
@@ -320,6 +362,8 @@ void PrefillPlan::execute(const ExecuteArgs& args, CUstream stream, const StageO
       projection_variant(loaded.output_projection, kernels.output_projection, loaded.output_projection_small,
                          kernels.output_projection_small, output, loaded.multiprocessors);
   check_projection(*output_spec, kernels.output_projection_fp8, output);
+  const std::optional<Dequantized> output_dequantized =
+      dequantized_launch(kernels.output_projection_dequantized, output, layout, args.workspace);
 
   // Enqueue in spec order. The observer (debugging only) sees each stage's results in the workspace.
   loaded.context.make_current();
@@ -329,11 +373,18 @@ void PrefillPlan::execute(const ExecuteArgs& args, CUstream stream, const StageO
   enqueue_input_norm(norm, stream);
   notify(StageKind::input_norm);
   // A projection with fp8 activations: the quantizer into the workspace (its own stage), then the e4m3
-  // GEMM over the codes. Otherwise the bf16 GEMM variant chosen for this launch's M.
+  // GEMM over the codes. A long launch of a weight-only quantized one: W dequantized into the workspace,
+  // then the bf16 GEMM. Otherwise the GEMM variant chosen for this launch's M.
   auto project = [&](StageKind quantize_stage, const driver::Function& quantize, StageKind stage,
                      const driver::Function& gemm, const GemmSpec& spec,
-                     const std::optional<GemmFp8Spec>& fp8, const GemmParams& params) {
-    if (fp8) {
+                     const std::optional<GemmFp8Spec>& fp8, const GemmParams& params,
+                     const std::optional<Dequantized>& dequantized, const driver::Function& dequantize,
+                     const driver::Function& dequantized_gemm) {
+    if (dequantized) {
+      launch_dequantize(dequantize, dequantized->path->dequantize, dequantized->dequantize, stream);
+      launch_gemm(dequantized_gemm, dequantized->path->gemm, dequantized->gemm, stream,
+                  loaded.multiprocessors);
+    } else if (fp8) {
       const Fp8ActivationBuffers buffers =
           fp8_activation_buffers(at<void>(args.workspace, layout.fp8_activations), params.m, params.k);
       launch_fp8_quantize(quantize, params, buffers, stream);
@@ -345,7 +396,8 @@ void PrefillPlan::execute(const ExecuteArgs& args, CUstream stream, const StageO
     notify(stage);
   };
   project(StageKind::qkv_quantize, loaded.qkv_quantize, StageKind::qkv_projection, *qkv_function, *qkv_spec,
-          kernels.qkv_projection_fp8, projection);
+          kernels.qkv_projection_fp8, projection, qkv_dequantized, loaded.qkv_dequantize,
+          loaded.qkv_projection_dequantized);
   if (kernels.has(StageKind::qkv_postprocess)) {
     driver::launch(loaded.qkv_postprocess,
                    driver::LaunchShape{
@@ -358,7 +410,8 @@ void PrefillPlan::execute(const ExecuteArgs& args, CUstream stream, const StageO
   launch_attention(loaded.attention, kernels.attention, attend, config.query_heads, stream);
   notify(StageKind::attention);
   project(StageKind::output_quantize, loaded.output_quantize, StageKind::output_projection, *output_function,
-          *output_spec, kernels.output_projection_fp8, output);
+          *output_spec, kernels.output_projection_fp8, output, output_dequantized, loaded.output_dequantize,
+          loaded.output_projection_dequantized);
 }
 
 void PrefillPlan::launch_input_norm(const InputNormArgs& args, CUstream stream) const {
@@ -473,8 +526,26 @@ plan::PrefillPlan Runtime::load(const plan::CompiledPlan& compiled) {
                             "--arch {} or target.arch \"auto\"",
                             plan_arch, options_.device, device.name, device.arch_name(), device.arch_name()));
   }
-  auto loaded = std::make_unique<plan::PrefillPlan::Loaded>(plan::PrefillPlan::Loaded{
-      driver::Context(options_.device), {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, 1.0, 0, {}, {}});
+  auto loaded =
+      std::make_unique<plan::PrefillPlan::Loaded>(plan::PrefillPlan::Loaded{driver::Context(options_.device),
+                                                                            {},
+                                                                            {},
+                                                                            {},
+                                                                            {},
+                                                                            {},
+                                                                            {},
+                                                                            {},
+                                                                            {},
+                                                                            {},
+                                                                            {},
+                                                                            {},
+                                                                            {},
+                                                                            {},
+                                                                            {},
+                                                                            1.0,
+                                                                            0,
+                                                                            {},
+                                                                            {}});
   loaded->multiprocessors = device.multiprocessors;
   loaded->context.make_current();
   for (const plan::PlanKernel& kernel : compiled.kernels) {
@@ -484,7 +555,23 @@ plan::PrefillPlan Runtime::load(const plan::CompiledPlan& compiled) {
         compiled.kernels_planned.kernels.at(&kernel - compiled.kernels.data());
     const int shared = planned.dynamic_shared_bytes;
     if (shared > 48 * 1024) function.set_max_dynamic_shared_bytes(shared);
-    const bool small = plan::is_small_variant(planned);
+    const plan::ProjectionVariant variant = plan::projection_variant_of(planned);
+    // The projection stages' functions by variant: the planned GEMM, its small specialization, the
+    // dequantized path's two kernels.
+    const auto projection_slot = [&](driver::Function& planned_function, driver::Function& small,
+                                     driver::Function& dequantize,
+                                     driver::Function& dequantized) -> driver::Function& {
+      switch (variant) {
+        case plan::ProjectionVariant::small:
+          return small;
+        case plan::ProjectionVariant::dequantize:
+          return dequantize;
+        case plan::ProjectionVariant::dequantized:
+          return dequantized;
+        default:
+          return planned_function;
+      }
+    };
     switch (kernel.stage) {
       case plan::StageKind::input_norm:
         loaded->input_norm = function;
@@ -496,7 +583,8 @@ plan::PrefillPlan Runtime::load(const plan::CompiledPlan& compiled) {
         loaded->output_quantize = function;
         break;
       case plan::StageKind::qkv_projection:
-        (small ? loaded->qkv_projection_small : loaded->qkv_projection) = function;
+        projection_slot(loaded->qkv_projection, loaded->qkv_projection_small, loaded->qkv_dequantize,
+                        loaded->qkv_projection_dequantized) = function;
         break;
       case plan::StageKind::qkv_postprocess:
         loaded->qkv_postprocess = function;
@@ -508,7 +596,8 @@ plan::PrefillPlan Runtime::load(const plan::CompiledPlan& compiled) {
         loaded->attention = function;
         break;
       case plan::StageKind::output_projection:
-        (small ? loaded->output_projection_small : loaded->output_projection) = function;
+        projection_slot(loaded->output_projection, loaded->output_projection_small, loaded->output_dequantize,
+                        loaded->output_projection_dequantized) = function;
         break;
     }
   }

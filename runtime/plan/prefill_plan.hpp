@@ -82,6 +82,11 @@ struct WorkspaceLayout {
   // after the other on the stream. fp8_activation_bytes is 0 without fp8 activations.
   std::size_t fp8_activations = 0;
   std::size_t fp8_activation_bytes = 0;
+  // Dequantized path (KernelPlan::*_dequantized, launches of at least kDequantizedMinTokens): byte offset
+  // of W [N, K] bf16 of the projection being run, sized for the larger; both projections reuse it, one
+  // after the other on the stream. dequantized_weight_bytes is 0 when this launch does not take the path.
+  std::size_t dequantized_weights = 0;
+  std::size_t dequantized_weight_bytes = 0;
   std::size_t bytes = 0;  // total
   long long qkv_row_width = 0;
 };

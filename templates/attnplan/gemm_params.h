@@ -48,6 +48,19 @@ struct GemmParams {
   int k;
 };
 
+// The dequantize kernel (dequantize.cuh): a quantized projection weight -> bf16 W [N, K], for the bf16
+// GEMM. gemm holds the projection's Params as the quantized GEMM would get them (segments, N, K; a, c, m,
+// lda and ldc are not read); weight receives W [gemm.n, gemm.k] bf16, row stride gemm.k, 16-byte aligned.
+struct DequantizeParams {
+  GemmParams gemm;
+  bf16_bits* weight;
+};
+
+// Its CTA tile: [64 W rows, 64 k], 256 threads (two 16-byte stores each).
+inline constexpr int kDequantizeBlockRows = 64;
+inline constexpr int kDequantizeBlockK = 64;
+inline constexpr int kDequantizeThreads = 256;
+
 // Dynamic shared memory of a GEMM specialization, in bytes: `stages` slices of A [block_m, block_k] in
 // bf16 and of W [block_n, block_k] at `weight_bits` per value, plus (quantized weights, bits < 16) one bf16
 // [block_n, block_k] tile the packed slice is dequantized into; reused by the epilogue as a bf16

@@ -91,10 +91,10 @@ struct LoadedGemm {
   driver::Function function;
 };
 
-// Compiles and loads `spec` once per process (NVRTC takes seconds), with its dynamic shared memory allowed.
-const driver::Function& gemm_function(const plan::GemmSpec& spec) {
+// Compiles and loads `source` once per process (NVRTC takes seconds), with `shared_bytes` of dynamic shared
+// memory allowed.
+const driver::Function& loaded_function(const compiler::KernelSource& source, int shared_bytes) {
   static std::map<std::string, std::unique_ptr<LoadedGemm>> loaded;
-  const compiler::KernelSource source = spec.source();
   const std::string key = source.render_stub();
   auto found = loaded.find(key);
   if (found == loaded.end()) {
@@ -102,10 +102,14 @@ const driver::Function& gemm_function(const plan::GemmSpec& spec) {
         gpu().runtime.compiler().compile(source, gpu().runtime.compile_options(device_arch()));
     driver::Module module = driver::Module::load(kernel.cubin);
     driver::Function function = module.function(kernel.lowered_name);
-    function.set_max_dynamic_shared_bytes(spec.dynamic_shared_bytes());
+    if (shared_bytes > 0) function.set_max_dynamic_shared_bytes(shared_bytes);
     found = loaded.emplace(key, std::make_unique<LoadedGemm>(LoadedGemm{std::move(module), function})).first;
   }
   return found->second->function;
+}
+
+const driver::Function& gemm_function(const plan::GemmSpec& spec) {
+  return loaded_function(spec.source(), spec.dynamic_shared_bytes());
 }
 
 struct Case {
@@ -347,6 +351,100 @@ TEST_CASE("quantized projection GEMM matches the reference per format", "[gpu][g
     check_quantized_gemm(weights, 37, 2880, {120, 40, 40}, true, seed++);
     check_quantized_gemm(weights, 300, 4096, {4096, 1024, 1024}, false, seed++);
     check_quantized_gemm(weights, 1, 2880, {200}, true, seed++);
+  }
+}
+
+namespace {
+
+// The dequantized path (dequantize.cuh, then the bf16 wgmma GEMM): W [N, K] bf16 from the dequantize kernel
+// against reference::dequantize of the same bytes (every element written, the guard row untouched), then
+// the GEMM over it against reference::linear, as the plan launches them.
+void check_dequantized_gemm(const config::WeightEncoding& weights, int m, int k,
+                            const std::vector<int>& widths, bool has_bias, std::uint64_t seed) {
+  gpu().context.make_current();
+  const config::Arch arch = device_arch();
+  const int n = std::accumulate(widths.begin(), widths.end(), 0);
+  const long long ldc = n + 8;
+  std::mt19937_64 rng(seed);
+  const std::vector<std::uint16_t> a_values = random_bf16(std::size_t(m) * k, rng, 0.1, 1.0);
+  const std::vector<std::uint16_t> bias_bits =
+      has_bias ? random_bf16(n, rng, 0.0, 0.5) : std::vector<std::uint16_t>{};
+  driver::DeviceBuffer d_a = upload_with_nan_tail(a_values, k);
+  const QuantizedWeights w = upload_quantized(weights, k, widths, bias_bits, seed);
+  driver::DeviceBuffer d_c(std::size_t(m + 1) * ldc * 2);
+  driver::DeviceBuffer d_w(std::size_t(n + 1) * k * 2);  // W [N, K] and a guard row
+
+  plan::GemmSpec quantized;
+  quantized.segments = int(widths.size());
+  quantized.has_bias = has_bias;
+  quantized.weights = weights;
+  const std::optional<plan::GemmSpec> gemm = plan::choose_dequantized_gemm(quantized, arch, m, n, k, widths);
+  REQUIRE(gemm);
+  const plan::DequantizeSpec dequantize{quantized.segments, weights};
+  DequantizeParams params{};
+  params.gemm = dense_gemm_params(d_a, d_c, m, n, k, ldc);
+  std::copy(std::begin(w.segments), std::end(w.segments), std::begin(params.gemm.segments));
+  params.weight = d_w.data<bf16_bits>();
+  dequantize.check(params);
+  GemmParams bf16 = params.gemm;
+  for (int s = 0; s < quantized.segments; ++s) {
+    bf16.segments[s] = {params.weight + static_cast<long long>(bf16.segments[s].n_begin) * k,
+                        bf16.segments[s].bias, bf16.segments[s].n_begin, bf16.segments[s].n_end};
+  }
+  gemm->check(bf16);
+
+  driver::Stream stream = driver::Stream::create();
+  gpu().context.synchronize();
+  INFO(encoding_name(weights) << ": M " << m << " N " << n << " K " << k);
+  d_w.fill_bytes_async(kPoisonByte, stream.handle());
+  d_c.fill_bytes_async(kPoisonByte, stream.handle());
+  plan::launch_dequantize(loaded_function(dequantize.source(), 0), dequantize, params, stream.handle());
+  stream.synchronize();
+  const std::vector<double> got_w = checked_output(d_w.download_all<std::uint16_t>(), n, k, k);
+  const double w_error = reference::relative_l2_error(w.data.weight.data, got_w);
+  plan::launch_gemm(gemm_function(*gemm), *gemm, bf16, stream.handle(), device_multiprocessors());
+  stream.synchronize();
+  const std::vector<double> got = checked_output(d_c.download_all<std::uint16_t>(), m, n, ldc);
+  const reference::Tensor expected =
+      reference::linear(reference::Tensor({m, k}, to_doubles(a_values)), w.data.weight, w.data.bias);
+  const double error = reference::relative_l2_error(expected.data, got);
+  std::printf("dequantized %-28s M %5d N %5d K %5d: W relative L2 %.3e, GEMM (%s) relative L2 %.3e\n",
+              encoding_name(weights).c_str(), m, n, k, w_error, spec_name(*gemm).c_str(), error);
+  INFO("W relative L2 error " << w_error << ", GEMM relative L2 error " << error);
+  // W rounds once to bf16 (at most 2^-9 relative per element); then fp32 accumulation and one rounding.
+  CHECK(w_error < 4e-3);
+  CHECK(error < 1e-2);
+}
+
+}  // namespace
+
+TEST_CASE("the dequantized path matches the reference per format", "[gpu][gemm][dequantized]") {
+  const config::Arch arch = device_arch();
+  if (arch.sm() != 90 || !arch.arch_specific) {
+    WARN("the dequantized path's GEMM is the sm_90a wgmma kernel; " << arch.name() << " skips it");
+    return;
+  }
+  const auto packed = testing::packed_encoding;
+  using config::PackedIntegerScheme;
+  std::vector<config::WeightEncoding> encodings = testing::sm90_w8_encodings();  // fp8 x 3, mxfp8
+  for (auto format : {config::WeightFormat::mxfp4, config::WeightFormat::nvfp4}) {
+    config::WeightEncoding e4m1;
+    e4m1.format = format;
+    encodings.push_back(e4m1);
+  }
+  for (const config::WeightEncoding& each :
+       {packed(PackedIntegerScheme::gptq, 4, 128, false), packed(PackedIntegerScheme::gptq, 4, 128, true),
+        packed(PackedIntegerScheme::gptq_v2, 8, 32, true), packed(PackedIntegerScheme::awq, 4, 128, false),
+        packed(PackedIntegerScheme::awq, 4, -1, false), testing::affine_encoding(4, 64),
+        testing::affine_encoding(3, 32)})
+    encodings.push_back(each);
+  std::uint64_t seed = 9400;
+  for (const config::WeightEncoding& weights : encodings) {
+    // M 1100 (no tile multiple), a q | k | v split whose last segment is ragged (1024 | 256 | 200), K with
+    // a half 64-wide tile where the group allows it (2912 = 45.5 x 64; groups of 64: 2880, of 128: 2944).
+    const int k = weights.group_size == 128 ? 2944 : (weights.group_size == 64 ? 2880 : 2912);
+    check_dequantized_gemm(weights, 1100, k, {1024, 256, 200}, true, seed++);
+    check_dequantized_gemm(weights, plan::kDequantizedMinTokens, 4096, {4096}, false, seed++);
   }
 }
 

@@ -1,0 +1,129 @@
+// A quantized projection weight -> bf16 W [N, K] in global memory: the first half of the dequantized
+// path, which long launches of a weight-only quantized projection take on sm_90a (plan::DequantizeSpec):
+// the bf16 wgmma GEMM then reads W as it reads a bf16 checkpoint. At thousands of tokens the projection is
+// compute-bound, and the bf16 kernel's rate beats decoding codes on the wgmma's critical path
+// (gemm_sm90_w4.cuh); rewriting W costs one pass over N x K that the GEMM amortizes over M.
+//
+// Each CTA stages the packed bytes of a [64 rows, 64 k] tile in shared memory exactly as gemm.cuh's
+// pipeline stages a W slice (16-byte row chunks, or the word tile of a word-copied format), then turns
+// every 8 consecutive k of a row into 8 bf16 with the format's gemm.cuh policy (the same decode and the
+// same one rounding as the mma.sync loaders) and stores them as one 16-byte vector.
+#pragma once
+
+#include "attnplan/gemm.cuh"
+
+namespace attnplan::kernels {
+
+template <int kSegments, class WeightPolicy>
+struct DequantizeTraits {
+  using Params = DequantizeParams;
+  using Weights = WeightPolicy;
+  static constexpr int segments = kSegments;
+  static constexpr int block_rows = kDequantizeBlockRows;  // W rows per CTA
+  static constexpr int block_k = kDequantizeBlockK;        // K per CTA
+  static constexpr int threads = kDequantizeThreads;
+  static constexpr int bits = WeightPolicy::bits;
+  static constexpr bool word_copied = word_copied_v<WeightPolicy>;
+  static constexpr int chunks_per_row = block_k / 8;  // 8-value output vectors per tile row
+  // Row formats: 16-byte packed chunks per tile row and the K values one holds.
+  static constexpr int packed_chunks_per_row = block_k * bits / 8 / 16;
+  static constexpr int values_per_packed_chunk = 128 / bits;
+  // The staged tile: [block_rows, block_k * bits / 8] bytes, or the word tile of a word-copied format.
+  static constexpr int packed_bytes = block_rows * block_k * bits / 8;
+
+  static_assert(bits < 16, "bf16 weights need no dequantization");
+  static_assert(kSegments >= 1 && kSegments <= kMaxGemmSegments, "1 to 3 weight segments");
+  static_assert(word_copied || packed_chunks_per_row >= 1, "a packed tile row is whole 16-byte chunks");
+  static_assert(block_rows * chunks_per_row % threads == 0, "every thread stores the same vectors");
+};
+
+template <class Traits>
+constexpr int dequantize_words() {
+  using Weights = typename Traits::Weights;
+  return Weights::template tile_rows<Traits::block_rows, Traits::block_k> *
+         Weights::template tile_columns<Traits::block_rows, Traits::block_k>;
+}
+
+// grid: [ceil(N / block_rows), ceil(K / block_k)], block: [Traits::threads], no dynamic shared memory.
+template <class Traits>
+__global__ void __launch_bounds__(Traits::threads) dequantize_kernel(const DequantizeParams params) {
+  using Weights = typename Traits::Weights;
+  __shared__ __align__(16) unsigned char packed[Traits::packed_bytes];
+  const GemmParams& gemm = params.gemm;
+  const int n0 = blockIdx.x * Traits::block_rows;
+  const int k_offset = blockIdx.y * Traits::block_k;
+  const unsigned packed_base = shared_address(packed);
+  const void* const fallback = gemm.segments[0].weight;  // a valid address for the zero-byte copies
+
+  // The packed tile, as gemm_kernel's load_stage copies a W slice (words or chunks past N or K land as
+  // zeros and are never stored).
+  if constexpr (Traits::word_copied) {
+    constexpr int kColumns = Weights::template tile_columns<Traits::block_rows, Traits::block_k>;
+    constexpr int kWords = dequantize_words<Traits>();
+    static_assert(kWords * 4 <= Traits::packed_bytes, "the word tile fits the staged bytes");
+    for (int v = threadIdx.x; v < kWords; v += Traits::threads) {
+      const int r = v / kColumns;
+      const int c = v % kColumns;
+      int n;
+      bool in_k;
+      Weights::template locate<Traits::block_rows, Traits::block_k>(r, c, n0, k_offset, gemm.k, n, in_k);
+      const bool copy = n < gemm.n && in_k;
+      const GemmSegment segment = segment_of<Traits::segments>(gemm, copy ? n : 0);
+      const unsigned* source =
+          reinterpret_cast<const unsigned*>(segment.weight) +
+          (copy ? Weights::template word_index<Traits::block_rows, Traits::block_k>(
+                      r, c, k_offset, n - segment.n_begin, segment.n_end - segment.n_begin, gemm.k)
+                : 0);
+      cp_async_4(packed_base + static_cast<unsigned>(v) * 4u,
+                 copy ? static_cast<const void*>(source) : fallback, copy ? 4 : 0);
+    }
+  } else {
+    constexpr int kPackedChunks = Traits::block_rows * Traits::packed_chunks_per_row;
+    const long long row_bytes = static_cast<long long>(gemm.k) * Traits::bits / 8;
+    for (int v = threadIdx.x; v < kPackedChunks; v += Traits::threads) {
+      const int row = v / Traits::packed_chunks_per_row;
+      const int chunk = v % Traits::packed_chunks_per_row;
+      const int n = n0 + row;
+      const int k = k_offset + chunk * Traits::values_per_packed_chunk;
+      const bool copy = n < gemm.n && k < gemm.k;
+      const GemmSegment segment = segment_of<Traits::segments>(gemm, copy ? n : 0);
+      const unsigned char* source = reinterpret_cast<const unsigned char*>(segment.weight) +
+                                    (copy ? (n - segment.n_begin) * row_bytes + k * Traits::bits / 8 : 0);
+      cp_async_16(packed_base + static_cast<unsigned>(v) * 16u,
+                  copy ? static_cast<const void*>(source) : fallback, copy ? 16 : 0);
+    }
+  }
+  cp_async_commit();
+  cp_async_wait<0>();
+  __syncthreads();
+
+  // 8 k of one row per step -> one 16-byte store of W [n, k .. k + 8).
+  for (int v = threadIdx.x; v < Traits::block_rows * Traits::chunks_per_row; v += Traits::threads) {
+    const int row = v / Traits::chunks_per_row;
+    const int chunk = v % Traits::chunks_per_row;
+    const int n = n0 + row;
+    const int k = k_offset + chunk * 8;
+    if (n >= gemm.n || k >= gemm.k) continue;
+    const GemmSegment segment = segment_of<Traits::segments>(gemm, n);
+    float values[8];
+    if constexpr (Traits::word_copied) {
+      Weights::template dequantize<Traits::block_rows, Traits::block_k>(
+          reinterpret_cast<const unsigned*>(packed), row, chunk * 8, segment, n - segment.n_begin, k, gemm.k,
+          values);
+    } else {
+      const unsigned char* raw =
+          packed + row * (Traits::block_k * Traits::bits / 8) + chunk * 8 * Traits::bits / 8;
+      Weights::dequantize(raw, segment, n - segment.n_begin, k, gemm.k, values);
+    }
+    unsigned pairs[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const __nv_bfloat162 pair = __floats2bfloat162_rn(values[2 * e], values[2 * e + 1]);
+      pairs[e] = *reinterpret_cast<const unsigned*>(&pair);
+    }
+    *reinterpret_cast<uint4*>(params.weight + static_cast<long long>(n) * gemm.k + k) =
+        make_uint4(pairs[0], pairs[1], pairs[2], pairs[3]);
+  }
+}
+
+}  // namespace attnplan::kernels

@@ -1,0 +1,178 @@
+// The dequantized path of weight-only quantized projections (gemm_spec.hpp's choose_dequantized_gemm,
+// kernel_plan.hpp, prefill_plan.hpp's plan_workspace): on sm_90a, a plan built for long launches also
+// compiles the dequantize kernel and the bf16 wgmma GEMM, and launches of kDequantizedMinTokens rows or
+// more take them, with W [N, K] bf16 in the workspace.
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "config/parse.hpp"
+#include "core/error.hpp"
+#include "plan/kernel_plan.hpp"
+#include "plan/prefill_plan.hpp"
+#include "support/catch.hpp"
+
+using namespace attnplan;
+
+namespace {
+
+const config::Arch kSm90a{9, 0, true};
+
+// The message of the Error `check` throws ("" when it does not throw).
+template <class Check>
+std::string error_of(Check check) {
+  try {
+    check();
+  } catch (const Error& error) {
+    return error.what();
+  }
+  return "";
+}
+
+config::AttentionConfig plan_config(const std::string& name) {
+  return config::load_file(std::string(ATTNPLAN_SOURCE_DIR) + "/plans/" + name + ".json");
+}
+
+std::vector<std::string> names_of(const plan::KernelPlan& kernels) {
+  std::vector<std::string> names;
+  for (const plan::PlannedKernel& kernel : kernels.kernels) names.push_back(kernel.name);
+  return names;
+}
+
+}  // namespace
+
+TEST_CASE("on sm_90a weight-only quantized projections plan a dequantized path into the bf16 GEMM",
+          "[plan][gemm][dequantized]") {
+  const config::AttentionConfig bf16 = plan_config("llama-3.1-8b");
+  const plan::KernelPlan bf16_kernels = plan::plan_kernels(bf16, kSm90a);
+  CHECK_FALSE(bf16_kernels.qkv_projection_dequantized);
+  CHECK_FALSE(bf16_kernels.output_projection_dequantized);
+
+  // Every weight-only format of plans/, act-order GPTQ included (its mma.sync loader reads g_idx).
+  for (const char* name :
+       {"llama-3.1-8b-gptq", "llama-3.1-8b-awq", "llama-3.1-8b-nvfp4", "llama-3.1-8b-mxfp8",
+        "llama-3.1-8b-mlx-4bit", "llama-3.1-8b-fp8", "qwen3-8b-fp8-block"}) {
+    INFO(name);
+    const config::AttentionConfig config = plan_config(name);
+    REQUIRE(config.max_tokens >= plan::kDequantizedMinTokens);
+    const plan::KernelPlan kernels = plan::plan_kernels(config, kSm90a);
+    REQUIRE(kernels.qkv_projection_dequantized);
+    REQUIRE(kernels.output_projection_dequantized);
+    const plan::KernelPlan::Dequantized& qkv = *kernels.qkv_projection_dequantized;
+    CHECK(qkv.dequantize.weights == config.projection.qkv);
+    CHECK(qkv.dequantize.segments == kernels.qkv_projection.segments);
+    CHECK(qkv.gemm.kernel == plan::GemmKernel::wgmma);
+    CHECK(qkv.gemm.weights.format == config::WeightFormat::bf16);
+    // The same bf16 wgmma kernels a bf16 Llama-3.1-8B plan runs (one cache entry serves both).
+    if (config.hidden_size == bf16.hidden_size && config.query_heads == bf16.query_heads) {
+      CHECK(qkv.gemm.source().render_stub() == bf16_kernels.qkv_projection.source().render_stub());
+      CHECK(kernels.output_projection_dequantized->gemm.source().render_stub() ==
+            bf16_kernels.output_projection.source().render_stub());
+    }
+    const std::string stub = qkv.dequantize.source().render_stub();
+    CHECK(stub.find("#include \"attnplan/dequantize.cuh\"") != std::string::npos);
+    CHECK(stub.find("dequantize_kernel") != std::string::npos);
+
+    // Each projection's two kernels right after its planned kernel, in the projection's stage.
+    std::vector<std::string> names = names_of(kernels);
+    const auto position = [&](std::string_view kernel) {
+      return std::find(names.begin(), names.end(), kernel) - names.begin();
+    };
+    CHECK(position(plan::kQkvDequantizeName) == position("qkv_projection") + 1);
+    CHECK(position(plan::kQkvProjectionDequantizedName) == position("qkv_projection") + 2);
+    CHECK(position(plan::kOutputProjectionDequantizedName) == std::ptrdiff_t(names.size()) - 1);
+    for (const plan::PlannedKernel& kernel : kernels.kernels) {
+      const plan::ProjectionVariant variant = plan::projection_variant_of(kernel);
+      if (kernel.name == plan::kQkvDequantizeName || kernel.name == plan::kOutputDequantizeName) {
+        CHECK(variant == plan::ProjectionVariant::dequantize);
+        CHECK(kernel.dynamic_shared_bytes == 0);
+      }
+      if (kernel.name == plan::kQkvProjectionDequantizedName) {
+        CHECK(variant == plan::ProjectionVariant::dequantized);
+        CHECK(kernel.stage == plan::StageKind::qkv_projection);
+        CHECK(kernel.dynamic_shared_bytes == qkv.gemm.dynamic_shared_bytes());
+      }
+    }
+
+    // Launches from kDequantizedMinTokens rows take it, and the workspace then holds the larger W.
+    CHECK_FALSE(plan::runs_dequantized(kernels.qkv_projection_dequantized, plan::kDequantizedMinTokens - 1));
+    CHECK(plan::runs_dequantized(kernels.qkv_projection_dequantized, plan::kDequantizedMinTokens));
+    const long long qkv_weight = plan::qkv_row_width(config) * config.hidden_size;
+    const long long output_weight =
+        static_cast<long long>(config.hidden_size) * config.query_heads * config.value_head_dim;
+    const plan::WorkspaceLayout short_launch =
+        plan::plan_workspace(config, kernels, plan::kDequantizedMinTokens - 1);
+    CHECK(short_launch.dequantized_weight_bytes == 0);
+    CHECK(short_launch.bytes == short_launch.dequantized_weights);
+    const plan::WorkspaceLayout long_launch =
+        plan::plan_workspace(config, kernels, plan::kDequantizedMinTokens);
+    CHECK(long_launch.dequantized_weight_bytes == std::size_t(std::max(qkv_weight, output_weight)) * 2);
+    CHECK(long_launch.dequantized_weights % 256 == 0);
+    CHECK(long_launch.dequantized_weights >= long_launch.fp8_activations + long_launch.fp8_activation_bytes);
+    CHECK(long_launch.bytes == long_launch.dequantized_weights + long_launch.dequantized_weight_bytes);
+  }
+}
+
+TEST_CASE("the dequantized path is planned only on sm_90a, for long launches, without fp8 activations",
+          "[plan][gemm][dequantized]") {
+  config::AttentionConfig config = plan_config("llama-3.1-8b-nvfp4");
+  // Other archs keep the quantized kernels at every length (the path is measured on the H200 only).
+  for (const config::Arch arch :
+       {config::Arch{8, 0, false}, config::Arch{8, 9, false}, config::Arch{9, 0, false}}) {
+    const plan::KernelPlan kernels = plan::plan_kernels(config, arch);
+    CHECK_FALSE(kernels.qkv_projection_dequantized);
+    CHECK_FALSE(kernels.output_projection_dequantized);
+    CHECK(plan::plan_workspace(config, kernels, config.max_tokens).dequantized_weight_bytes == 0);
+  }
+  // A plan that never launches kDequantizedMinTokens rows does not compile it.
+  config.max_tokens = plan::kDequantizedMinTokens - 1;
+  CHECK_FALSE(plan::plan_kernels(config, kSm90a).qkv_projection_dequantized);
+  config.max_tokens = plan::kDequantizedMinTokens;
+  CHECK(plan::plan_kernels(config, kSm90a).qkv_projection_dequantized);
+  // fp8 activations run their own e4m3 GEMM.
+  const config::AttentionConfig fp8_activations = plan_config("qwen3-8b-fp8-block-fp8act");
+  const plan::KernelPlan fp8_kernels = plan::plan_kernels(fp8_activations, kSm90a);
+  CHECK_FALSE(fp8_kernels.qkv_projection_dequantized);
+  CHECK_FALSE(fp8_kernels.output_projection_dequantized);
+}
+
+TEST_CASE("the dequantize kernel's spec: stub, launch shape and checks", "[plan][gemm][dequantized]") {
+  plan::DequantizeSpec spec;
+  spec.segments = 3;
+  spec.weights.format = config::WeightFormat::nvfp4;
+  const std::string stub = spec.source().render_stub();
+  CHECK(stub.find("Nvfp4Weights") != std::string::npos);
+  CHECK(stub.find("/*segments=*/3") != std::string::npos);
+  const driver::LaunchShape shape = spec.launch_shape(6144, 4096);
+  CHECK(shape.grid.x == 6144 / kDequantizeBlockRows);
+  CHECK(shape.grid.y == 4096 / kDequantizeBlockK);
+  CHECK(shape.block.x == unsigned(kDequantizeThreads));
+  CHECK(spec.launch_shape(65, 72).grid.x == 2);
+  CHECK(spec.launch_shape(65, 72).grid.y == 2);
+  CHECK_THROWS_AS(spec.launch_shape(0, 64), Error);
+  plan::DequantizeSpec bf16;
+  CHECK_THROWS_AS(bf16.source(), Error);  // nothing to dequantize
+
+  // Params: the quantized GEMM's rules, and W's destination.
+  alignas(256) static unsigned char memory[4096];
+  DequantizeParams params{};
+  params.gemm.a = reinterpret_cast<const bf16_bits*>(memory);
+  params.gemm.c = reinterpret_cast<bf16_bits*>(memory);
+  params.gemm.lda = 64;
+  params.gemm.ldc = 192;
+  params.gemm.m = 1;
+  params.gemm.n = 192;
+  params.gemm.k = 64;
+  for (int s = 0; s < 3; ++s) {
+    params.gemm.segments[s] = {reinterpret_cast<const bf16_bits*>(memory), nullptr, 64 * s, 64 * (s + 1)};
+    params.gemm.segments[s].scales = memory;
+    params.gemm.segments[s].scale_2 = reinterpret_cast<const float*>(memory);
+  }
+  params.weight = reinterpret_cast<bf16_bits*>(memory + 256);
+  CHECK_NOTHROW(spec.check(params));
+  params.weight = reinterpret_cast<bf16_bits*>(memory + 8);
+  CHECK(error_of([&] { spec.check(params); }).find("dequantize weight") != std::string::npos);
+  params.weight = reinterpret_cast<bf16_bits*>(memory + 256);
+  params.gemm.segments[1].scales = nullptr;
+  CHECK(error_of([&] { spec.check(params); }).find("segments[1].scales") != std::string::npos);
+}
