@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <memory>
 #include <numeric>
@@ -546,22 +547,27 @@ namespace {
 
 // `spec` on `params` (checked by the caller): the median of 20 CUDA-event timings after 5 warm-up
 // launches, in ms; the stream is synchronized on return.
-double median_launch_ms(const plan::GemmSpec& spec, const GemmParams& params, const driver::Stream& stream) {
-  const driver::Function& function = gemm_function(spec);
-  for (int i = 0; i < 5; ++i)
-    plan::launch_gemm(function, spec, params, stream.handle(), device_multiprocessors());
+// The median of 20 CUDA-event timings of what `enqueue` queues on `stream`, after 5 warm-up runs, in ms.
+double median_ms(const std::function<void()>& enqueue, const driver::Stream& stream) {
+  for (int i = 0; i < 5; ++i) enqueue();
   std::vector<float> milliseconds;
   for (int i = 0; i < 20; ++i) {
     const driver::Event start = driver::Event::create();
     const driver::Event stop = driver::Event::create();
     start.record(stream.handle());
-    plan::launch_gemm(function, spec, params, stream.handle(), device_multiprocessors());
+    enqueue();
     stop.record(stream.handle());
     milliseconds.push_back(driver::elapsed_ms(start, stop));
   }
   std::nth_element(milliseconds.begin(), milliseconds.begin() + 10, milliseconds.end());
   stream.synchronize();
   return double(milliseconds[10]);
+}
+
+double median_launch_ms(const plan::GemmSpec& spec, const GemmParams& params, const driver::Stream& stream) {
+  const driver::Function& function = gemm_function(spec);
+  return median_ms(
+      [&] { plan::launch_gemm(function, spec, params, stream.handle(), device_multiprocessors()); }, stream);
 }
 
 }  // namespace
@@ -707,13 +713,15 @@ TEST_CASE("sm_90a 8-bit weight GEMM (fp8 weight-only, mxfp8) matches the referen
   }
 }
 
-// Issue #6's 4-bit row: the Llama-3.1-8B QKV product (N 6144 = 4096 | 1024 | 1024, K 4096) at 512, 2048 and
-// 8192 tokens, the bf16 wgmma kernel (the plan's pick) next to each 4- and 8-bit format on wgmma_w4 (both
-// tilings;
-// "<-" marks the plan's pick) and on mma.sync (the plan's tiling). Median of 20 CUDA-event timings after 5
-// warm-up launches; every 4-bit output is compared with mma.sync's on the same weights.
+// Issue #6's quantized rows: the Llama-3.1-8B QKV product (N 6144 = 4096 | 1024 | 1024, K 4096) at 512, 1024,
+// 2048 and 8192 tokens, the bf16 wgmma kernel (the plan's pick for bf16) next to each 4- and 8-bit format on
+// mma.sync (the plan's tiling), on the dequantized path (dequantize + the bf16 row's GEMM, timed as one) and
+// on wgmma_w4 (both tilings); "<-" marks the plan's pick. The rows at 1024 and 2048 place
+// kDequantizedMinTokens. Median of 20 CUDA-event timings after 5 warm-up launches; every output is compared
+// with mma.sync's on the same weights.
 // Run: test_gpu "[.gemm_w4_speed]".
-TEST_CASE("4-bit weight GEMM speed: wgmma_w4 vs bf16 wgmma and mma.sync", "[.gemm_w4_speed][gpu][gemm]") {
+TEST_CASE("quantized weight GEMM speed: wgmma_w4 and the dequantized path vs bf16 wgmma and mma.sync",
+          "[.gemm_w4_speed][gpu][gemm]") {
   const config::Arch arch = device_arch();
   if (arch.sm() != 90 || !arch.arch_specific) {
     WARN("wgmma_w4 needs sm_90a; " << arch.name() << " skips it");
@@ -727,18 +735,21 @@ TEST_CASE("4-bit weight GEMM speed: wgmma_w4 vs bf16 wgmma and mma.sync", "[.gem
       driver::DeviceBuffer::from_host(random_bf16(std::size_t(n) * k, rng, 0.0, 1.0 / std::sqrt(k)));
   // One of each code layout and decode: E2M1 (two scale kinds), affine (g64: g32 and g128 time alike), GPTQ;
   // AWQ and the 8-bit members (fp8 block-scaled weight-only, mxfp8), whose mma.sync rows are the baseline
-  // they replaced.
+  // they replaced; act-order GPTQ (mma.sync and the dequantized path only).
   const std::vector<config::WeightEncoding> all = w4_encodings();
   const std::vector<config::WeightEncoding> w8 = testing::sm90_w8_encodings();
-  const std::vector<config::WeightEncoding> encodings = {all[0], all[1], all[3], all[5],
-                                                         all[7], w8[2],  w8[3]};
+  const std::vector<config::WeightEncoding> encodings = {
+      all[0], all[1], all[3], all[5],
+      all[7], w8[2],  w8[3],  testing::packed_encoding(config::PackedIntegerScheme::gptq, 4, 128, true)};
+  // The dequantized path's W [N, K] bf16 (the plan's workspace region).
+  driver::DeviceBuffer d_dequantized(std::size_t(n) * k * 2);
   std::vector<QuantizedWeights> quantized;
   for (std::size_t f = 0; f < encodings.size(); ++f)
     quantized.push_back(upload_quantized(encodings[f], k, widths, {}, 500 + f));
   driver::Stream stream = driver::Stream::create();
   std::printf("\n%-17s %-24s %-22s %10s %10s %s\n", "shape (M N K)", "weights", "kernel", "median ms",
               "TFLOP/s", "vs bf16 wgmma");
-  for (const int m : {512, 2048, 8192}) {
+  for (const int m : {512, 1024, 2048, 8192}) {
     const driver::DeviceBuffer d_a =
         driver::DeviceBuffer::from_host(random_bf16(std::size_t(m) * k, rng, 0.1, 1.0));
     driver::DeviceBuffer d_c(std::size_t(m) * n * 2);
@@ -776,6 +787,39 @@ TEST_CASE("4-bit weight GEMM speed: wgmma_w4 vs bf16 wgmma and mma.sync", "[.gem
       std::printf("%5d %5d %5d  %-24s %-22s %10.4f %10.1f %.2fx\n", m, n, k,
                   encoding_name(spec.weights).c_str(), spec_name(spec).c_str(), mma_ms, tflops(mma_ms),
                   bf16_ms / mma_ms);
+      // The dequantized path at every M (the plan takes it from kDequantizedMinTokens rows): the dequantize
+      // kernel and the bf16 row's GEMM on its W, timed as one.
+      {
+        const plan::DequantizeSpec dequantize{3, encodings[f]};
+        DequantizeParams dequantize_params{params, d_dequantized.data<bf16_bits>()};
+        dequantize.check(dequantize_params);
+        GemmParams on_dequantized = params;
+        for (int s = 0; s < 3; ++s) {
+          on_dequantized.segments[s] = {
+              dequantize_params.weight + std::size_t(params.segments[s].n_begin) * k, nullptr,
+              params.segments[s].n_begin, params.segments[s].n_end};
+        }
+        bf16.check(on_dequantized);
+        const driver::Function& dequantize_function = loaded_function(dequantize.source(), 0);
+        const driver::Function& gemm = gemm_function(bf16);
+        d_c.fill_bytes_async(kPoisonByte, stream.handle());
+        const double ms = median_ms(
+            [&] {
+              plan::launch_dequantize(dequantize_function, dequantize, dequantize_params, stream.handle());
+              plan::launch_gemm(gemm, bf16, on_dequantized, stream.handle(), device_multiprocessors());
+            },
+            stream);
+        const std::vector<std::uint16_t> output = d_c.download_all<std::uint16_t>();
+        const std::size_t unwritten = std::size_t(std::count(output.begin(), output.end(), kPoisonBits));
+        const double difference = reference::relative_l2_error(to_doubles(baseline), to_doubles(output));
+        std::printf(
+            "%5d %5d %5d  %-24s %-22s %10.4f %10.1f %.2fx  vs mma.sync rel. L2 %.2e, unwritten %zu %s\n", m,
+            n, k, encoding_name(encodings[f]).c_str(), "dequantize + bf16", ms, tflops(ms), bf16_ms / ms,
+            difference, unwritten, m >= plan::kDequantizedMinTokens ? "<- plan" : "");
+        CHECK(unwritten == 0);
+        CHECK(difference < 1e-2);
+      }
+      if (!plan::sm90_w4_gemm_supports(encodings[f])) continue;  // act order: no wgmma_w4 member
       const plan::GemmKernelChoice choice = plan::choose_w4_gemm_kernel(encodings[f], arch, m, n, k, widths);
       const bool eight = encodings[f].format == config::WeightFormat::fp8 ||
                          encodings[f].format == config::WeightFormat::mxfp8;
@@ -792,7 +836,7 @@ TEST_CASE("4-bit weight GEMM speed: wgmma_w4 vs bf16 wgmma and mma.sync", "[.gem
         std::printf(
             "%5d %5d %5d  %-24s %-22s %10.4f %10.1f %.2fx  vs mma.sync rel. L2 %.2e, unwritten %zu %s\n", m,
             n, k, encoding_name(spec.weights).c_str(), spec_name(spec).c_str(), ms, tflops(ms), bf16_ms / ms,
-            difference, unwritten, choice.sm90 == tiling ? "<- plan" : "");
+            difference, unwritten, choice.sm90 == tiling && m < plan::kDequantizedMinTokens ? "<- plan" : "");
         CHECK(unwritten == 0);
         CHECK(difference < 1e-2);
       }
