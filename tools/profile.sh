@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# Nsight Compute profiles of the kernels the notes ask questions about, in one call on a GPU machine
+# (docs/attention-notes.md "Where v4 stands", docs/kernels-notes.md, docs/performance.md "Rows short"):
+#
+#   gemm        the bf16 wgmma GEMM on Llama-3.1-8B's q|k|v and o at 8192 tokens (0.84-1.04x cuBLAS: is it
+#               the tensor pipe, L2 -> SM traffic, or the epilogue?)
+#   attention   the sm_90a attention, D 128 GQA 32/8, 4096 tokens causal, at pages of 16 and of 64 (pages of
+#               16 run 15% slower: is it the TMA unit's per-box cost?), and at 16384 tokens
+#   dequantize  the dequantize kernel of the nvfp4 and act-order GPTQ plans at 8192 tokens (~2 TB/s
+#               effective: what limits it?)
+#
+#   tools/profile.sh                  # every part
+#   tools/profile.sh gemm attention   # just these
+#
+# Each profile runs `attnplan bench` under ncu (--clock-control none: leave the clocks as they are), skips
+# the warm-up launches and records one or two launches of the kernel with the SpeedOfLight, compute, memory,
+# warp-state, occupancy and launch sections. Writes $OUT/profile/<name>.ncu-rep (open in Nsight Compute) and
+# <name>.txt (ncu --page details), and prints a few lines of each. Builds build-gpu if needed; the kernel
+# cache is tools/gpu_suite.sh's. Exit status: non-zero when the build or a profile failed.
+set -uo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+OUT="${OUT:-$ROOT/gpu-logs}"
+BUILD="${ATTNPLAN_BUILD_DIR:-$ROOT/build-gpu}"
+NCU="${NCU:-ncu}"
+export ATTNPLAN_CACHE_DIR="${ATTNPLAN_CACHE_DIR:-$BUILD/cache}"
+DIR="$OUT/profile"
+mkdir -p "$DIR"
+parts=("$@")
+[[ ${#parts[@]} -gt 0 ]] || parts=(gemm attention dequantize)
+for part in "${parts[@]}"; do
+  case "$part" in
+    gemm | attention | dequantize) ;;
+    *) echo "unknown part '$part' (gemm attention dequantize)" >&2; exit 2 ;;
+  esac
+done
+
+if [[ ! -x "$BUILD/attnplan" ]]; then
+  if ! { cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo &&
+         ninja -C "$BUILD" attnplan; } >"$DIR/build.log" 2>&1; then
+    tail -20 "$DIR/build.log"
+    exit 1
+  fi
+fi
+
+# Llama-3.1-8B with max_tokens 16384 (the plan's 8192 cannot take the 16k attention row).
+python3 - "$ROOT/plans/llama-3.1-8b.json" "$DIR/llama-3.1-8b-16k.json" <<'EOF'
+import json, sys
+config = json.load(open(sys.argv[1]))
+config["max_tokens"] = 16384
+json.dump(config, open(sys.argv[2], "w"), indent=1)
+EOF
+
+status=0
+# profile NAME KERNEL_REGEX SKIP COUNT -- attnplan bench arguments...
+profile() {
+  local name="$1" kernel="$2" skip="$3" count="$4"
+  shift 5
+  if ! "$NCU" --clock-control none -f -o "$DIR/$name" -k "regex:$kernel" --launch-skip "$skip" \
+      --launch-count "$count" --section SpeedOfLight --section ComputeWorkloadAnalysis \
+      --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy --section LaunchStats \
+      "$BUILD/attnplan" bench "$@" --iterations 2 --warmup 2 >"$DIR/$name.log" 2>&1; then
+    echo "$name: ncu failed (see $DIR/$name.log)"
+    tail -5 "$DIR/$name.log"
+    status=1
+    return
+  fi
+  "$NCU" --import "$DIR/$name.ncu-rep" --page details >"$DIR/$name.txt" 2>&1
+  echo "== $name"
+  grep -E "^\s*(Duration|Compute \(SM\) Throughput|Memory Throughput|L2 Cache Throughput|DRAM Throughput|Registers Per Thread|Achieved Occupancy|Issue Slots Busy|Executed Ipc Active)\b" \
+    "$DIR/$name.txt" | sed 's/  */ /g' | head -24
+}
+
+for part in "${parts[@]}"; do
+  start=$SECONDS
+  case "$part" in
+    gemm)
+      # Each execute launches the q|k|v then the o GEMM: skip the warm-up's, take one of each.
+      profile gemm-llama-8k "gemm_sm90_kernel" 4 2 -- "$ROOT/plans/llama-3.1-8b.json" --tokens 8192
+      ;;
+    attention)
+      for block in 16 64; do
+        profile "attention-d128-4k-p$block" "attention_sm90_kernel" 2 1 -- "$ROOT/plans/llama-3.1-8b.json" \
+          --tokens 4096 --block-size "$block"
+      done
+      profile attention-d128-16k-p64 "attention_sm90_kernel" 2 1 -- "$DIR/llama-3.1-8b-16k.json" \
+        --tokens 16384 --block-size 64
+      ;;
+    dequantize)
+      for plan in llama-3.1-8b-nvfp4 llama-3.1-8b-gptq; do
+        profile "dequantize-$plan-8k" "dequantize_kernel" 4 2 -- "$ROOT/plans/$plan.json" --tokens 8192
+      done
+      ;;
+  esac
+  echo "== $part: $((SECONDS - start)) s"
+done
+exit $status
