@@ -23,6 +23,8 @@
 namespace attnplan::plan {
 
 struct PrefillPlan::Loaded {
+  explicit Loaded(driver::Context device_context) : context(std::move(device_context)) {}
+
   driver::Context context;
   std::vector<driver::Module> modules;  // own the functions below
   driver::Function input_norm, qkv_projection, qkv_postprocess, kv_store, attention, output_projection;
@@ -526,26 +528,7 @@ plan::PrefillPlan Runtime::load(const plan::CompiledPlan& compiled) {
                             "--arch {} or target.arch \"auto\"",
                             plan_arch, options_.device, device.name, device.arch_name(), device.arch_name()));
   }
-  auto loaded =
-      std::make_unique<plan::PrefillPlan::Loaded>(plan::PrefillPlan::Loaded{driver::Context(options_.device),
-                                                                            {},
-                                                                            {},
-                                                                            {},
-                                                                            {},
-                                                                            {},
-                                                                            {},
-                                                                            {},
-                                                                            {},
-                                                                            {},
-                                                                            {},
-                                                                            {},
-                                                                            {},
-                                                                            {},
-                                                                            {},
-                                                                            1.0,
-                                                                            0,
-                                                                            {},
-                                                                            {}});
+  auto loaded = std::make_unique<plan::PrefillPlan::Loaded>(driver::Context(options_.device));
   loaded->multiprocessors = device.multiprocessors;
   loaded->context.make_current();
   for (const plan::PlanKernel& kernel : compiled.kernels) {
