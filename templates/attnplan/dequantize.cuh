@@ -37,13 +37,6 @@ struct DequantizeTraits {
   static_assert(block_rows * chunks_per_row % threads == 0, "every thread stores the same vectors");
 };
 
-template <class Traits>
-constexpr int dequantize_words() {
-  using Weights = typename Traits::Weights;
-  return Weights::template tile_rows<Traits::block_rows, Traits::block_k> *
-         Weights::template tile_columns<Traits::block_rows, Traits::block_k>;
-}
-
 // grid: [ceil(N / block_rows), ceil(K / block_k)], block: [Traits::threads], no dynamic shared memory.
 template <class Traits>
 __global__ void __launch_bounds__(Traits::threads) dequantize_kernel(const DequantizeParams params) {
@@ -59,7 +52,7 @@ __global__ void __launch_bounds__(Traits::threads) dequantize_kernel(const Dequa
   // zeros and are never stored).
   if constexpr (Traits::word_copied) {
     constexpr int kColumns = Weights::template tile_columns<Traits::block_rows, Traits::block_k>;
-    constexpr int kWords = dequantize_words<Traits>();
+    constexpr int kWords = Weights::template tile_rows<Traits::block_rows, Traits::block_k> * kColumns;
     static_assert(kWords * 4 <= Traits::packed_bytes, "the word tile fits the staged bytes");
     for (int v = threadIdx.x; v < kWords; v += Traits::threads) {
       const int r = v / kColumns;

@@ -122,8 +122,7 @@ struct Mxfp8Weights : E4m3Codes {
   }
   __device__ static void dequantize(const unsigned char* raw, const GemmSegment& segment, int row, int k,
                                     int k_total, float (&values)[8]) {
-    const float s =
-        e8m0_to_float(static_cast<const unsigned char*>(segment.scales)[row * (k_total / 32) + k / 32]);
+    const float s = group_scale(segment, row, k / 32, k_total);
 #pragma unroll
     for (int e = 0; e < 8; ++e) values[e] = e4m3fn_to_float(raw[e]) * s;
   }
