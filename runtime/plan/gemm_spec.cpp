@@ -558,8 +558,6 @@ void GemmSpec::check(const GemmParams& params) const {
                           "rows of N / 8 words as 16-byte TMA strides)",
                           s, width));
     }
-  }
-  if (kernel == GemmKernel::wgmma_w4) {
     const int bits = weight_bits(weights);
     require(params.k % (128 / bits) == 0,
             fmt::format("K = {} is not a multiple of {} (the wgmma_w4 kernel's 16-byte rows of {}-bit codes)",
@@ -651,6 +649,18 @@ std::optional<GemmSpec> choose_dequantized_gemm(const GemmSpec& quantized, confi
   gemm.sm90 = choice.sm90;
   gemm.tiling = choose_gemm_tiling(m_hint, n, k, arch);
   return gemm;
+}
+
+GemmParams dequantized_gemm_params(const GemmParams& quantized, const bf16_bits* weight) {
+  GemmParams params = quantized;
+  for (GemmSegment& segment : params.segments) {
+    segment.weight = weight + static_cast<long long>(segment.n_begin) * quantized.k;
+    segment.scales = nullptr;
+    segment.scale_2 = nullptr;
+    segment.zeros = nullptr;
+    segment.g_idx = nullptr;
+  }
+  return params;
 }
 
 void launch_dequantize(const driver::Function& function, const DequantizeSpec& spec,

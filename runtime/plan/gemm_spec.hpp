@@ -196,6 +196,11 @@ struct DequantizeSpec {
 std::optional<GemmSpec> choose_dequantized_gemm(const GemmSpec& quantized, config::Arch arch, int m_hint,
                                                 int n, int k, std::span<const int> segment_widths);
 
+// The bf16 GEMM's Params on the dequantized path: `quantized` (the projection's Params) with each
+// segment's weight at its rows of W [N, K] (`weight`, what the dequantize kernel wrote, row stride K) and no
+// scales, zeros or g_idx. Pure; check them with the bf16 GemmSpec.
+GemmParams dequantized_gemm_params(const GemmParams& quantized, const bf16_bits* weight);
+
 // Queues the dequantize kernel (params checked by spec.check first). Nothing when N or K is 0.
 void launch_dequantize(const driver::Function& function, const DequantizeSpec& spec,
                        const DequantizeParams& params, CUstream stream);

@@ -38,10 +38,6 @@ ProjectionVariant projection_variant_of(const PlannedKernel& kernel) {
   return ProjectionVariant::planned;
 }
 
-bool is_small_variant(const PlannedKernel& kernel) {
-  return projection_variant_of(kernel) == ProjectionVariant::small;
-}
-
 bool runs_dequantized(const std::optional<KernelPlan::Dequantized>& path, int num_tokens) {
   return path.has_value() && num_tokens >= kDequantizedMinTokens;
 }
@@ -147,13 +143,12 @@ std::optional<GemmSpec> small_specialization(const GemmSpec& planned, const conf
   return spec;
 }
 
-// The projection's dequantized path (choose_dequantized_gemm), never with fp8 activations (those have
-// their own e4m3 GEMM).
+// The projection's dequantized path (choose_dequantized_gemm: never with fp8 activations, which have no
+// mma.sync loader to decode with and run their own e4m3 GEMM).
 std::optional<KernelPlan::Dequantized> dequantized_path(const GemmSpec& planned,
                                                         const config::AttentionConfig& config,
                                                         const config::Arch& arch, int n, int k,
                                                         std::span<const int> segment_widths) {
-  if (uses_fp8_activations(planned.weights)) return std::nullopt;
   std::optional<GemmSpec> gemm =
       choose_dequantized_gemm(planned, arch, config.max_tokens, n, k, segment_widths);
   if (!gemm) return std::nullopt;

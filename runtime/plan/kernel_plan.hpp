@@ -78,7 +78,6 @@ inline constexpr std::string_view kOutputProjectionDequantizedName = "output_pro
 // Which of a projection stage's kernels a planned kernel is.
 enum class ProjectionVariant { planned, small, dequantize, dequantized };
 ProjectionVariant projection_variant_of(const PlannedKernel& kernel);
-bool is_small_variant(const PlannedKernel& kernel);
 
 // Whether a launch of `num_tokens` rows runs the projection's dequantized path (planned, and
 // num_tokens >= kDequantizedMinTokens).

@@ -111,18 +111,9 @@ std::optional<Dequantized> dequantized_launch(const std::optional<KernelPlan::De
                                               const GemmParams& params, const WorkspaceLayout& layout,
                                               void* workspace) {
   if (!runs_dequantized(path, params.m)) return std::nullopt;
-  Dequantized launch{&*path, {}, params};
   bf16_bits* weight = at<bf16_bits>(workspace, layout.dequantized_weights);
-  launch.dequantize.gemm = params;
-  launch.dequantize.weight = weight;
+  const Dequantized launch{&*path, DequantizeParams{params, weight}, dequantized_gemm_params(params, weight)};
   path->dequantize.check(launch.dequantize);
-  for (GemmSegment& segment : launch.gemm.segments) {
-    segment.weight = weight + static_cast<long long>(segment.n_begin) * params.k;
-    segment.scales = nullptr;
-    segment.scale_2 = nullptr;
-    segment.zeros = nullptr;
-    segment.g_idx = nullptr;
-  }
   path->gemm.check(launch.gemm);
   return launch;
 }

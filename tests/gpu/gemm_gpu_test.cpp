@@ -271,20 +271,49 @@ QuantizedWeights upload_quantized(const config::WeightEncoding& weights, int k,
   return result;
 }
 
+// A quantized projection problem on the device: random A [m, k] (a NaN row past M), W in `widths`
+// segments with their biases, C [m + 1, n + 8] (a guard row and guard columns), the Params over them and
+// reference::linear over reference::dequantize of the same bytes.
+struct QuantizedProblem {
+  int n = 0;
+  long long ldc = 0;
+  driver::DeviceBuffer a;
+  QuantizedWeights w;
+  driver::DeviceBuffer c;
+  GemmParams params{};
+  reference::Tensor expected;
+};
+
+QuantizedProblem quantized_problem(const config::WeightEncoding& weights, int m, int k,
+                                   const std::vector<int>& widths, bool has_bias, std::uint64_t seed) {
+  QuantizedProblem problem;
+  problem.n = std::accumulate(widths.begin(), widths.end(), 0);
+  problem.ldc = problem.n + 8;
+  std::mt19937_64 rng(seed);
+  const std::vector<std::uint16_t> a_values = random_bf16(std::size_t(m) * k, rng, 0.1, 1.0);
+  const std::vector<std::uint16_t> bias_bits =
+      has_bias ? random_bf16(problem.n, rng, 0.0, 0.5) : std::vector<std::uint16_t>{};
+  problem.a = upload_with_nan_tail(a_values, k);
+  problem.w = upload_quantized(weights, k, widths, bias_bits, seed);
+  problem.c = driver::DeviceBuffer(std::size_t(m + 1) * problem.ldc * 2);
+  problem.params = dense_gemm_params(problem.a, problem.c, m, problem.n, k, problem.ldc);
+  std::copy(std::begin(problem.w.segments), std::end(problem.w.segments),
+            std::begin(problem.params.segments));
+  problem.expected = reference::linear(reference::Tensor({m, k}, to_doubles(a_values)), problem.w.data.weight,
+                                       problem.w.data.bias);
+  return problem;
+}
+
 // A quantized W against reference::linear over reference::dequantize of the same bytes: every mma.sync
 // tiling, or the given tilings of the sm_90a wgmma_w4 kernel; poisoned C with guard columns.
 void check_quantized_gemm(const config::WeightEncoding& weights, int m, int k, const std::vector<int>& widths,
                           bool has_bias, std::uint64_t seed,
                           const std::vector<plan::GemmSm90Tiling>& w4_tilings = {}) {
   gpu().context.make_current();
-  const int n = std::accumulate(widths.begin(), widths.end(), 0);
-  const long long ldc = n + 8;
-  std::mt19937_64 rng(seed);
-  const std::vector<std::uint16_t> a_values = random_bf16(std::size_t(m) * k, rng, 0.1, 1.0);
-  const std::vector<std::uint16_t> bias_bits =
-      has_bias ? random_bf16(n, rng, 0.0, 0.5) : std::vector<std::uint16_t>{};
-  driver::DeviceBuffer d_a = upload_with_nan_tail(a_values, k);
-  const QuantizedWeights w = upload_quantized(weights, k, widths, bias_bits, seed);
+  QuantizedProblem problem = quantized_problem(weights, m, k, widths, has_bias, seed);
+  const int n = problem.n;
+  driver::DeviceBuffer& d_c = problem.c;
+  const GemmParams& params = problem.params;
 
   plan::GemmSpec spec;
   spec.segments = int(widths.size());
@@ -303,12 +332,6 @@ void check_quantized_gemm(const config::WeightEncoding& weights, int m, int k, c
       kernels.push_back(spec);
     }
   }
-  driver::DeviceBuffer d_c(std::size_t(m + 1) * ldc * 2);
-  GemmParams params = dense_gemm_params(d_a, d_c, m, n, k, ldc);
-  std::copy(std::begin(w.segments), std::end(w.segments), std::begin(params.segments));
-  const reference::Tensor expected =
-      reference::linear(reference::Tensor({m, k}, to_doubles(a_values)), w.data.weight, w.data.bias);
-
   driver::Stream stream = driver::Stream::create();
   gpu().context.synchronize();
   for (const plan::GemmSpec& each : kernels) {
@@ -319,8 +342,8 @@ void check_quantized_gemm(const config::WeightEncoding& weights, int m, int k, c
     plan::launch_gemm(function, each, params, stream.handle(), device_multiprocessors());
     stream.synchronize();
     const std::vector<std::uint16_t> output = d_c.download_all<std::uint16_t>();
-    const std::vector<double> got = checked_output(output, m, n, ldc);
-    const double error = reference::relative_l2_error(expected.data, got);
+    const std::vector<double> got = checked_output(output, m, n, problem.ldc);
+    const double error = reference::relative_l2_error(problem.expected.data, got);
     std::printf("quantized gemm %-28s M %5d N %5d K %5d kernel %-22s relative L2 error %.3e\n",
                 encoding_name(weights).c_str(), m, n, k, spec_name(each).c_str(), error);
     INFO("relative L2 error " << error);
@@ -364,15 +387,9 @@ void check_dequantized_gemm(const config::WeightEncoding& weights, int m, int k,
                             const std::vector<int>& widths, bool has_bias, std::uint64_t seed) {
   gpu().context.make_current();
   const config::Arch arch = device_arch();
-  const int n = std::accumulate(widths.begin(), widths.end(), 0);
-  const long long ldc = n + 8;
-  std::mt19937_64 rng(seed);
-  const std::vector<std::uint16_t> a_values = random_bf16(std::size_t(m) * k, rng, 0.1, 1.0);
-  const std::vector<std::uint16_t> bias_bits =
-      has_bias ? random_bf16(n, rng, 0.0, 0.5) : std::vector<std::uint16_t>{};
-  driver::DeviceBuffer d_a = upload_with_nan_tail(a_values, k);
-  const QuantizedWeights w = upload_quantized(weights, k, widths, bias_bits, seed);
-  driver::DeviceBuffer d_c(std::size_t(m + 1) * ldc * 2);
+  QuantizedProblem problem = quantized_problem(weights, m, k, widths, has_bias, seed);
+  const int n = problem.n;
+  driver::DeviceBuffer& d_c = problem.c;
   driver::DeviceBuffer d_w(std::size_t(n + 1) * k * 2);  // W [N, K] and a guard row
 
   plan::GemmSpec quantized;
@@ -382,16 +399,9 @@ void check_dequantized_gemm(const config::WeightEncoding& weights, int m, int k,
   const std::optional<plan::GemmSpec> gemm = plan::choose_dequantized_gemm(quantized, arch, m, n, k, widths);
   REQUIRE(gemm);
   const plan::DequantizeSpec dequantize{quantized.segments, weights};
-  DequantizeParams params{};
-  params.gemm = dense_gemm_params(d_a, d_c, m, n, k, ldc);
-  std::copy(std::begin(w.segments), std::end(w.segments), std::begin(params.gemm.segments));
-  params.weight = d_w.data<bf16_bits>();
+  const DequantizeParams params{problem.params, d_w.data<bf16_bits>()};
   dequantize.check(params);
-  GemmParams bf16 = params.gemm;
-  for (int s = 0; s < quantized.segments; ++s) {
-    bf16.segments[s] = {params.weight + static_cast<long long>(bf16.segments[s].n_begin) * k,
-                        bf16.segments[s].bias, bf16.segments[s].n_begin, bf16.segments[s].n_end};
-  }
+  const GemmParams bf16 = plan::dequantized_gemm_params(params.gemm, params.weight);
   gemm->check(bf16);
 
   driver::Stream stream = driver::Stream::create();
@@ -402,13 +412,11 @@ void check_dequantized_gemm(const config::WeightEncoding& weights, int m, int k,
   plan::launch_dequantize(loaded_function(dequantize.source(), 0), dequantize, params, stream.handle());
   stream.synchronize();
   const std::vector<double> got_w = checked_output(d_w.download_all<std::uint16_t>(), n, k, k);
-  const double w_error = reference::relative_l2_error(w.data.weight.data, got_w);
+  const double w_error = reference::relative_l2_error(problem.w.data.weight.data, got_w);
   plan::launch_gemm(gemm_function(*gemm), *gemm, bf16, stream.handle(), device_multiprocessors());
   stream.synchronize();
-  const std::vector<double> got = checked_output(d_c.download_all<std::uint16_t>(), m, n, ldc);
-  const reference::Tensor expected =
-      reference::linear(reference::Tensor({m, k}, to_doubles(a_values)), w.data.weight, w.data.bias);
-  const double error = reference::relative_l2_error(expected.data, got);
+  const std::vector<double> got = checked_output(d_c.download_all<std::uint16_t>(), m, n, problem.ldc);
+  const double error = reference::relative_l2_error(problem.expected.data, got);
   std::printf("dequantized %-28s M %5d N %5d K %5d: W relative L2 %.3e, GEMM (%s) relative L2 %.3e\n",
               encoding_name(weights).c_str(), m, n, k, w_error, spec_name(*gemm).c_str(), error);
   INFO("W relative L2 error " << w_error << ", GEMM relative L2 error " << error);
@@ -791,14 +799,9 @@ TEST_CASE("quantized weight GEMM speed: wgmma_w4 and the dequantized path vs bf1
       // kernel and the bf16 row's GEMM on its W, timed as one.
       {
         const plan::DequantizeSpec dequantize{3, encodings[f]};
-        DequantizeParams dequantize_params{params, d_dequantized.data<bf16_bits>()};
+        const DequantizeParams dequantize_params{params, d_dequantized.data<bf16_bits>()};
         dequantize.check(dequantize_params);
-        GemmParams on_dequantized = params;
-        for (int s = 0; s < 3; ++s) {
-          on_dequantized.segments[s] = {
-              dequantize_params.weight + std::size_t(params.segments[s].n_begin) * k, nullptr,
-              params.segments[s].n_begin, params.segments[s].n_end};
-        }
+        const GemmParams on_dequantized = plan::dequantized_gemm_params(params, dequantize_params.weight);
         bf16.check(on_dequantized);
         const driver::Function& dequantize_function = loaded_function(dequantize.source(), 0);
         const driver::Function& gemm = gemm_function(bf16);

@@ -74,8 +74,9 @@ TEST_CASE("sm_90a plans a small-M projection specialization only where its tilin
   CHECK_FALSE(hopper.qkv_projection_small);
   const plan::PlannedKernel& small = hopper.kernels.back();
   CHECK(small.stage == plan::StageKind::output_projection);
-  CHECK(plan::is_small_variant(small));
-  CHECK_FALSE(plan::is_small_variant(hopper.kernels[hopper.kernels.size() - 2]));
+  CHECK(plan::projection_variant_of(small) == plan::ProjectionVariant::small);
+  CHECK(plan::projection_variant_of(hopper.kernels[hopper.kernels.size() - 2]) ==
+        plan::ProjectionVariant::planned);
   CHECK(small.source.render_stub() != hopper.kernels[hopper.kernels.size() - 2].source.render_stub());
   CHECK(small.dynamic_shared_bytes == hopper.output_projection_small->dynamic_shared_bytes());
 
