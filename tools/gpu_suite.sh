@@ -8,7 +8,7 @@
 #
 # Parts: `tests` runs test_gpu "~[.]~[plans]" (every non-hidden case but the plan sweep), `plans` the sweep
 # "[plans]" (every plan in plans/ through the runtime API), `verify` `attnplan verify` of every plan (1100
-# tokens, 4 sequences, prefix 300: at least kDequantizedMinTokens, so weight-only quantized plans run their
+# tokens, 4 sequences, prefix 300: at least dequantized_min_tokens, so weight-only quantized plans run their
 # dequantized path; `plans`, at 300 tokens, runs their quantized kernels), `hf` the HF transformers layers,
 # `host` ctest without the GPU label.
 # On an H200 (2026-11-30): build ~40 s, tests ~6.5 min, plans ~3 min, verify ~4 min (at 1000 tokens; 1100

@@ -635,11 +635,16 @@ void DequantizeSpec::check(const DequantizeParams& params) const {
           "dequantize weight: null or not 16-byte aligned (W [N, K] bf16 in the workspace)");
 }
 
+int dequantized_min_tokens(const config::WeightEncoding& weights) {
+  const bool slow_short_kernel = !sm90_w4_gemm_supports(weights) || weights.format == WeightFormat::nvfp4;
+  return slow_short_kernel ? 512 : 1024;
+}
+
 std::optional<GemmSpec> choose_dequantized_gemm(const GemmSpec& quantized, config::Arch arch, int m_hint,
                                                 int n, int k, std::span<const int> segment_widths) {
   const config::WeightEncoding& weights = quantized.weights;
   if (weights.format == WeightFormat::bf16 || !gemm_supports(weights)) return std::nullopt;
-  if (m_hint < kDequantizedMinTokens) return std::nullopt;
+  if (m_hint < dequantized_min_tokens(weights)) return std::nullopt;
   const GemmKernelChoice choice = choose_gemm_kernel(arch, m_hint, n, k, segment_widths);
   if (choice.kernel != GemmKernel::wgmma) return std::nullopt;  // sm_90a and tileable segments only
   GemmSpec gemm;

@@ -173,9 +173,15 @@ void launch_gemm(const driver::Function& function, const GemmSpec& spec, const G
 // (dequantize.cuh) writes W [N, K] as bf16 into the workspace, then the bf16 wgmma GEMM reads it like a
 // bf16 checkpoint. At thousands of tokens the projection is compute-bound and the bf16 kernel runs at
 // ~700 TFLOP/s where the mixed-input kernel (wgmma_w4) decodes on the wgmma's critical path at 300-620;
-// the rewrite of W costs one memory-bound pass the GEMM amortizes over M (docs/kernels-notes.md). Launches
-// of at least kDequantizedMinTokens rows take it, shorter ones the quantized kernel.
-inline constexpr int kDequantizedMinTokens = 1024;
+// the rewrite of W costs one memory-bound pass the GEMM amortizes over M (docs/kernels-notes.md).
+//
+// Pure. Launches of at least this many rows take the path, shorter ones the quantized kernel. Measured on
+// the H200 (`test_gpu "[.gemm_w4_speed]"`, Llama-3.1-8B's q|k|v, 2026-11-30): 512 where the short-launch
+// kernel is far behind it there — mma.sync for formats without a wgmma_w4 member (act-order GPTQ 0.455 ms
+// against 0.137 dequantized) and wgmma_w4's nvfp4 decode (0.125 against 0.089) — and 1024 for the others,
+// which tie or win at 512 (mxfp4, AWQ and mxfp8 within 5%, GPTQ, MLX affine and fp8 block ahead) and so
+// keep the workspace the path needs for plans of fewer tokens.
+int dequantized_min_tokens(const config::WeightEncoding& weights);
 
 struct DequantizeSpec {
   int segments = 1;
@@ -191,7 +197,7 @@ struct DequantizeSpec {
 
 // Pure. The bf16 GEMM of `quantized`'s dequantized path for a plan of up to m_hint rows, or nullopt where
 // the path does not apply: not sm_90a, bf16 weights or fp8 activations, a format without an mma.sync
-// loader (whose decode the dequantize kernel shares), m_hint below kDequantizedMinTokens, or segments the
+// loader (whose decode the dequantize kernel shares), m_hint below dequantized_min_tokens, or segments the
 // wgmma kernel cannot tile (choose_gemm_kernel). Same segments and bias as `quantized`, bf16 weights.
 std::optional<GemmSpec> choose_dequantized_gemm(const GemmSpec& quantized, config::Arch arch, int m_hint,
                                                 int n, int k, std::span<const int> segment_widths);

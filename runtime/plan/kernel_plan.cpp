@@ -39,7 +39,7 @@ ProjectionVariant projection_variant_of(const PlannedKernel& kernel) {
 }
 
 bool runs_dequantized(const std::optional<KernelPlan::Dequantized>& path, int num_tokens) {
-  return path.has_value() && num_tokens >= kDequantizedMinTokens;
+  return path.has_value() && num_tokens >= path->min_tokens;
 }
 
 bool KernelPlan::has(StageKind stage) const {
@@ -152,7 +152,8 @@ std::optional<KernelPlan::Dequantized> dequantized_path(const GemmSpec& planned,
   std::optional<GemmSpec> gemm =
       choose_dequantized_gemm(planned, arch, config.max_tokens, n, k, segment_widths);
   if (!gemm) return std::nullopt;
-  return KernelPlan::Dequantized{DequantizeSpec{planned.segments, planned.weights}, *gemm};
+  return KernelPlan::Dequantized{DequantizeSpec{planned.segments, planned.weights}, *gemm,
+                                 dequantized_min_tokens(planned.weights)};
 }
 
 }  // namespace

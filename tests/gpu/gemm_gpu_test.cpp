@@ -453,7 +453,7 @@ TEST_CASE("the dequantized path matches the reference per format", "[gpu][gemm][
     // a half 64-wide tile where the group allows it (2912 = 45.5 x 64; groups of 64: 2880, of 128: 2944).
     const int k = weights.group_size == 128 ? 2944 : (weights.group_size == 64 ? 2880 : 2912);
     check_dequantized_gemm(weights, 1100, k, {1024, 256, 200}, true, seed++);
-    check_dequantized_gemm(weights, plan::kDequantizedMinTokens, 4096, {4096}, false, seed++);
+    check_dequantized_gemm(weights, plan::dequantized_min_tokens(weights), 4096, {4096}, false, seed++);
   }
 }
 
@@ -724,8 +724,8 @@ TEST_CASE("sm_90a 8-bit weight GEMM (fp8 weight-only, mxfp8) matches the referen
 // Issue #6's quantized rows: the Llama-3.1-8B QKV product (N 6144 = 4096 | 1024 | 1024, K 4096) at 512, 1024,
 // 2048 and 8192 tokens, the bf16 wgmma kernel (the plan's pick for bf16) next to each 4- and 8-bit format on
 // mma.sync (the plan's tiling), on the dequantized path (dequantize + the bf16 row's GEMM, timed as one) and
-// on wgmma_w4 (both tilings); "<-" marks the plan's pick. The rows at 1024 and 2048 place
-// kDequantizedMinTokens. Median of 20 CUDA-event timings after 5 warm-up launches; every output is compared
+// on wgmma_w4 (both tilings); "<-" marks the plan's pick. The rows at 512 and 1024 placed
+// dequantized_min_tokens. Median of 20 CUDA-event timings after 5 warm-up launches; every output is compared
 // with mma.sync's on the same weights.
 // Run: test_gpu "[.gemm_w4_speed]".
 TEST_CASE("quantized weight GEMM speed: wgmma_w4 and the dequantized path vs bf16 wgmma and mma.sync",
@@ -795,7 +795,7 @@ TEST_CASE("quantized weight GEMM speed: wgmma_w4 and the dequantized path vs bf1
       std::printf("%5d %5d %5d  %-24s %-22s %10.4f %10.1f %.2fx\n", m, n, k,
                   encoding_name(spec.weights).c_str(), spec_name(spec).c_str(), mma_ms, tflops(mma_ms),
                   bf16_ms / mma_ms);
-      // The dequantized path at every M (the plan takes it from kDequantizedMinTokens rows): the dequantize
+      // The dequantized path at every M (the plan takes it from dequantized_min_tokens rows): the dequantize
       // kernel and the bf16 row's GEMM on its W, timed as one.
       {
         const plan::DequantizeSpec dequantize{3, encodings[f]};
@@ -818,7 +818,7 @@ TEST_CASE("quantized weight GEMM speed: wgmma_w4 and the dequantized path vs bf1
         std::printf(
             "%5d %5d %5d  %-24s %-22s %10.4f %10.1f %.2fx  vs mma.sync rel. L2 %.2e, unwritten %zu %s\n", m,
             n, k, encoding_name(encodings[f]).c_str(), "dequantize + bf16", ms, tflops(ms), bf16_ms / ms,
-            difference, unwritten, m >= plan::kDequantizedMinTokens ? "<- plan" : "");
+            difference, unwritten, m >= plan::dequantized_min_tokens(encodings[f]) ? "<- plan" : "");
         CHECK(unwritten == 0);
         CHECK(difference < 1e-2);
       }
@@ -839,7 +839,8 @@ TEST_CASE("quantized weight GEMM speed: wgmma_w4 and the dequantized path vs bf1
         std::printf(
             "%5d %5d %5d  %-24s %-22s %10.4f %10.1f %.2fx  vs mma.sync rel. L2 %.2e, unwritten %zu %s\n", m,
             n, k, encoding_name(spec.weights).c_str(), spec_name(spec).c_str(), ms, tflops(ms), bf16_ms / ms,
-            difference, unwritten, choice.sm90 == tiling && m < plan::kDequantizedMinTokens ? "<- plan" : "");
+            difference, unwritten,
+            choice.sm90 == tiling && m < plan::dequantized_min_tokens(encodings[f]) ? "<- plan" : "");
         CHECK(unwritten == 0);
         CHECK(difference < 1e-2);
       }

@@ -1,6 +1,6 @@
 // The dequantized path of weight-only quantized projections (gemm_spec.hpp's choose_dequantized_gemm,
 // kernel_plan.hpp, prefill_plan.hpp's plan_workspace): on sm_90a, a plan built for long launches also
-// compiles the dequantize kernel and the bf16 wgmma GEMM, and launches of kDequantizedMinTokens rows or
+// compiles the dequantize kernel and the bf16 wgmma GEMM, and launches of dequantized_min_tokens rows or
 // more take them, with W [N, K] bf16 in the workspace.
 #include <algorithm>
 #include <string>
@@ -11,6 +11,7 @@
 #include "plan/kernel_plan.hpp"
 #include "plan/prefill_plan.hpp"
 #include "support/catch.hpp"
+#include "support/weight_encodings.hpp"
 
 using namespace attnplan;
 
@@ -54,7 +55,8 @@ TEST_CASE("on sm_90a weight-only quantized projections plan a dequantized path i
         "llama-3.1-8b-mlx-4bit", "llama-3.1-8b-fp8", "qwen3-8b-fp8-block"}) {
     INFO(name);
     const config::AttentionConfig config = plan_config(name);
-    REQUIRE(config.max_tokens >= plan::kDequantizedMinTokens);
+    const int min_tokens = plan::dequantized_min_tokens(config.projection.qkv);
+    REQUIRE(config.max_tokens >= min_tokens);
     const plan::KernelPlan kernels = plan::plan_kernels(config, kSm90a);
     REQUIRE(kernels.qkv_projection_dequantized);
     REQUIRE(kernels.output_projection_dequantized);
@@ -63,6 +65,7 @@ TEST_CASE("on sm_90a weight-only quantized projections plan a dequantized path i
     CHECK(qkv.dequantize.segments == kernels.qkv_projection.segments);
     CHECK(qkv.gemm.kernel == plan::GemmKernel::wgmma);
     CHECK(qkv.gemm.weights.format == config::WeightFormat::bf16);
+    CHECK(qkv.min_tokens == min_tokens);
     // The same bf16 wgmma kernels a bf16 Llama-3.1-8B plan runs (one cache entry serves both).
     if (config.hidden_size == bf16.hidden_size && config.query_heads == bf16.query_heads) {
       CHECK(qkv.gemm.source().render_stub() == bf16_kernels.qkv_projection.source().render_stub());
@@ -94,18 +97,16 @@ TEST_CASE("on sm_90a weight-only quantized projections plan a dequantized path i
       }
     }
 
-    // Launches from kDequantizedMinTokens rows take it, and the workspace then holds the larger W.
-    CHECK_FALSE(plan::runs_dequantized(kernels.qkv_projection_dequantized, plan::kDequantizedMinTokens - 1));
-    CHECK(plan::runs_dequantized(kernels.qkv_projection_dequantized, plan::kDequantizedMinTokens));
+    // Launches from min_tokens rows take it, and the workspace then holds the larger W.
+    CHECK_FALSE(plan::runs_dequantized(kernels.qkv_projection_dequantized, min_tokens - 1));
+    CHECK(plan::runs_dequantized(kernels.qkv_projection_dequantized, min_tokens));
     const long long qkv_weight = plan::qkv_row_width(config) * config.hidden_size;
     const long long output_weight =
         static_cast<long long>(config.hidden_size) * config.query_heads * config.value_head_dim;
-    const plan::WorkspaceLayout short_launch =
-        plan::plan_workspace(config, kernels, plan::kDequantizedMinTokens - 1);
+    const plan::WorkspaceLayout short_launch = plan::plan_workspace(config, kernels, min_tokens - 1);
     CHECK(short_launch.dequantized_weight_bytes == 0);
     CHECK(short_launch.bytes == short_launch.dequantized_weights);
-    const plan::WorkspaceLayout long_launch =
-        plan::plan_workspace(config, kernels, plan::kDequantizedMinTokens);
+    const plan::WorkspaceLayout long_launch = plan::plan_workspace(config, kernels, min_tokens);
     CHECK(long_launch.dequantized_weight_bytes == std::size_t(std::max(qkv_weight, output_weight)) * 2);
     CHECK(long_launch.dequantized_weights % 256 == 0);
     CHECK(long_launch.dequantized_weights >= long_launch.fp8_activations + long_launch.fp8_activation_bytes);
@@ -124,16 +125,46 @@ TEST_CASE("the dequantized path is planned only on sm_90a, for long launches, wi
     CHECK_FALSE(kernels.output_projection_dequantized);
     CHECK(plan::plan_workspace(config, kernels, config.max_tokens).dequantized_weight_bytes == 0);
   }
-  // A plan that never launches kDequantizedMinTokens rows does not compile it.
-  config.max_tokens = plan::kDequantizedMinTokens - 1;
+  // A plan that never launches dequantized_min_tokens rows does not compile it.
+  config.max_tokens = plan::dequantized_min_tokens(config.projection.qkv) - 1;
   CHECK_FALSE(plan::plan_kernels(config, kSm90a).qkv_projection_dequantized);
-  config.max_tokens = plan::kDequantizedMinTokens;
+  config.max_tokens = plan::dequantized_min_tokens(config.projection.qkv);
   CHECK(plan::plan_kernels(config, kSm90a).qkv_projection_dequantized);
   // fp8 activations run their own e4m3 GEMM.
   const config::AttentionConfig fp8_activations = plan_config("qwen3-8b-fp8-block-fp8act");
   const plan::KernelPlan fp8_kernels = plan::plan_kernels(fp8_activations, kSm90a);
   CHECK_FALSE(fp8_kernels.qkv_projection_dequantized);
   CHECK_FALSE(fp8_kernels.output_projection_dequantized);
+}
+
+TEST_CASE("the dequantized path starts at 512 rows where the short-launch kernel is slowest, else at 1024",
+          "[plan][gemm][dequantized]") {
+  using config::PackedIntegerScheme;
+  const auto packed = testing::packed_encoding;
+  const auto format = [](config::WeightFormat each) {
+    config::WeightEncoding encoding;
+    encoding.format = each;
+    return encoding;
+  };
+  // mma.sync for short launches (no wgmma_w4 member), or wgmma_w4's nvfp4 decode (the H200's 512-row
+  // measurements in gemm_spec.hpp).
+  for (const config::WeightEncoding& weights :
+       {packed(PackedIntegerScheme::gptq, 4, 128, true), packed(PackedIntegerScheme::gptq_v2, 8, 32, true),
+        testing::affine_encoding(3, 32), format(config::WeightFormat::nvfp4)}) {
+    CHECK(plan::dequantized_min_tokens(weights) == 512);
+  }
+  // wgmma_w4 ties or wins at 512 rows.
+  for (const config::WeightEncoding& weights :
+       {packed(PackedIntegerScheme::gptq, 4, 128, false), packed(PackedIntegerScheme::awq, 4, 128, false),
+        testing::affine_encoding(4, 64), format(config::WeightFormat::mxfp4),
+        format(config::WeightFormat::mxfp8), format(config::WeightFormat::fp8)}) {
+    CHECK(plan::dequantized_min_tokens(weights) == 1024);
+  }
+  // The act-order GPTQ plan launches 600 rows on the path, the AWQ plan does not.
+  const plan::KernelPlan gptq = plan::plan_kernels(plan_config("llama-3.1-8b-gptq"), kSm90a);
+  CHECK(plan::runs_dequantized(gptq.qkv_projection_dequantized, 600));
+  const plan::KernelPlan awq = plan::plan_kernels(plan_config("llama-3.1-8b-awq"), kSm90a);
+  CHECK_FALSE(plan::runs_dequantized(awq.qkv_projection_dequantized, 600));
 }
 
 TEST_CASE("the dequantize kernel's spec: stub, launch shape and checks", "[plan][gemm][dequantized]") {
