@@ -20,6 +20,7 @@ struct LaunchShape {
   Dim3 grid;   // blocks
   Dim3 block;  // threads per block
   unsigned dynamic_shared_bytes = 0;
+  Dim3 cluster;  // blocks per thread block cluster (each grid dimension a multiple); 1 x 1 x 1: none
 };
 
 // Queues `function` on `stream`; `kernel_params` holds one pointer per kernel parameter. Does not touch

@@ -406,6 +406,11 @@ compiler::KernelSource GemmSpec::source() const {
     throw Error(Stage::input, fmt::format("gemm: the wgmma kernel reads bf16 weights only, not {}",
                                           config::to_string(weights.format)));
   }
+  if (sm90.cluster_m != 1 && (kernel != GemmKernel::wgmma || sm90.cluster_m != 2)) {
+    throw Error(Stage::input, fmt::format("gemm: cluster_m {} with the {} kernel (clusters of 2 are the bf16 "
+                                          "wgmma kernel's only)",
+                                          sm90.cluster_m, gemm_kernel_name(kernel)));
+  }
   if (kernel == GemmKernel::wgmma_w4) return sm90_w4_source(*this);
   compiler::KernelSource source;
   if (kernel == GemmKernel::wgmma) {
@@ -427,6 +432,11 @@ compiler::KernelSource GemmSpec::source() const {
                    {"segments", segments},
                    {"has_bias", has_bias},
                    {"dynamic_shared_bytes", dynamic_shared_bytes()}};
+    // Unclustered specializations keep their stub, and so their cache key, from before clusters existed.
+    if (sm90.cluster_m != 1) {
+      source.arguments.push_back({"cluster_m", std::to_string(sm90.cluster_m)});
+      source.spec["cluster_m"] = sm90.cluster_m;
+    }
     return source;
   }
   source.family = "gemm";
@@ -481,17 +491,22 @@ driver::LaunchShape GemmSpec::launch_shape(int m, int n, int multiprocessors) co
   const int block_n = kernel == GemmKernel::wgmma ? sm90.block_n
                       : wgmma                     ? kGemmSm90W4BlockRows
                                                   : tiling.block_n;
-  std::int64_t tiles = ceil_div(m, block_m) * ceil_div(n, block_n);
+  // Clusters of the bf16 wgmma kernel take tiles in columns of cluster_m (the last one padded).
+  const int cluster = kernel == GemmKernel::wgmma ? sm90.cluster_m : 1;
+  std::int64_t tiles = ceil_div(m, block_m * cluster) * cluster * ceil_div(n, block_n);
   if (m <= 0 || n <= 0 || tiles > 0x7fffffff) {
     throw Error(Stage::input, fmt::format("gemm: no launch shape for M = {}, N = {}", m, n));
   }
-  if (wgmma) {  // persistent: one CTA per SM walks the tiles
-    tiles =
-        std::min<std::int64_t>(tiles, multiprocessors > 0 ? multiprocessors : typical_sm_count({9, 0, true}));
+  if (wgmma) {
+    // Persistent: one CTA per SM walks the tiles, whole clusters only. Hopper's GPCs are made of
+    // two-SM TPCs, so clusters of 2 fill every SM.
+    const int sms = multiprocessors > 0 ? multiprocessors : typical_sm_count({9, 0, true});
+    tiles = std::min<std::int64_t>(tiles, std::max(sms / cluster, 1) * cluster);
   }
   return driver::LaunchShape{{static_cast<unsigned>(tiles), 1, 1},
                              {static_cast<unsigned>(threads()), 1, 1},
-                             static_cast<unsigned>(dynamic_shared_bytes())};
+                             static_cast<unsigned>(dynamic_shared_bytes()),
+                             {static_cast<unsigned>(cluster), 1, 1}};
 }
 
 void GemmSpec::check(const GemmParams& params) const {
@@ -572,9 +587,10 @@ GemmSm90Params make_gemm_sm90_params(const GemmSpec& spec, const GemmParams& par
                     kGemmSm90BlockK, kGemmSm90BlockM, "gemm a");
   for (int s = 0; s < spec.segments; ++s) {
     const GemmSegment& segment = params.segments[s];
+    // Each CTA of a cluster loads its share of the W slice (gemm_sm90.cuh).
     encode_tensor_map(sm90.w_maps[s], CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, segment.weight, params.k,
-                      segment.n_end - segment.n_begin, params.k, kGemmSm90BlockK, spec.sm90.block_n,
-                      fmt::format("gemm segments[{}].weight", s));
+                      segment.n_end - segment.n_begin, params.k, kGemmSm90BlockK,
+                      spec.sm90.block_n / spec.sm90.cluster_m, fmt::format("gemm segments[{}].weight", s));
   }
   return sm90;
 }

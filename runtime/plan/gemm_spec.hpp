@@ -60,6 +60,9 @@ std::string_view gemm_kernel_name(GemmKernel kernel);  // "mma_sync", "wgmma", "
 struct GemmSm90Tiling {
   int block_n = 256;  // 128 or 256: the wgmma N of each consumer warpgroup
   int stages = 4;     // ring slots of [128 + block_n, 64] bf16 (4 x 48 KiB at 256, 6 x 32 KiB at 128)
+  // CTAs per cluster along M (bf16 wgmma kernel only): 2 = pairs of vertically adjacent tiles share each
+  // W slice by TMA multicast (gemm_sm90.cuh), 1 = no clusters.
+  int cluster_m = 1;
 
   friend bool operator==(const GemmSm90Tiling&, const GemmSm90Tiling&) = default;
 };

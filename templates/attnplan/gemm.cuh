@@ -551,6 +551,26 @@ __device__ __forceinline__ TileCoordinates grouped_tile(int block, int tiles_m, 
   return {first_m + within % group_rows, within / group_rows};
 }
 
+// The tiles of C a persistent sm_90a GEMM CTA walks. With clusters of kClusterM CTAs along M the unit of work
+// is a column of kClusterM vertically adjacent tiles (grouped order over units), cluster rank r taking its
+// row r; a cluster walks units blockIdx.x / kClusterM, + gridDim.x / kClusterM, ... Without clusters this is
+// grouped_tile over single tiles, strided by the grid.
+template <int kClusterM, int kGroupM>
+struct TileWalk {
+  int tiles_m, tiles_n;
+  unsigned rank;  // in the cluster
+
+  __device__ __forceinline__ int units() const { return (tiles_m + kClusterM - 1) / kClusterM * tiles_n; }
+  __device__ __forceinline__ static int first() { return blockIdx.x / kClusterM; }
+  __device__ __forceinline__ static int stride() { return gridDim.x / kClusterM; }
+  __device__ __forceinline__ TileCoordinates tile(int unit) const {
+    TileCoordinates coordinates =
+        grouped_tile<kGroupM / kClusterM>(unit, (tiles_m + kClusterM - 1) / kClusterM, tiles_n);
+    coordinates.m = coordinates.m * kClusterM + static_cast<int>(rank);
+    return coordinates;
+  }
+};
+
 // grid: [ceil(M / block_m) * ceil(N / block_n)], block: [Traits::threads],
 // dynamic shared memory: Traits::dynamic_shared_bytes
 template <class Traits>

@@ -11,6 +11,13 @@
 // that read the slot have completed). setmaxnreg moves registers from the producer (40) to the
 // consumers (232), which hold block_n / 2 fp32 accumulators each.
 //
+// Clusters (cluster_m = 2): two CTAs of a cluster take two vertically adjacent tiles of the same W columns,
+// so they need the same W slices: each producer loads its own A slice and half of the W slice, multicast
+// into both CTAs' ring (TMA multicast), which halves the W bytes each SM pulls from L2 (48 KiB -> 32 KiB
+// per slot at block_n 256). A slot is refilled only when both CTAs' consumers released it: every consumer
+// warp arrives on the empty barrier of both CTAs. Both CTAs walk the same tile pairs (the second one's
+// tile past M, for an odd number of row tiles, computes on clamped rows and stores nothing).
+//
 // Tails: TMA writes zeros for rows past M or past a segment's end and for K past K, so any M, any N and any
 // K that is a multiple of 8 (16-byte global rows, a TMA requirement) work. Segments: one tensor map per
 // segment; a tile must not straddle a segment boundary, so every segment but the last must be a multiple
@@ -26,7 +33,7 @@
 
 namespace attnplan::kernels {
 
-template <int kBlockN, int kStages, int kSegments, bool kHasBias>
+template <int kBlockN, int kStages, int kSegments, bool kHasBias, int kClusterM = 1>
 struct GemmSm90Traits {
   using Params = GemmSm90Params;
   static constexpr int block_m = kGemmSm90BlockM;  // rows of C per tile: 2 consumer warpgroups x 64
@@ -35,6 +42,7 @@ struct GemmSm90Traits {
   static constexpr int stages = kStages;
   static constexpr int segments = kSegments;
   static constexpr bool has_bias = kHasBias;
+  static constexpr int cluster_m = kClusterM;  // CTAs per cluster, along M, sharing W slices
 
   static constexpr int consumers = 2;                        // consumer warpgroups
   static constexpr int threads = 128 * (1 + consumers);      // producer warpgroup first
@@ -44,6 +52,7 @@ struct GemmSm90Traits {
 
   static constexpr int a_slot_bytes = block_m * block_k * 2;  // [128, 64] bf16
   static constexpr int b_slot_bytes = block_n * block_k * 2;  // [block_n, 64] bf16
+  static constexpr int b_rows_per_cta = block_n / cluster_m;  // W rows each CTA of a cluster loads
   static constexpr int slot_bytes = a_slot_bytes + b_slot_bytes;
   static constexpr int ring_bytes = stages * slot_bytes;
   static constexpr int dynamic_shared_bytes = gemm_sm90_dynamic_shared_bytes(block_n, stages);
@@ -52,17 +61,21 @@ struct GemmSm90Traits {
   static constexpr int producer_registers = 40;
   static constexpr int consumer_registers = 232;
 
-  // Empty-barrier arrivals per phase: one per consumer warp.
-  static constexpr unsigned empty_arrivals = 4 * consumers;
+  // Empty-barrier arrivals per phase: one per consumer warp of every CTA of the cluster.
+  static constexpr unsigned empty_arrivals = 4 * consumers * cluster_m;
 
   static constexpr int group_m = 8;  // tile rows per rasterization group (grouped_tile)
 
   static_assert(block_n == 128 || block_n == 256, "block_n is 128 or 256 (wgmma N, TMA box <= 256 rows)");
   static_assert(stages >= 2, "the ring needs at least two slots");
   static_assert(kSegments >= 1 && kSegments <= kMaxGemmSegments, "1 to 3 weight segments");
+  static_assert(cluster_m == 1 || cluster_m == 2, "clusters of 1 or 2 CTAs along M");
+  static_assert(group_m % cluster_m == 0, "a rasterization group holds whole clusters");
   static_assert(a_slot_bytes % sm90::kSwizzle128AtomBytes == 0 &&
-                    b_slot_bytes % sm90::kSwizzle128AtomBytes == 0,
-                "every slot must start 1024-byte aligned (swizzle atoms, descriptor base offset 0)");
+                    b_slot_bytes % sm90::kSwizzle128AtomBytes == 0 &&
+                    (b_rows_per_cta * block_k * 2) % sm90::kSwizzle128AtomBytes == 0,
+                "every slot (and each CTA's share of W) must start 1024-byte aligned (swizzle atoms, "
+                "descriptor base offset 0)");
   static_assert(block_k * 2 == sm90::kSwizzle128Bytes, "a slot row is one 128-byte swizzle row");
   static_assert(dynamic_shared_bytes <= 227 * 1024, "more shared memory than an H100/H200 SM gives a CTA");
   static_assert(producer_registers * 128 + consumer_registers * 128 * consumers <= 65536,
@@ -111,16 +124,18 @@ __device__ __forceinline__ SegmentTile segment_tile(const GemmSm90Params& params
 // parity 1), announces kSlotBytes on the slot's full barrier (TMA counts full boxes, zero fill included)
 // and calls load(coordinates, k_tile, slot address, full barrier) to issue the slot's TMA loads.
 // `slot_use` counts slot uses across tiles: slot slot_use % kStages, phase (slot_use / kStages) % 2.
-template <int kStages, int kSlotBytes, int kSegments, int kGroup, class Load>
+template <int kStages, int kSlotBytes, int kSegments, int kGroup, int kClusterM = 1, class Load>
 __device__ __forceinline__ void produce_ring(const GemmSm90Params& params, unsigned ring,
                                              unsigned full_barriers, unsigned empty_barriers, int tiles_m,
-                                             int tiles_n, int k_tiles, Load&& load) {
+                                             int tiles_n, int k_tiles, Load&& load,
+                                             unsigned cluster_rank = 0) {
   sm90::prefetch_tensor_map(&params.a_map);
 #pragma unroll
   for (int s = 0; s < kSegments; ++s) sm90::prefetch_tensor_map(&params.w_maps[s]);
+  const TileWalk<kClusterM, kGroup> walk{tiles_m, tiles_n, cluster_rank};
   int slot_use = 0;
-  for (int tile = blockIdx.x; tile < tiles_m * tiles_n; tile += gridDim.x) {
-    const TileCoordinates coordinates = grouped_tile<kGroup>(tile, tiles_m, tiles_n);
+  for (int unit = walk.first(); unit < walk.units(); unit += walk.stride()) {
+    const TileCoordinates coordinates = walk.tile(unit);
     for (int k_tile = 0; k_tile < k_tiles; ++k_tile, ++slot_use) {
       const int slot = slot_use % kStages;
       const unsigned phase = (slot_use / kStages) & 1u;
@@ -147,27 +162,48 @@ __global__ void __launch_bounds__(Traits::threads, 1)
 
   const int warpgroup = threadIdx.x / 128;
   init_ring_barriers<Traits::stages, Traits::empty_arrivals>(full_barriers, empty_barriers);
+  constexpr bool clustered = Traits::cluster_m > 1;
+  // The other CTA's barriers must be initialized before this one multicasts into it or arrives on them.
+  if constexpr (clustered) sm90::cluster_sync();
+  const unsigned rank = clustered ? sm90::cluster_rank() : 0u;
 
   const int tiles_m = (gemm.m + Traits::block_m - 1) / Traits::block_m;
   const int tiles_n = (gemm.n + Traits::block_n - 1) / Traits::block_n;
-  const int tiles = tiles_m * tiles_n;
   const int k_tiles = (gemm.k + Traits::block_k - 1) / Traits::block_k;
+  const TileWalk<Traits::cluster_m, Traits::group_m> walk{tiles_m, tiles_n, rank};
 
   if (warpgroup == 0) {
     // Producer: one thread issues every TMA load.
     sm90::setmaxnreg_decrease<Traits::producer_registers>();
     if (threadIdx.x == 0) {
-      produce_ring<Traits::stages, Traits::slot_bytes, Traits::segments, Traits::group_m>(
+      produce_ring<Traits::stages, Traits::slot_bytes, Traits::segments, Traits::group_m, Traits::cluster_m>(
           params, ring, full_barriers, empty_barriers, tiles_m, tiles_n, k_tiles,
           [&](TileCoordinates coordinates, int k_tile, unsigned a_slot, unsigned full) {
             const SegmentTile w_tile =
                 segment_tile<Traits::segments>(params, coordinates.n * Traits::block_n);
-            sm90::tma_load_2d(a_slot, &params.a_map, full, k_tile * Traits::block_k,
-                              coordinates.m * Traits::block_m);
-            sm90::tma_load_2d(a_slot + Traits::a_slot_bytes, w_tile.map, full, k_tile * Traits::block_k,
-                              w_tile.row);
-          });
+            if constexpr (clustered) {
+              // The second CTA's tile past M (odd row tiles) reads the last tile's rows: any bytes do,
+              // nothing of it is stored.
+              const int m_tile = min(coordinates.m, tiles_m - 1);
+              sm90::tma_load_2d(a_slot, &params.a_map, full, k_tile * Traits::block_k,
+                                m_tile * Traits::block_m);
+              // This CTA's share of the W slice, into the same place of every CTA's slot.
+              const unsigned share = rank * Traits::b_rows_per_cta;
+              sm90::tma_load_2d_multicast(a_slot + Traits::a_slot_bytes + share * sm90::kSwizzle128Bytes,
+                                          w_tile.map, full, k_tile * Traits::block_k,
+                                          w_tile.row + static_cast<int>(share),
+                                          static_cast<unsigned short>((1u << Traits::cluster_m) - 1u));
+            } else {
+              sm90::tma_load_2d(a_slot, &params.a_map, full, k_tile * Traits::block_k,
+                                coordinates.m * Traits::block_m);
+              sm90::tma_load_2d(a_slot + Traits::a_slot_bytes, w_tile.map, full, k_tile * Traits::block_k,
+                                w_tile.row);
+            }
+          },
+          rank);
     }
+    // The other CTA may still multicast into this one's ring and arrive on its barriers until it is done.
+    if constexpr (clustered) sm90::cluster_sync();
     return;
   }
 
@@ -181,9 +217,20 @@ __global__ void __launch_bounds__(Traits::threads, 1)
 #pragma unroll
   for (int j = 0; j < Traits::accumulators; ++j) accumulator[j] = 0.0f;
 
+  // A slot is free again once every consumer warp of the cluster has released it: lane r of each warp
+  // arrives on cluster rank r's barrier (one remote arrival per thread, in parallel).
+  const bool releases = lane < Traits::cluster_m;
+  const auto release = [&](int slot) {
+    if constexpr (clustered) {
+      sm90::mbarrier_arrive_cluster(empty_barriers + 8 * slot, static_cast<unsigned>(lane));
+    } else {
+      sm90::mbarrier_arrive(empty_barriers + 8 * slot);
+    }
+  };
+
   int slot_use = 0;
-  for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-    const TileCoordinates coordinates = grouped_tile<Traits::group_m>(tile, tiles_m, tiles_n);
+  for (int unit = walk.first(); unit < walk.units(); unit += walk.stride()) {
+    const TileCoordinates coordinates = walk.tile(unit);
     const int m0 = coordinates.m * Traits::block_m;
     const int n0 = coordinates.n * Traits::block_n;
 
@@ -208,12 +255,12 @@ __global__ void __launch_bounds__(Traits::threads, 1)
       sm90::wgmma_commit_group();
       sm90::wgmma_wait_group<1>();
       sm90::fence_registers(accumulator);
-      if (previous_slot >= 0 && lane == 0) sm90::mbarrier_arrive(empty_barriers + 8 * previous_slot);
+      if (previous_slot >= 0 && releases) release(previous_slot);
       previous_slot = slot;
     }
     sm90::wgmma_wait_group<0>();
     sm90::fence_registers(accumulator);
-    if (previous_slot >= 0 && lane == 0) sm90::mbarrier_arrive(empty_barriers + 8 * previous_slot);
+    if (previous_slot >= 0 && releases) release(previous_slot);
 
     // Epilogue straight from the accumulators: thread (warp w, lane l) holds, per 8-column block b, the
     // column pair 8 b + 2 (l % 4) + {0, 1} of rows 16 w + l / 4 and + 8 (wgmma.cuh's layout). Bias in
@@ -252,6 +299,7 @@ __global__ void __launch_bounds__(Traits::threads, 1)
       }
     }
   }
+  if constexpr (clustered) sm90::cluster_sync();  // see the producer's
 #else
   (void)params;
   __trap();  // an sm_90a kernel instantiated for another target

@@ -390,6 +390,63 @@ __device__ __forceinline__ void tma_load_2d(unsigned destination, const void* ma
 #endif
 }
 
+// The multicast form of tma_load_2d for a CTA of a cluster: the box lands at `destination` in every CTA of
+// `cta_mask` (bit r: cluster rank r) and completes its byte count on the barrier at `barrier`'s offset in
+// each of them. `destination` and `barrier` are this CTA's shared addresses; the other CTAs' slots must be
+// free (their consumers' release is what the issuing thread waited on).
+__device__ __forceinline__ void tma_load_2d_multicast(unsigned destination, const void* map, unsigned barrier,
+                                                      int x, int y, unsigned short cta_mask) {
+#if ATTNPLAN_SM90A_ENABLED
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], "
+      "[%1, {%4, %5}], [%2], %3;\n" ::"r"(destination),
+      "l"(reinterpret_cast<unsigned long long>(map)), "r"(barrier), "h"(cta_mask), "r"(x), "r"(y)
+      : "memory");
+#else
+  (void)destination, (void)map, (void)barrier, (void)x, (void)y, (void)cta_mask;
+#endif
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Thread block clusters (launched with a cluster dimension; CTAs of a cluster run at once on one GPC and
+// can reach each other's shared memory).
+
+// This CTA's rank in its cluster (0 .. cluster size - 1).
+__device__ __forceinline__ unsigned cluster_rank() {
+#if ATTNPLAN_SM90A_ENABLED
+  unsigned rank;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
+  return rank;
+#else
+  return 0;
+#endif
+}
+
+// Every thread of every CTA of the cluster: waits until all have arrived (release / acquire at cluster
+// scope). Before the first remote access, it makes the other CTAs' barrier initializations visible; at the
+// end, it keeps a CTA's shared memory alive until no other CTA will write to it.
+__device__ __forceinline__ void cluster_sync() {
+#if ATTNPLAN_SM90A_ENABLED
+  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
+#endif
+}
+
+// One arrival on the mbarrier at `barrier`'s offset in the shared memory of cluster rank `cta` (this CTA
+// included). The default CTA-scope release: a ring slot's release only says that this warp's wgmmas have
+// finished reading it (wait_group returned), which needs no cluster-scope fence; a .release.cluster
+// arrival cost the clustered GEMM ~1000 cycles per slot on the H200.
+__device__ __forceinline__ void mbarrier_arrive_cluster(unsigned barrier, unsigned cta) {
+#if ATTNPLAN_SM90A_ENABLED
+  asm volatile(
+      "{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\n"
+      "mbarrier.arrive.shared::cluster.b64 _, [remote];\n}\n" ::"r"(barrier),
+      "r"(cta)
+      : "memory");
+#else
+  (void)barrier, (void)cta;
+#endif
+}
+
 // ---------------------------------------------------------------------------------------------------
 // setmaxnreg: moves registers between the warpgroups of a warp-specialized CTA. Warpgroup-wide (all 128
 // threads, convergent); kRegisters per thread is a multiple of 8 in [24, 256]. Decrease in producer

@@ -31,6 +31,8 @@ TEST_CASE("fp8-activation kernels compile for sm_80 and sm_90a", "[plan][gemm][g
     const auto kernel = testing::test_compiler().compile(source, compiler::CompileOptions{arch});
     INFO(kernel.log);
     CHECK(kernel.resources.spill_bytes() == 0);
+    // No wgmma register in flight where the code reads it (ptxas would serialize with waits of its own).
+    CHECK(kernel.log.find("warpgroup.wait is injected") == std::string::npos);
     // 384 threads x 168 = 64512: the kernel-wide budget setmaxnreg redistributes (40 / 232).
     CHECK(kernel.resources.registers <= 168);
     UNSCOPED_INFO(arch.name() << " " << source.render_stub() << ": " << kernel.resources.registers

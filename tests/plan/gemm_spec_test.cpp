@@ -302,6 +302,41 @@ TEST_CASE("gemm spec for wgmma: stub, shared memory, persistent launch shape, se
   CHECK_NOTHROW(GemmSpec{3, false, kLarge}.check(no_k));  // mma.sync writes the bias-only product
 }
 
+TEST_CASE("gemm spec for wgmma with clusters of 2: stub, cluster launch shape, kernels that refuse it",
+          "[plan][gemm]") {
+  GemmSpec spec{.segments = 3, .has_bias = true, .tiling = kLarge, .kernel = GemmKernel::wgmma};
+  spec.sm90 = {.block_n = 256, .stages = 4, .cluster_m = 2};
+  const compiler::KernelSource source = spec.source();
+  CHECK(source.render_stub().find("GemmSm90Traits</*block_n=*/256, /*stages=*/4, /*segments=*/3, "
+                                  "/*has_bias=*/true, /*cluster_m=*/2>") != std::string::npos);
+  CHECK(source.spec.at("cluster_m") == 2);
+  // Unclustered specializations render as before clusters existed (same cache keys).
+  GemmSpec single = spec;
+  single.sm90.cluster_m = 1;
+  CHECK(single.source().render_stub().find("cluster_m") == std::string::npos);
+  CHECK_FALSE(single.source().spec.contains("cluster_m"));
+  CHECK(spec.dynamic_shared_bytes() == single.dynamic_shared_bytes());
+
+  // Whole clusters: tiles in columns of two (an odd number of row tiles is padded), at most one CTA per SM.
+  const driver::LaunchShape large = spec.launch_shape(8192, 6144, 132);
+  CHECK(large.grid.x == 132);
+  CHECK(large.cluster.x == 2);
+  CHECK(large.cluster.y == 1);
+  CHECK(spec.launch_shape(8192, 6144, 131).grid.x == 130);
+  CHECK(spec.launch_shape(300, 6144, 132).grid.x == 4 * 24);  // 3 row tiles -> 2 pairs
+  CHECK(spec.launch_shape(1, 100, 132).grid.x == 2);
+  CHECK(single.launch_shape(300, 6144, 132).cluster.x == 1);
+
+  // Clusters belong to the bf16 wgmma kernel, of two CTAs.
+  GemmSpec three = spec;
+  three.sm90.cluster_m = 3;
+  CHECK_THROWS_AS(three.source(), Error);
+  GemmSpec w4 = spec;
+  w4.kernel = GemmKernel::wgmma_w4;
+  w4.weights.format = config::WeightFormat::mxfp4;
+  CHECK_THROWS_AS(w4.source(), Error);
+}
+
 TEST_CASE("gemm wgmma specializations compile for sm_90a: wgmma in the PTX, no spills",
           "[plan][gemm][nvrtc]") {
   struct Variant {
@@ -309,8 +344,9 @@ TEST_CASE("gemm wgmma specializations compile for sm_90a: wgmma in the PTX, no s
     int segments;
     bool has_bias;
   };
-  const std::vector<Variant> variants = {
-      {{256, 4}, 3, false}, {{256, 4}, 1, true}, {{128, 6}, 3, true}, {{128, 6}, 1, false}};
+  const std::vector<Variant> variants = {{{256, 4}, 3, false},    {{256, 4}, 1, true},
+                                         {{128, 6}, 3, true},     {{128, 6}, 1, false},
+                                         {{256, 4, 2}, 3, false}, {{128, 6, 2}, 1, true}};
   for (const Variant& variant : variants) {
     GemmSpec spec{.segments = variant.segments, .has_bias = variant.has_bias};
     spec.kernel = GemmKernel::wgmma;
@@ -318,13 +354,19 @@ TEST_CASE("gemm wgmma specializations compile for sm_90a: wgmma in the PTX, no s
     const compiler::CompiledKernel kernel = plan_testing::compile_sm90a_gemm(spec.source());
     const compiler::ResourceUsage& usage = kernel.resources;
     std::printf(
-        "gemm_sm90 block_n %d stages %d segments %d bias %d: %3d registers, %d spill bytes, %d stack "
-        "bytes, %d static smem, %d dynamic smem\n",
-        spec.sm90.block_n, spec.sm90.stages, spec.segments, spec.has_bias, usage.registers,
-        usage.spill_bytes(), usage.stack_bytes, usage.shared_bytes, spec.dynamic_shared_bytes());
+        "gemm_sm90 block_n %d stages %d cluster %d segments %d bias %d: %3d registers, %d spill bytes, %d "
+        "stack bytes, %d static smem, %d dynamic smem\n",
+        spec.sm90.block_n, spec.sm90.stages, spec.sm90.cluster_m, spec.segments, spec.has_bias,
+        usage.registers, usage.spill_bytes(), usage.stack_bytes, usage.shared_bytes,
+        spec.dynamic_shared_bytes());
     CHECK(kernel.lowered_name.find("gemm_sm90_kernel") != std::string::npos);
     const std::string wgmma = "wgmma.mma_async.sync.aligned.m64n" + std::to_string(spec.sm90.block_n) + "k16";
     CHECK(kernel.ptx.find(wgmma) != std::string::npos);
+    // Clusters: W by multicast, releases on both CTAs' barriers.
+    const bool clustered = spec.sm90.cluster_m > 1;
+    CHECK((kernel.ptx.find(".multicast::cluster") != std::string::npos) == clustered);
+    CHECK((kernel.ptx.find("mapa.shared::cluster") != std::string::npos) == clustered);
+    CHECK(usage.spill_bytes() == 0);
   }
   // The header compiles for sm_80 too (the body is compiled out: one build covers every template), but
   // the plan never picks it there.

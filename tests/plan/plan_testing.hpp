@@ -35,6 +35,8 @@ inline compiler::CompiledKernel compile_sm90a_gemm(const compiler::KernelSource&
   INFO(kernel.log);
   CHECK(kernel.resources.spill_bytes() == 0);
   CHECK(kernel.resources.stack_bytes == 0);
+  // No wgmma register in flight where the code reads it (ptxas would serialize with waits of its own).
+  CHECK(kernel.log.find("warpgroup.wait is injected") == std::string::npos);
   CHECK(kernel.resources.shared_bytes == 0);
   CHECK(kernel.resources.registers <= 168);
   CHECK(kernel.ptx.find("cp.async.bulk.tensor.2d") != std::string::npos);
