@@ -4,7 +4,8 @@ with NVRTC (no GPU needed), once with the templates as they are at a git revisio
 tree's, and compares each kernel's PTX instruction by instruction, register numbers, labels, debug lines and
 strings normalized away. A kernel that compiles to the same instructions needs no new GPU evidence; one that
 differs is listed with a unified diff of its first differences. The specs are the given build's (its host
-code picks every kernel's traits): only the templates differ between the two sides.
+code picks every kernel's traits): only the templates differ between the two sides. A plan the planner
+refuses for the arch (fp8 activations on sm_80, say) is listed as not planned and the others go on.
 
     tools/ptx_diff.py BUILD/attnplan [--rev HEAD] [--arch sm_90a] [--context 3] plans/*.json
 
@@ -38,16 +39,24 @@ def normalized(ptx):
 
 
 def compile_plans(attnplan, template_dir, cache_dir, arch, plans):
-    """{(plan, kernel name): cache key} of every kernel of `plans`, compiled with `template_dir`."""
+    """({(plan, kernel name): cache key} of every kernel of `plans` compiled with `template_dir`,
+    {plan: reason} of the plans the planner refuses for `arch`, e.g. fp8 activations on sm_80)."""
     environment = dict(os.environ, ATTNPLAN_TEMPLATE_DIR=template_dir)
-    result = subprocess.run([attnplan, "compile", *plans, "--arch", arch, "--cache-dir", cache_dir,
-                             "--keep-ptx", "--json"], capture_output=True, text=True, env=environment)
-    if result.returncode != 0:
-        sys.exit(f"ptx_diff: attnplan compile with templates from {template_dir} failed:\n{result.stderr}")
-    compiled = json.loads(result.stdout)
-    if isinstance(compiled, dict):  # one config: one object instead of an array
-        compiled = [dict(compiled, config=plans[0])]
-    return {(entry["config"], kernel["name"]): kernel["key"] for entry in compiled for kernel in entry["kernels"]}
+    keys, refused = {}, {}
+    for plan in plans:  # one at a time: a plan refused for this arch must not hide the others
+        result = subprocess.run([attnplan, "compile", plan, "--arch", arch, "--cache-dir", cache_dir,
+                                 "--keep-ptx", "--json"], capture_output=True, text=True, env=environment)
+        if result.returncode != 0:
+            if "config error" in result.stderr:  # the planner's refusal, not a template that fails to compile
+                refused[plan] = result.stderr.strip().splitlines()[-1].strip()
+                continue
+            sys.exit(f"ptx_diff: attnplan compile {plan} with templates from {template_dir} failed:\n"
+                     f"{result.stderr}")
+        compiled = json.loads(result.stdout)
+        entries = compiled if isinstance(compiled, list) else [dict(compiled, config=plan)]
+        keys.update({(entry["config"], kernel["name"]): kernel["key"]
+                     for entry in entries for kernel in entry["kernels"]})
+    return keys, refused
 
 
 def ptx_of(attnplan, cache_dir, key):
@@ -81,8 +90,11 @@ def main():
         for side, templates in (("old", os.path.join(old_tree, "templates")),
                                 ("new", os.path.join(root, "templates"))):
             cache = os.path.join(work, f"cache-{side}")
-            sides[side] = (cache, compile_plans(args.attnplan, templates, cache, args.arch, args.plans))
+            sides[side] = (cache, *compile_plans(args.attnplan, templates, cache, args.arch, args.plans))
         differing = 0
+        # The planner is this build's on both sides (only the templates differ), so both refuse alike.
+        for plan, reason in sides["new"][2].items():
+            print(f"{os.path.basename(plan):60s} not planned for {args.arch}: {reason}")
         for plan_kernel, new_key in sorted(sides["new"][1].items()):
             old_key = sides["old"][1].get(plan_kernel)
             name = f"{os.path.basename(plan_kernel[0])} {plan_kernel[1]}"

@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
-"""Host tests of tools/ptx_diff.py's PTX normalization (no GPU, no toolkit): register numbers, labels,
-register-count declarations and debug lines do not count as differences; an instruction, an operand or
-their order does.
+"""Host tests of tools/ptx_diff.py (no GPU, no toolkit): in the PTX normalization register numbers,
+labels, register-count declarations and debug lines do not count as differences, an instruction, an
+operand or their order does; a plan the planner refuses for the arch is set aside, not fatal.
 
   python3 tests/tools/ptx_diff_test.py
 """
 import os
+import stat
 import sys
+import tempfile
 import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
@@ -49,6 +51,41 @@ class NormalizedTest(unittest.TestCase):
         self.assertFalse(any(".loc" in line or line.startswith(".global") or "info_string" in line
                              for line in kept))
         self.assertIn("\tadd.s32 \t%r, %r, 196608;", kept)
+
+
+# A stand-in for `attnplan compile PLAN ... --json`: refuses plans whose name holds "fp8act" as the planner
+# does (a config error, exit 1), crashes on "broken", and lists one kernel for any other plan.
+FAKE_ATTNPLAN = """#!/bin/sh
+case "$2" in
+  *fp8act*) echo "attnplan: config error: X cannot be planned yet" >&2
+            echo "  /projection/activation: fp8 activations are not supported on sm_80" >&2; exit 1 ;;
+  *broken*) echo "attnplan: compile error: nvrtc failed" >&2; exit 1 ;;
+esac
+echo '{"config": "'"$2"'", "kernels": [{"name": "attention", "key": "k-'"$2"'"}]}'
+"""
+
+
+class CompilePlansTest(unittest.TestCase):
+    def setUp(self):
+        self.work = tempfile.TemporaryDirectory()
+        self.attnplan = os.path.join(self.work.name, "attnplan")
+        with open(self.attnplan, "w") as script:
+            script.write(FAKE_ATTNPLAN)
+        os.chmod(self.attnplan, os.stat(self.attnplan).st_mode | stat.S_IEXEC)
+
+    def tearDown(self):
+        self.work.cleanup()
+
+    def test_a_refused_plan_is_set_aside_and_the_others_compile(self):
+        keys, refused = ptx_diff.compile_plans(self.attnplan, "templates", self.work.name, "sm_80",
+                                               ["a.json", "q-fp8act.json", "b.json"])
+        self.assertEqual(keys, {("a.json", "attention"): "k-a.json", ("b.json", "attention"): "k-b.json"})
+        self.assertEqual(list(refused), ["q-fp8act.json"])
+        self.assertIn("fp8 activations", refused["q-fp8act.json"])
+
+    def test_a_compile_failure_stops_the_tool(self):
+        with self.assertRaises(SystemExit):
+            ptx_diff.compile_plans(self.attnplan, "templates", self.work.name, "sm_80", ["broken.json"])
 
 
 if __name__ == "__main__":
