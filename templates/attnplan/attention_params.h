@@ -61,7 +61,7 @@ ATTNPLAN_HOST_DEVICE constexpr int attention_sm90_shared_bytes(int head_dim, int
 }
 
 // TMA boxes per K/V tile of the sm_90a kernel with kv_tma: [64 columns, min(block_size, block_n) slots]
-// boxes, head_dim / 64 column blocks, for K and V. The kernel issues one per lane of a warp (at most 32).
+// boxes, head_dim / 64 column blocks, for K and V. The kernel issues one per producer lane (at most 32).
 ATTNPLAN_HOST_DEVICE constexpr int attention_sm90_kv_tma_boxes(int head_dim, int block_size, int block_n) {
   return 2 * (block_n / (block_size < block_n ? block_size : block_n)) * (head_dim / 64);
 }

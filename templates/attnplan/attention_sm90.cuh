@@ -187,7 +187,7 @@ struct AttentionSm90Traits {
   static constexpr int kv_pages_per_tile = kBlockN / kv_box_rows;
   static constexpr int kv_column_blocks = kHeadDim / 64;
   static constexpr int kv_boxes_per_tensor = kv_pages_per_tile * kv_column_blocks;
-  static constexpr int kv_boxes = 2 * kv_boxes_per_tensor;  // lane b of the producer's warp 0 issues box b
+  static constexpr int kv_boxes = 2 * kv_boxes_per_tensor;  // issued by one producer lane each
   static_assert(kv_boxes == attention_sm90_kv_tma_boxes(kHeadDim, kBlockSize, kBlockN),
                 "the box count and the host's formula (attention_params.h) must agree");
   static constexpr unsigned kv_tile_bytes = 2u * kBlockN * kHeadDim * 2u;
@@ -319,9 +319,14 @@ __global__ void __launch_bounds__(Traits::threads, 1)
         pages[pass] = used ? __ldg(block_table + logical) : -1;  // checked at use: the load stays in flight
       }
     };
-    // TMA (kv_tma): lane b of warp 0 issues box b of a tile (the K boxes, then V; in each, page by page,
-    // 64-column block by block) and prefetches its page a tile ahead like the gather's rows.
-    const int box = threadIdx.x;
+    // TMA (kv_tma): box b of a tile (the K boxes, then V; in each, page by page, 64-column block by block)
+    // is lane b / 4 of producer warp b % 4's, which prefetches its page a tile ahead like the gather's rows.
+    // TMA takes uniform operands, so a warp issues its lanes' boxes one at a time (an elect loop): spread
+    // over the four warps (on four schedulers) the 32 boxes of pages of 16 take 8 rounds, not 32. The
+    // TMA-only path (D 256) keeps them on warp 0: its producer has no register left for the mapping.
+    static_assert(Traits::producer_threads == 128, "boxes spread over four producer warps");
+    const int box =
+        Traits::kv_tma_only ? static_cast<int>(threadIdx.x) : threadIdx.x % 32 * 4 + threadIdx.x / 32;
     auto uses_tma = [&](int tile) {
       return Traits::kv_tma && (Traits::kv_tma_only || (tile + 1) * kBlockN <= kv_len);
     };
@@ -473,7 +478,9 @@ __global__ void __launch_bounds__(Traits::threads, 1)
       if (uses_tma(tile)) {
         if constexpr (Traits::kv_tma) {
           const unsigned landing = base_address + Traits::landing_barrier_offset;
-          // The bytes first (this thread's arrival below is one the phase still needs), then the boxes.
+          // The bytes first (this thread's arrival below is one the phase still needs), then the boxes. The
+          // other warps' boxes may complete before the expect_tx: the phase still waits for every producer
+          // thread's arrival (the landing barrier for this thread's), so the count only dips meanwhile.
           if (threadIdx.x == 0) {
             if (past_keys) {
               mbarrier_arrive_expect_tx(landing, Traits::kv_tile_bytes);
