@@ -2,10 +2,10 @@
 # Nsight Compute profiles of the kernels the notes ask questions about, in one call on a GPU machine
 # (docs/attention-notes.md "Where v4 stands", docs/kernels-notes.md, docs/performance.md "Rows short"):
 #
-#   gemm        the bf16 wgmma GEMM on Llama-3.1-8B's q|k|v and o at 8192 tokens (0.84-1.04x cuBLAS: is it
-#               the tensor pipe, L2 -> SM traffic, or the epilogue?)
-#   attention   the sm_90a attention, D 128 GQA 32/8, 4096 tokens causal, at pages of 16 and of 64 (pages of
-#               16 run 15% slower: is it the TMA unit's per-box cost?), and at 16384 tokens
+#   gemm        the bf16 wgmma GEMM on Llama-3.1-8B's q|k|v and o at 8192 tokens (0.84-1.04x cuBLAS; session
+#               7: the consumers wait on their own wgmmas, kernels-notes.md "Step 2")
+#   attention   the sm_90a attention, D 128 GQA 32/8, 4096 tokens causal, at pages of 16 and of 64 (session 7
+#               found and fixed the pages-of-16 gap with these, attention-notes.md), and at 16384 tokens
 #   dequantize  the dequantize kernel of the nvfp4 and act-order GPTQ plans at 8192 tokens (~2 TB/s
 #               effective: what limits it?)
 #
@@ -14,9 +14,12 @@
 #
 # Each profile runs `attnplan bench` under ncu (--clock-control none: leave the clocks as they are), skips
 # the warm-up launches and records one or two launches of the kernel with the SpeedOfLight, compute, memory,
-# warp-state, occupancy and launch sections. Writes $OUT/profile/<name>.ncu-rep (open in Nsight Compute) and
-# <name>.txt (ncu --page details), and prints a few lines of each. Builds build-gpu if needed; the kernel
-# cache is tools/gpu_suite.sh's. Exit status: non-zero when the build or a profile failed.
+# warp-state, occupancy, launch, scheduler and source-counter sections. Writes $OUT/profile/<name>.ncu-rep
+# (open in Nsight Compute), <name>.txt (ncu --page details) and <name>-sass.csv (stall samples per SASS
+# instruction: read it with tools/ncu_top.py, or two side by side), prints a few lines of each, and packs
+# the text files into $OUT/profile.tgz (one file: the lent GPU machine returns at most 8). Builds build-gpu
+# if needed; the kernel cache is tools/gpu_suite.sh's. Exit status: non-zero when the build or a profile
+# failed.
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 OUT="${OUT:-$ROOT/gpu-logs}"
@@ -58,6 +61,7 @@ profile() {
   if ! "$NCU" --clock-control none -f -o "$DIR/$name" -k "regex:$kernel" --launch-skip "$skip" \
       --launch-count "$count" --section SpeedOfLight --section ComputeWorkloadAnalysis \
       --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy --section LaunchStats \
+      --section SourceCounters --section SchedulerStats \
       "$BUILD/attnplan" bench "$@" --iterations 2 --warmup 2 >"$DIR/$name.log" 2>&1; then
     echo "$name: ncu failed (see $DIR/$name.log)"
     tail -5 "$DIR/$name.log"
@@ -65,6 +69,7 @@ profile() {
     return
   fi
   "$NCU" --import "$DIR/$name.ncu-rep" --page details >"$DIR/$name.txt" 2>&1
+  "$NCU" --import "$DIR/$name.ncu-rep" --page source --csv --print-source sass >"$DIR/$name-sass.csv" 2>&1
   echo "== $name"
   grep -E "^\s*(Duration|Compute \(SM\) Throughput|Memory Throughput|L2 Cache Throughput|DRAM Throughput|Registers Per Thread|Achieved Occupancy|Issue Slots Busy|Executed Ipc Active)\b" \
     "$DIR/$name.txt" | sed 's/  */ /g' | head -24
@@ -93,4 +98,5 @@ for part in "${parts[@]}"; do
   esac
   echo "== $part: $((SECONDS - start)) s"
 done
+(cd "$DIR" && tar czf "$OUT/profile.tgz" -- *.txt *.csv 2>/dev/null)
 exit $status

@@ -1,0 +1,94 @@
+#!/usr/bin/env python3
+"""Host tests of tools/ncu_top.py (no GPU, no Nsight Compute): it reads the source-page CSV export (kernel
+name row, header, one row per SASS instruction), ranks instructions by stall samples, and aligns two
+listings whose branch targets and lengths differ.
+
+  python3 tests/tools/ncu_top_test.py
+"""
+import contextlib
+import io
+import os
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
+import ncu_top  # noqa: E402
+
+HEADER = ('"Address","Source","Warp Stall Sampling (All Samples)","Warp Stall Sampling (Not-issued Samples)",'
+          '"# Samples","Instructions Executed"\n')
+
+
+def export(rows):
+    """An ncu --page source --csv export of (address, sass, samples, executed) rows."""
+    lines = ['"Kernel Name","void attention_sm90_kernel<Traits>(Params)",\n', HEADER]
+    lines += [f'"{a}","      {s}","{n}","{n}","{n}","{e}"\n' for a, s, n, e in rows]
+    return "".join(lines)
+
+
+FIRST = [("0x7fca00000000", "LDC R1, c[0x0][0x28]", 3, 100),
+         ("0x7fca00000010", "SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [UR10+0x38000], R11", 29, 1000),
+         ("0x7fca00000020", "@!P0  BRA 0x7fca00000400", 1674, 1000),
+         ("0x7fca00000030", "HGMMA.64x128x16.F32.BF16 R88, gdesc[UR20], RZ, !UPT", 1228, 1000),
+         ("0x7fca00000040", "UTMALDG.2D [UR20], [UR26]", 297, 32000)]
+# The same code built elsewhere: other addresses and branch targets, one instruction more.
+SECOND = [("0x7f5c00000000", "LDC R1, c[0x0][0x28]", 2, 100),
+          ("0x7f5c00000010", "NOP", 0, 100),
+          ("0x7f5c00000020", "SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [UR10+0x38000], R11", 12, 1000),
+          ("0x7f5c00000030", "@!P0  BRA 0x7f5c00000480", 153, 1000),
+          ("0x7f5c00000040", "HGMMA.64x128x16.F32.BF16 R88, gdesc[UR20], RZ, !UPT", 279, 1000),
+          ("0x7f5c00000050", "UTMALDG.2D [UR20], [UR26]", 80, 8000)]
+
+
+class NcuTopTest(unittest.TestCase):
+    def setUp(self):
+        self.work = tempfile.TemporaryDirectory()
+
+    def tearDown(self):
+        self.work.cleanup()
+
+    def write(self, name, rows):
+        path = os.path.join(self.work.name, name)
+        with open(path, "w") as handle:
+            handle.write(export(rows))
+        return path
+
+    def run_tool(self, *args):
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            self.assertEqual(ncu_top.main(list(args)), 0)
+        return out.getvalue().splitlines()
+
+    def test_reads_the_export_in_program_order(self):
+        instructions = ncu_top.load(self.write("a.csv", FIRST))
+        self.assertEqual([i[2] for i in instructions], [3, 29, 1674, 1228, 297])
+        self.assertEqual(instructions[4], ("0x7fca00000040", "UTMALDG.2D [UR20], [UR26]", 297, 32000))
+
+    def test_ranks_by_samples_with_context(self):
+        lines = self.run_tool(self.write("a.csv", FIRST), "--top", "2", "--context", "1")
+        ranked = [line for line in lines[1:] if "%" in line]
+        self.assertIn("@!P0  BRA", ranked[0])
+        self.assertIn(f"{100 * 1674 / 3231:.1f}%", ranked[0])
+        self.assertIn("HGMMA", ranked[1])
+        self.assertIn("TRYWAIT", lines[1])  # the barrier test shown above its branch
+
+    def test_two_listings_pair_the_same_instructions(self):
+        pairs = ncu_top.aligned(ncu_top.load(self.write("a.csv", FIRST)),
+                                ncu_top.load(self.write("b.csv", SECOND)))
+        by_first = {a[1]: b for a, b in pairs if a}
+        self.assertEqual(by_first["@!P0  BRA 0x7fca00000400"][2], 153)  # branch targets differ, still a pair
+        self.assertEqual(by_first["UTMALDG.2D [UR20], [UR26]"][2], 80)
+        self.assertIn((None, SECOND[1]), pairs)  # the extra NOP stands alone
+        lines = self.run_tool(self.write("a.csv", FIRST), self.write("b.csv", SECOND), "--top", "1")
+        self.assertRegex(lines[1], r"^\s+1674\s+51\.8%\s+153\s+29\.1%\s+@!P0\s+BRA")
+
+    def test_an_export_without_stall_samples_is_refused(self):
+        path = os.path.join(self.work.name, "plain.csv")
+        with open(path, "w") as handle:
+            handle.write('"Address","Source"\n"0x1","NOP"\n')
+        with self.assertRaises(SystemExit):
+            ncu_top.load(path)
+
+
+if __name__ == "__main__":
+    unittest.main()

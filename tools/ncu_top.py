@@ -1,0 +1,102 @@
+#!/usr/bin/env python3
+"""Where a kernel's warps wait: the SASS instructions with the most stall samples in an Nsight Compute
+source export (`ncu --import R.ncu-rep --page source --csv --print-source sass > R-sass.csv`, from a
+profile with the SourceCounters section, as tools/profile.sh takes), each with its share of all samples,
+its execution count and, with --context, the instructions just before it (a wait's branch is stalled on
+the barrier test above it).
+
+    tools/ncu_top.py gpu-logs/profile/attention-d128-4k-p16-sass.csv [--top 20] [--context 3]
+    tools/ncu_top.py A-sass.csv B-sass.csv         # two profiles side by side
+
+With two files the listings are aligned as a diff aligns lines (SASS text, branch targets blanked) and each
+pair shows both sample counts: how pages of 16 and of 64 differed in session 7 (docs/attention-notes.md).
+"""
+import argparse
+import csv
+import difflib
+import re
+import sys
+
+SAMPLES = "Warp Stall Sampling (All Samples)"
+EXECUTED = "Instructions Executed"
+ADDRESS = re.compile(r"0x[0-9a-f]{9,}")  # absolute code addresses: branch targets
+
+
+def load(path):
+    """[(address, sass, samples, executed)] in program order, from an ncu source-page CSV."""
+    with open(path, newline="") as handle:
+        rows = list(csv.reader(handle))
+    # The first row names the kernel; the header follows.
+    header_at = next((i for i, row in enumerate(rows) if SAMPLES in row), None)
+    if header_at is None:
+        sys.exit(f"ncu_top: {path} has no '{SAMPLES}' column (profile with --section SourceCounters and "
+                 "export with --page source --csv --print-source sass)")
+    header = rows[header_at]
+    address, source = header.index("Address"), header.index("Source")
+    samples, executed = header.index(SAMPLES), header.index(EXECUTED)
+
+    def number(text):
+        return int(text.replace(",", "")) if text.strip() else 0
+
+    return [(row[address], row[source].strip(), number(row[samples]), number(row[executed]))
+            for row in rows[header_at + 1:] if len(row) > max(samples, executed)]
+
+
+def top_one(instructions, top, context):
+    total = sum(each[2] for each in instructions) or 1
+    print(f"{'samples':>8} {'share':>6} {'executed':>10}  sass   (of {total} samples)")
+    ranked = sorted(range(len(instructions)), key=lambda i: -instructions[i][2])[:top]
+    for i in ranked:
+        for before in instructions[max(0, i - context):i]:
+            print(f"{'':>8} {'':>6} {before[3]:>10}    {before[1][:90]}")
+        _, sass, samples, executed = instructions[i]
+        print(f"{samples:>8} {100 * samples / total:5.1f}% {executed:>10}  {sass[:92]}")
+
+
+def aligned(first, second):
+    """[(instruction of first or None, instruction of second or None)]: the two listings aligned as a diff
+    aligns lines, on the SASS text with absolute addresses (branch targets) blanked, so the same code in
+    two builds pairs up even where one has a few instructions more."""
+    def key(instruction):
+        return " ".join(ADDRESS.sub("ADDR", instruction[1]).split())
+
+    matcher = difflib.SequenceMatcher(None, [key(i) for i in first], [key(i) for i in second], autojunk=False)
+    pairs = []
+    for tag, a0, a1, b0, b1 in matcher.get_opcodes():
+        if tag == "equal":
+            pairs.extend(zip(first[a0:a1], second[b0:b1]))
+        else:
+            pairs.extend((each, None) for each in first[a0:a1])
+            pairs.extend((None, each) for each in second[b0:b1])
+    return pairs
+
+
+def top_two(first, second, top):
+    total_a = sum(each[2] for each in first) or 1
+    total_b = sum(each[2] for each in second) or 1
+    print(f"{'first':>8} {'share':>6} {'second':>8} {'share':>6}  sass   ({total_a} and {total_b} samples)")
+    pairs = aligned(first, second)
+    ranked = sorted(pairs, key=lambda pair: -max(pair[0][2] if pair[0] else 0, pair[1][2] if pair[1] else 0))
+    for a, b in ranked[:top]:
+        samples_a, samples_b = (a[2] if a else 0), (b[2] if b else 0)
+        print(f"{samples_a:>8} {100 * samples_a / total_a:5.1f}% {samples_b:>8} {100 * samples_b / total_b:5.1f}%  "
+              f"{(a or b)[1][:80]}")
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("csv", nargs="+", help="one or two ncu source-page CSV exports")
+    parser.add_argument("--top", type=int, default=20, help="instructions shown (default 20)")
+    parser.add_argument("--context", type=int, default=0, help="instructions shown before each (one file)")
+    args = parser.parse_args(argv)
+    if len(args.csv) > 2:
+        parser.error("one or two CSV files")
+    if len(args.csv) == 1:
+        top_one(load(args.csv[0]), args.top, args.context)
+    else:
+        top_two(load(args.csv[0]), load(args.csv[1]), args.top)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
