@@ -514,14 +514,7 @@ TEST_CASE("projection GEMM throughput on a prefill-sized QKV product", "[.][benc
     const driver::DeviceBuffer d_w = driver::DeviceBuffer::from_host(
         random_bf16(std::size_t(shape.n) * shape.k, rng, 0.0, 1.0 / std::sqrt(shape.k)));
     driver::DeviceBuffer d_c(std::size_t(shape.m) * shape.n * 2);
-    GemmParams params{};
-    params.a = d_a.data<const bf16_bits>();
-    params.c = d_c.data<bf16_bits>();
-    params.m = shape.m;
-    params.n = shape.n;
-    params.k = shape.k;
-    params.lda = shape.k;
-    params.ldc = shape.n;
+    GemmParams params = dense_gemm_params(d_a, d_c, shape.m, shape.n, shape.k, shape.n);
     const int q_width = shape.n * 2 / 3;
     const int kv_width = (shape.n - q_width) / 2;
     const int bounds[] = {0, q_width, q_width + kv_width, shape.n};
@@ -558,8 +551,6 @@ TEST_CASE("projection GEMM throughput on a prefill-sized QKV product", "[.][benc
 
 namespace {
 
-// `spec` on `params` (checked by the caller): the median of 20 CUDA-event timings after 5 warm-up
-// launches, in ms; the stream is synchronized on return.
 // The median of 20 CUDA-event timings of what `enqueue` queues on `stream`, after 5 warm-up runs, in ms.
 double median_ms(const std::function<void()>& enqueue, const driver::Stream& stream) {
   for (int i = 0; i < 5; ++i) enqueue();
