@@ -39,7 +39,7 @@ ProjectionVariant projection_variant_of(const PlannedKernel& kernel) {
 }
 
 bool runs_dequantized(const std::optional<KernelPlan::Dequantized>& path, int num_tokens) {
-  return path.has_value() && num_tokens >= path->min_tokens;
+  return path.has_value() && num_tokens >= dequantized_min_tokens(path->dequantize.weights);
 }
 
 bool KernelPlan::has(StageKind stage) const {
@@ -152,8 +152,7 @@ std::optional<KernelPlan::Dequantized> dequantized_path(const GemmSpec& planned,
   std::optional<GemmSpec> gemm =
       choose_dequantized_gemm(planned, arch, config.max_tokens, n, k, segment_widths);
   if (!gemm) return std::nullopt;
-  return KernelPlan::Dequantized{DequantizeSpec{planned.segments, planned.weights}, *gemm,
-                                 dequantized_min_tokens(planned.weights)};
+  return KernelPlan::Dequantized{DequantizeSpec{planned.segments, planned.weights}, *gemm};
 }
 
 }  // namespace

@@ -82,7 +82,7 @@ struct WorkspaceLayout {
   // after the other on the stream. fp8_activation_bytes is 0 without fp8 activations.
   std::size_t fp8_activations = 0;
   std::size_t fp8_activation_bytes = 0;
-  // Dequantized path (KernelPlan::*_dequantized, launches of at least its min_tokens): byte offset
+  // Dequantized path (KernelPlan::*_dequantized, launches of at least dequantized_min_tokens): byte offset
   // of W [N, K] bf16 of the projection being run, sized for the larger; both projections reuse it, one
   // after the other on the stream. dequantized_weight_bytes is 0 when this launch does not take the path.
   std::size_t dequantized_weights = 0;

@@ -560,12 +560,12 @@ struct TileWalk {
   int tiles_m, tiles_n;
   unsigned rank;  // in the cluster
 
-  __device__ __forceinline__ int units() const { return (tiles_m + kClusterM - 1) / kClusterM * tiles_n; }
+  __device__ __forceinline__ int unit_rows() const { return (tiles_m + kClusterM - 1) / kClusterM; }
+  __device__ __forceinline__ int units() const { return unit_rows() * tiles_n; }
   __device__ __forceinline__ static int first() { return blockIdx.x / kClusterM; }
   __device__ __forceinline__ static int stride() { return gridDim.x / kClusterM; }
   __device__ __forceinline__ TileCoordinates tile(int unit) const {
-    TileCoordinates coordinates =
-        grouped_tile<kGroupM / kClusterM>(unit, (tiles_m + kClusterM - 1) / kClusterM, tiles_n);
+    TileCoordinates coordinates = grouped_tile<kGroupM / kClusterM>(unit, unit_rows(), tiles_n);
     coordinates.m = coordinates.m * kClusterM + static_cast<int>(rank);
     return coordinates;
   }
