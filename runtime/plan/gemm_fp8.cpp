@@ -182,6 +182,7 @@ GemmSm90Fp8Params make_gemm_sm90_fp8_params(const GemmFp8Spec& spec, const GemmP
     encode_codes_map(fp8.w_maps[s], segment.weight, params.k, segment.n_end - segment.n_begin, params.k,
                      fmt::format("fp8 gemm segments[{}].weight", s));
   }
+  encode_gemm_c_map(fp8.c_map, params);
   return fp8;
 }
 

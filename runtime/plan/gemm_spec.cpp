@@ -592,6 +592,7 @@ GemmSm90Params make_gemm_sm90_params(const GemmSpec& spec, const GemmParams& par
                       segment.n_end - segment.n_begin, params.k, kGemmSm90BlockK,
                       spec.sm90.block_n / spec.sm90.cluster_m, fmt::format("gemm segments[{}].weight", s));
   }
+  encode_gemm_c_map(sm90.c_map, params);
   return sm90;
 }
 

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "attnplan/gemm_sm90_params.h"
 #include "driver/cuda_api.hpp"
 
 namespace attnplan::plan {
@@ -21,6 +22,11 @@ void encode_tensor_map(TensorMap& map, CUtensorMapDataType type, int element_byt
                     CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
                 fmt::format("cuTensorMapEncodeTiled ({}: [{}, {}] of {}-byte elements, row stride {})", what,
                             rows, columns, element_bytes, row_stride));
+}
+
+void encode_gemm_c_map(TensorMap& map, const GemmParams& params) {
+  encode_tensor_map(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, params.c, params.n, params.m, params.ldc,
+                    kGemmSm90StoreBox, kGemmSm90StoreBox, "gemm c");
 }
 
 }  // namespace attnplan::plan

@@ -6,6 +6,7 @@
 
 #include <string_view>
 
+#include "attnplan/gemm_params.h"
 #include "attnplan/tensor_map.h"
 
 namespace attnplan::plan {
@@ -18,5 +19,10 @@ namespace attnplan::plan {
 void encode_tensor_map(TensorMap& map, CUtensorMapDataType type, int element_bytes, const void* base,
                        long long columns, long long rows, long long row_stride, int box_columns, int box_rows,
                        std::string_view what, CUtensorMapSwizzle swizzle = CU_TENSOR_MAP_SWIZZLE_128B);
+
+// The map the sm_90a GEMMs' epilogue stores C through (gemm_sm90_epilogue.cuh): C [M, N] bf16, row stride
+// ldc, boxes of [64, 64] with 128-byte swizzle; the TMA store clips rows past M and columns past N.
+// check_gemm_operands has made C 16-byte aligned and ldc a multiple of 8, as TMA needs.
+void encode_gemm_c_map(TensorMap& map, const GemmParams& params);
 
 }  // namespace attnplan::plan

@@ -151,12 +151,6 @@ __device__ __forceinline__ void mma_bf16_16816(float (&accumulator)[4], const un
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// Two floats as a bf16 pair (round to nearest), `low` in the low half: the element order of fragments.
-__device__ __forceinline__ unsigned pack_bf16(float low, float high) {
-  const __nv_bfloat162 pair = __floats2bfloat162_rn(low, high);
-  return *reinterpret_cast<const unsigned*>(&pair);
-}
-
 __device__ __forceinline__ float fast_exp2(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));  // exp2(-inf) = +0

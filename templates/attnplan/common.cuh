@@ -1,4 +1,4 @@
-// Device helpers shared by the kernel templates: 16-byte bf16 vectors and block reductions.
+// Device helpers shared by the kernel templates: 16-byte bf16 vectors, bf16 pairs and block reductions.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -33,6 +33,12 @@ struct alignas(2 * N) BF16Vector {
     *reinterpret_cast<BF16Vector*>(base + index) = *this;
   }
 };
+
+// Two floats as a bf16 pair (round to nearest), `low` in the low half: the element order of fragments.
+__device__ __forceinline__ unsigned pack_bf16(float low, float high) {
+  const __nv_bfloat162 pair = __floats2bfloat162_rn(low, high);
+  return *reinterpret_cast<const unsigned*>(&pair);
+}
 
 __device__ __forceinline__ float warp_sum(float value) {
 #pragma unroll

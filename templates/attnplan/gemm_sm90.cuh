@@ -6,10 +6,11 @@
 // slices of A and [block_n, 64] slices of W with TMA into a `stages`-deep ring of 128-byte-swizzled shared
 // memory; warpgroups 1 and 2 are consumers that multiply their 64 rows of the slice with wgmma
 // m64n{block_n}k16 (both operands from shared memory, K-major: W [N, K] row-major is exactly wgmma's
-// K-major B) and write their [64, block_n] of C. Each ring slot has a "full" mbarrier (the producer's
-// expect_tx arrival + the TMA bytes) and an "empty" one (one arrival per consumer warp once the wgmmas
-// that read the slot have completed). setmaxnreg moves registers from the producer (40) to the
-// consumers (232), which hold block_n / 2 fp32 accumulators each.
+// K-major B) and write their [64, block_n] of C by TMA stores from two staging boxes each
+// (gemm_sm90_epilogue.cuh), which drain while the next tile's wgmmas run. Each ring slot has a "full"
+// mbarrier (the producer's expect_tx arrival + the TMA bytes) and an "empty" one (one arrival per consumer
+// warp once the wgmmas that read the slot have completed). setmaxnreg moves registers from the producer (40)
+// to the consumers (232), which hold block_n / 2 fp32 accumulators each.
 //
 // Clusters (cluster_m = 2): two CTAs of a cluster take two vertically adjacent tiles of the same W columns,
 // so they need the same W slices: each producer loads its own A slice and half of the W slice, multicast
@@ -28,6 +29,7 @@
 
 #include "attnplan/common.cuh"
 #include "attnplan/gemm.cuh"
+#include "attnplan/gemm_sm90_epilogue.cuh"
 #include "attnplan/gemm_sm90_params.h"
 #include "attnplan/wgmma.cuh"
 
@@ -77,6 +79,7 @@ struct GemmSm90Traits {
                 "every slot (and each CTA's share of W) must start 1024-byte aligned (swizzle atoms, "
                 "descriptor base offset 0)");
   static_assert(block_k * 2 == sm90::kSwizzle128Bytes, "a slot row is one 128-byte swizzle row");
+  static_assert(consumer_rows == kGemmSm90StoreBox, "a staging box holds a consumer warpgroup's 64 rows");
   static_assert(dynamic_shared_bytes <= 227 * 1024, "more shared memory than an H100/H200 SM gives a CTA");
   static_assert(producer_registers * 128 + consumer_registers * 128 * consumers <= 65536,
                 "setmaxnreg targets exceed the register file");
@@ -154,9 +157,11 @@ __global__ void __launch_bounds__(Traits::threads, 1)
     gemm_sm90_kernel(const __grid_constant__ GemmSm90Params params) {
 #if ATTNPLAN_SM90A_ENABLED
   extern __shared__ __align__(1024) unsigned char shared[];
-  // The ring, 1024-byte aligned (dynamic shared memory is only guaranteed 16), then the barriers.
+  // The ring, 1024-byte aligned (dynamic shared memory is only guaranteed 16), the epilogue's staging
+  // boxes, then the barriers.
   const unsigned ring = (sm90::smem_address(shared) + 1023u) & ~1023u;
-  const unsigned full_barriers = ring + Traits::ring_bytes;            // [stages] x 8 bytes
+  const unsigned staging = ring + Traits::ring_bytes;                  // [consumers][2] store boxes
+  const unsigned full_barriers = staging + kGemmSm90StagingBytes;      // [stages] x 8 bytes
   const unsigned empty_barriers = full_barriers + Traits::stages * 8;  // [stages] x 8 bytes
   const GemmParams& gemm = params.gemm;
 
@@ -210,7 +215,6 @@ __global__ void __launch_bounds__(Traits::threads, 1)
   // Consumers: warpgroup c = 1, 2 owns tile rows [64 (c - 1), 64 c).
   sm90::setmaxnreg_increase<Traits::consumer_registers>();
   const int thread = threadIdx.x % 128;
-  const int warp = thread / 32;
   const int lane = thread % 32;
   const unsigned a_offset = (warpgroup - 1) * Traits::consumer_rows * sm90::kSwizzle128Bytes;
   float accumulator[Traits::accumulators];
@@ -262,43 +266,36 @@ __global__ void __launch_bounds__(Traits::threads, 1)
     sm90::fence_registers(accumulator);
     if (previous_slot >= 0 && releases) release(previous_slot);
 
-    // Epilogue straight from the accumulators: thread (warp w, lane l) holds, per 8-column block b, the
-    // column pair 8 b + 2 (l % 4) + {0, 1} of rows 16 w + l / 4 and + 8 (wgmma.cuh's layout). Bias in
-    // fp32, one rounding, a 4-byte store per pair (columns [N, ldc) untouched). The producer meanwhile
-    // already fills the ring for the next tile.
+    // Epilogue (store_tile): bias in fp32, one rounding to bf16, TMA stores through the staging boxes.
+    // The producer meanwhile already fills the ring for the next tile.
     const GemmSegment segment = segment_of<Traits::segments>(gemm, n0);
-    const int row0 = m0 + (warpgroup - 1) * Traits::consumer_rows + 16 * warp + lane / 4;
-#pragma unroll
-    for (int block = 0; block < Traits::block_n / 8; ++block) {
-      const int n = n0 + 8 * block + 2 * (lane % 4);
-      if (n >= gemm.n) continue;
-      const bool pair = n + 1 < gemm.n;
-      float bias0 = 0.0f;
-      float bias1 = 0.0f;
-      if constexpr (Traits::has_bias) {
-        if (segment.bias != nullptr) {
-          // The tile (and so n, n + 1 < N) lies in one segment: every segment but the last is a whole
-          // number of tiles wide.
-          const __nv_bfloat16* bias = reinterpret_cast<const __nv_bfloat16*>(segment.bias) - segment.n_begin;
-          bias0 = __bfloat162float(bias[n]);
-          if (pair) bias1 = __bfloat162float(bias[n + 1]);
-        }
-      }
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int m = row0 + 8 * half;
-        if (m >= gemm.m) continue;
-        const float value0 = accumulator[4 * block + 2 * half] + bias0;
-        const float value1 = accumulator[4 * block + 2 * half + 1] + bias1;
-        bf16_bits* out = gemm.c + static_cast<long long>(m) * gemm.ldc + n;
-        if (pair) {
-          *reinterpret_cast<__nv_bfloat162*>(out) = __floats2bfloat162_rn(value0, value1);
-        } else {
-          *reinterpret_cast<__nv_bfloat16*>(out) = __float2bfloat16_rn(value0);
-        }
-      }
-    }
+    // The tile (and so n, n + 1 < N) lies in one segment: every segment but the last is a whole number
+    // of tiles wide.
+    const __nv_bfloat16* bias = Traits::has_bias && segment.bias != nullptr
+                                    ? reinterpret_cast<const __nv_bfloat16*>(segment.bias) - segment.n_begin
+                                    : nullptr;
+    store_tile<Traits::block_n>(
+        params.c_map, staging + (warpgroup - 1) * 2 * kGemmSm90StoreBoxBytes, warpgroup,
+        m0 + (warpgroup - 1) * Traits::consumer_rows, n0, gemm, accumulator,
+        [&](int n, bool pair) {
+          float2 terms = make_float2(0.0f, 0.0f);
+          if constexpr (Traits::has_bias) {
+            if (bias != nullptr) {
+              terms.x = __bfloat162float(bias[n]);
+              if (pair) terms.y = __bfloat162float(bias[n + 1]);
+            }
+          }
+          return terms;
+        },
+        [](float2 terms, float value0, float value1) {
+          if constexpr (Traits::has_bias) return make_float2(value0 + terms.x, value1 + terms.y);
+          (void)terms;
+          return make_float2(value0, value1);
+        });
   }
+  // The staging boxes must outlive their stores' reads (shared memory goes with the CTA); waiting for the
+  // writes too costs nothing at the end.
+  if (thread == 0) sm90::bulk_wait_group<0>();
   if constexpr (clustered) sm90::cluster_sync();  // see the producer's
 #else
   (void)params;

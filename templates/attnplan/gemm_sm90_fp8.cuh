@@ -21,6 +21,7 @@
 #include "attnplan/common.cuh"
 #include "attnplan/gemm.cuh"
 #include "attnplan/gemm_fp8_epilogue.cuh"
+#include "attnplan/gemm_sm90_epilogue.cuh"
 #include "attnplan/gemm_sm90_fp8_params.h"
 #include "attnplan/wgmma.cuh"
 
@@ -126,6 +127,7 @@ struct GemmSm90Fp8Traits {
                     b_slot_bytes % sm90::kSwizzle128AtomBytes == 0,
                 "every slot must start 1024-byte aligned");
   static_assert(dynamic_shared_bytes <= 227 * 1024, "more shared memory than an H100/H200 SM gives a CTA");
+  static_assert(consumer_rows == kGemmSm90StoreBox, "a staging box holds a consumer warpgroup's 64 rows");
   static_assert(producer_registers * 128 + consumer_registers * 128 * consumers <= 65536,
                 "setmaxnreg targets exceed the register file");
 };
@@ -138,7 +140,8 @@ __global__ void __launch_bounds__(Traits::threads, 1)
 #if ATTNPLAN_SM90A_ENABLED
   extern __shared__ __align__(1024) unsigned char shared[];
   const unsigned ring = (sm90::smem_address(shared) + 1023u) & ~1023u;
-  const unsigned full_barriers = ring + Traits::ring_bytes;            // [stages] x 8 bytes
+  const unsigned staging = ring + Traits::ring_bytes;                  // [consumers][2] store boxes
+  const unsigned full_barriers = staging + kGemmSm90StagingBytes;      // [stages] x 8 bytes
   const unsigned empty_barriers = full_barriers + Traits::stages * 8;  // [stages] x 8 bytes
   const GemmParams& gemm = params.gemm;
 
@@ -257,22 +260,19 @@ __global__ void __launch_bounds__(Traits::threads, 1)
       }
     }
 
-    // Epilogue: tensor / channel weight scale, bias, one rounding, 4-byte stores of column pairs.
-#pragma unroll
-    for (int block = 0; block < Traits::block_n / 8; ++block) {
-      const int n = n0 + 8 * block + 2 * (lane % 4);
-      if (n >= gemm.n) continue;
-      const bool pair = n + 1 < gemm.n;
-      const Fp8ColumnPair column = fp8_column_pair<Traits::granularity, Traits::has_bias>(segment, n, pair);
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int m = row0 + 8 * half;
-        if (m >= gemm.m) continue;
-        store_fp8_columns(gemm.c + static_cast<long long>(m) * gemm.ldc + n, column,
-                          accumulator[4 * block + 2 * half], accumulator[4 * block + 2 * half + 1], pair);
-      }
-    }
+    // Epilogue (store_tile): tensor / channel weight scale, bias, one rounding, TMA stores.
+    store_tile<Traits::block_n>(
+        params.c_map, staging + (warpgroup - 1) * 2 * kGemmSm90StoreBoxBytes, warpgroup,
+        m0 + (warpgroup - 1) * Traits::consumer_rows, n0, gemm, accumulator,
+        [&](int n, bool pair) {
+          return fp8_column_pair<Traits::granularity, Traits::has_bias>(segment, n, pair);
+        },
+        [](const Fp8ColumnPair& column, float value0, float value1) {
+          return make_float2(value0 * column.scale0 + column.bias0, value1 * column.scale1 + column.bias1);
+        });
   }
+  // The staging boxes must outlive their stores' reads (shared memory goes with the CTA).
+  if (thread == 0) sm90::bulk_wait_group<0>();
 #else
   (void)params;
   __trap();  // an sm_90a kernel instantiated for another target

@@ -13,6 +13,7 @@
 #pragma once
 
 #include "attnplan/gemm_params.h"
+#include "attnplan/gemm_sm90_params.h"  // the epilogue's staging boxes
 #include "attnplan/tensor_map.h"
 
 namespace attnplan {
@@ -39,6 +40,8 @@ struct GemmSm90Fp8Params {
   TensorMap a_map;
   // Segment s of W codes [rows, K] (row stride K bytes): dims {K, rows}, box {128, 128}.
   TensorMap w_maps[kMaxGemmSegments];
+  // C [M, N] bf16: the epilogue's TMA stores, as GemmSm90Params::c_map.
+  TensorMap c_map;
   // Sizes, segments (weight = e4m3 codes, scales = f32 weight scales), C, bias; `a` is not read.
   GemmParams gemm;
   const float* a_scales;  // [ceil(K / 128), a_scale_ld] (Fp8QuantizeParams::scales)
@@ -51,9 +54,11 @@ inline constexpr int kGemmSm90Fp8BlockM = 128;
 inline constexpr int kGemmSm90Fp8BlockN = 128;
 inline constexpr int kGemmSm90Fp8BlockK = 128;
 
-// `stages` slots of A [128, 128] and W [128, 128] e4m3, full/empty mbarriers, 1024 bytes of alignment.
+// `stages` slots of A [128, 128] and W [128, 128] e4m3, the epilogue's staging boxes, full/empty mbarriers,
+// 1024 bytes of alignment.
 ATTNPLAN_HOST_DEVICE constexpr int gemm_sm90_fp8_dynamic_shared_bytes(int stages) {
-  return stages * (kGemmSm90Fp8BlockM + kGemmSm90Fp8BlockN) * kGemmSm90Fp8BlockK + stages * 2 * 8 + 1024;
+  return stages * (kGemmSm90Fp8BlockM + kGemmSm90Fp8BlockN) * kGemmSm90Fp8BlockK + kGemmSm90StagingBytes +
+         stages * 2 * 8 + 1024;
 }
 
 }  // namespace attnplan

@@ -20,14 +20,25 @@ struct GemmSm90Params {
   // Segment s of W, [n_end - n_begin, K] (row stride K): dims {K, rows}, box {block_k, block_n}. Entries
   // past the traits' segment count are unused.
   TensorMap w_maps[kMaxGemmSegments];
+  // C [M, N] (row stride ldc): dims {N, M}, box {64, 64}, 128-byte swizzle: the epilogue's TMA stores
+  // (gemm_sm90_epilogue.cuh). Unused by the other kernels that take these Params (gemm_sm90_w4.cuh).
+  TensorMap c_map;
   GemmParams gemm;
 };
 
+// The epilogue's staging boxes (gemm_sm90_epilogue.cuh): per consumer warpgroup two [64, 64] bf16 boxes
+// (one filled while the other's TMA store drains), 32 KiB for a CTA's two consumers. The fp8 kernel
+// shares them.
+inline constexpr int kGemmSm90StoreBox = 64;
+inline constexpr int kGemmSm90StoreBoxBytes = kGemmSm90StoreBox * kGemmSm90StoreBox * 2;
+inline constexpr int kGemmSm90StagingBytes = 2 * 2 * kGemmSm90StoreBoxBytes;
+
 // Dynamic shared memory of the sm_90a kernel: `stages` slices of A [128, 64] and W [block_n, 64] bf16, the
-// full/empty mbarriers (8 bytes each), and 1024 bytes to align the first slice to the 128-byte swizzle
-// pattern's 1024-byte period. One formula for the traits and the host.
+// epilogue's staging boxes, the full/empty mbarriers (8 bytes each), and 1024 bytes to align the first
+// slice to the 128-byte swizzle pattern's 1024-byte period. One formula for the traits and the host.
 ATTNPLAN_HOST_DEVICE constexpr int gemm_sm90_dynamic_shared_bytes(int block_n, int stages) {
-  return stages * (kGemmSm90BlockM + block_n) * kGemmSm90BlockK * 2 + stages * 2 * 8 + 1024;
+  return stages * (kGemmSm90BlockM + block_n) * kGemmSm90BlockK * 2 + kGemmSm90StagingBytes + stages * 2 * 8 +
+         1024;
 }
 
 }  // namespace attnplan

@@ -390,6 +390,64 @@ __device__ __forceinline__ void tma_load_2d(unsigned destination, const void* ma
 #endif
 }
 
+// Stores `source` (shared memory: the box, 1024-byte aligned for 128-byte swizzle) to the box of `map` at
+// element coordinates (x, y), clipping elements past the tensor's bounds, as one bulk async group member:
+// follow it with bulk_commit_group, and do not overwrite `source` before bulk_wait_group_read says the
+// group has read it. Issued by one thread, after the writers' fence_proxy_async_shared and a barrier.
+__device__ __forceinline__ void tma_store_2d(const void* map, unsigned source, int x, int y) {
+#if ATTNPLAN_SM90A_ENABLED
+  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];\n" ::"l"(
+                   reinterpret_cast<unsigned long long>(map)),
+               "r"(source), "r"(x), "r"(y)
+               : "memory");
+#else
+  (void)map, (void)source, (void)x, (void)y;
+#endif
+}
+
+// Closes this thread's bulk async group of TMA stores issued since the last commit.
+__device__ __forceinline__ void bulk_commit_group() {
+#if ATTNPLAN_SM90A_ENABLED
+  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+#endif
+}
+
+// Waits until at most kPending of this thread's committed bulk groups are still reading their shared
+// memory sources (their global writes may still be in flight).
+template <int kPending>
+__device__ __forceinline__ void bulk_wait_group_read() {
+#if ATTNPLAN_SM90A_ENABLED
+  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(kPending) : "memory");
+#endif
+}
+
+// Waits until at most kPending of this thread's committed bulk groups are incomplete (writes done).
+template <int kPending>
+__device__ __forceinline__ void bulk_wait_group() {
+#if ATTNPLAN_SM90A_ENABLED
+  asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(kPending) : "memory");
+#endif
+}
+
+// Stores four 8x8 b16 matrices to shared memory: register i of every thread holds its pair of matrix i
+// (row lane / 4, columns 2 (lane % 4) + {0, 1}: the mma / wgmma accumulator layout), and lane l gives the
+// address of row l % 8 of matrix l / 8 (16 bytes).
+__device__ __forceinline__ void stmatrix_x4(unsigned address, unsigned r0, unsigned r1, unsigned r2,
+                                            unsigned r3) {
+#if ATTNPLAN_SM90A_ENABLED
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(address), "r"(r0),
+               "r"(r1), "r"(r2), "r"(r3)
+               : "memory");
+#else
+  (void)address, (void)r0, (void)r1, (void)r2, (void)r3;
+#endif
+}
+
+// bar.sync on named barrier `id` (1..15; 0 is __syncthreads) for the 128 threads of one warpgroup.
+__device__ __forceinline__ void warpgroup_barrier(int id) {
+  asm volatile("bar.sync %0, 128;\n" ::"r"(id) : "memory");
+}
+
 // The multicast form of tma_load_2d for a CTA of a cluster: the box lands at `destination` in every CTA of
 // `cta_mask` (bit r: cluster rank r) and completes its byte count on the barrier at `barrier`'s offset in
 // each of them. `destination` and `barrier` are this CTA's shared addresses; the other CTAs' slots must be

@@ -66,7 +66,7 @@ TEST_CASE("the mma.sync fp8-activation GEMM compiles for sm_89 and sm_90a with n
 
 TEST_CASE("fp8-activation GEMM: shapes, buffers and checks", "[plan][gemm][gemm_fp8]") {
   plan::GemmFp8Spec spec;
-  CHECK(spec.dynamic_shared_bytes() == 6 * 2 * 128 * 128 + 6 * 16 + 1024);
+  CHECK(spec.dynamic_shared_bytes() == 6 * 2 * 128 * 128 + 4 * 64 * 64 * 2 + 6 * 16 + 1024);
   const driver::LaunchShape shape = spec.launch_shape(300, 6144, 132);
   CHECK(shape.grid.x == 132);
   CHECK(spec.launch_shape(37, 200, 132).grid.x == 2);

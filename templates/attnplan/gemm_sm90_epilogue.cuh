@@ -1,0 +1,83 @@
+// The epilogue the sm_90a GEMMs share (gemm_sm90.cuh, gemm_sm90_fp8.cuh): a consumer warpgroup's wgmma
+// accumulators, rounded once to bf16, stored to C by TMA through shared memory (store_tile).
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include "attnplan/common.cuh"
+#include "attnplan/gemm_params.h"
+#include "attnplan/gemm_sm90_params.h"
+#include "attnplan/wgmma.cuh"
+
+namespace attnplan::kernels {
+
+// The epilogue of a consumer warpgroup: its [64, kN] fp32 accumulators (wgmma.cuh's layout: thread (warp
+// w, lane l) holds, per 8-column block b, the column pair 8 b + 2 (l % 4) + {0, 1} of rows 16 w + l / 4
+// and + 8, as accumulator[4 b + 2 half + {0, 1}]) rounded once to bf16 and stored to C[M, N] (`c_map`:
+// dims {N, M}, row stride ldc, box [64, 64], 128-byte swizzle). Per 8-column block, `columns(n, pair)`
+// loads what the pair's values need (bias, weight scales) once for both rows, and `value(columns,
+// accumulator0, accumulator1)` returns the float2 to round.
+//
+// The warpgroup writes its [64, kN] in rounds of one [64, 64] box (stmatrix, 128-byte swizzle),
+// alternating its two staging boxes at `boxes` (2 x 8 KiB, 1024-byte aligned), and thread 0 stores each
+// box with one TMA store, so the warpgroup goes on to the next tile's wgmmas while the stores drain; TMA
+// clips rows past M and columns past N (columns [N, ldc) untouched). `barrier` is the warpgroup's named
+// barrier (1..15, not shared with another warpgroup), `row_begin` its first row of C. Before refilling a
+// box, thread 0 waits until the box's previous store (two rounds ago, this tile's or the last one's) has
+// read it; after the CTA's last tile it must wait for all its stores (bulk_wait_group<0>).
+//
+// Why not 4-byte stores straight from the registers (the first version): each such store of a warp
+// touches 8 rows of C, both warpgroups wait for them at the end of every tile while the tensor cores
+// idle, and trimming their instructions gained 2%; the TMA stores gained 7-16% (kernels-notes.md,
+// "Epilogue").
+template <int kN, class Columns, class Value>
+__device__ __forceinline__ void store_tile(const TensorMap& c_map, unsigned boxes, int barrier, int row_begin,
+                                           int n0, const GemmParams& gemm, const float (&accumulator)[kN / 2],
+                                           Columns&& columns, Value&& value) {
+  constexpr int kBox = kGemmSm90StoreBox;
+  constexpr int kBoxBytes = kBox * kBox * 2;
+  static_assert(kBox * 2 == sm90::kSwizzle128Bytes, "a box row is one 128-byte swizzle row");
+  static_assert(kN % kBox == 0, "whole boxes per tile");
+  const int thread = threadIdx.x % 128;
+  const int warp = thread / 32;
+  const int lane = thread % 32;
+  const int column0 = n0 + 2 * (lane % 4);
+  // Lane l addresses row l % 8 of stmatrix matrix l / 8: matrices 0 / 1 are rows 0-7 / 8-15 of the
+  // warp's 16 (top / bottom halves) of one 8-column block, 2 / 3 the same of the next block.
+  const int box_row = 16 * warp + lane % 8 + 8 * ((lane / 8) % 2);
+  const unsigned row_address = static_cast<unsigned>(box_row * sm90::kSwizzle128Bytes);
+#pragma unroll
+  for (int round = 0; round < kN / kBox; ++round) {
+    const unsigned box = boxes + (round % 2) * kBoxBytes;
+    if (thread == 0) sm90::bulk_wait_group_read<1>();
+    sm90::warpgroup_barrier(barrier);
+#pragma unroll
+    for (int pair_block = 0; pair_block < kBox / 16; ++pair_block) {
+      const int block = round * (kBox / 8) + 2 * pair_block;  // 8-column block of the tile
+      unsigned packed[4];
+#pragma unroll
+      for (int b = 0; b < 2; ++b) {
+        // Columns past N (an edge tile) hold zeros and are clipped by the store, but must not read their
+        // bias or scales.
+        const int n = column0 + 8 * (block + b);
+        const auto terms = n < gemm.n ? columns(n, n + 1 < gemm.n) : decltype(columns(n, false)){};
+        const float2 top = value(terms, accumulator[4 * (block + b)], accumulator[4 * (block + b) + 1]);
+        const float2 bottom =
+            value(terms, accumulator[4 * (block + b) + 2], accumulator[4 * (block + b) + 3]);
+        packed[2 * b] = pack_bf16(top.x, top.y);
+        packed[2 * b + 1] = pack_bf16(bottom.x, bottom.y);
+      }
+      // 16-byte chunk (2 pair_block + lane / 16) of the box row, swizzled by row % 8 (= lane % 8).
+      const unsigned chunk = static_cast<unsigned>((2 * pair_block + lane / 16) ^ (lane % 8));
+      sm90::stmatrix_x4(box + row_address + chunk * 16, packed[0], packed[1], packed[2], packed[3]);
+    }
+    sm90::fence_proxy_async_shared();
+    sm90::warpgroup_barrier(barrier);
+    if (thread == 0) {
+      sm90::tma_store_2d(&c_map, box, n0 + round * kBox, row_begin);
+      sm90::bulk_commit_group();
+    }
+  }
+}
+
+}  // namespace attnplan::kernels
