@@ -74,7 +74,7 @@ compiler::KernelSource Fp8QuantizeSpec::source() const {
 
 driver::LaunchShape Fp8QuantizeSpec::launch_shape(int m, int k) const {
   const std::int64_t items = std::int64_t(m) * ceil_div(k, kFp8ActivationGroup);
-  const std::int64_t blocks = ceil_div(items, kFp8QuantizeWarps);
+  const std::int64_t blocks = ceil_div(items, std::int64_t{kFp8QuantizeWarps} * kFp8QuantizeGroupsPerWarp);
   if (m <= 0 || k <= 0 || blocks > 0x7fffffff) {
     throw Error(Stage::input, fmt::format("fp8 quantize: no launch shape for M = {}, K = {}", m, k));
   }

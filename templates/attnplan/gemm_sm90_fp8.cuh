@@ -28,7 +28,8 @@
 namespace attnplan::kernels {
 
 // ---------------------------------------------------------------------------------------------------
-// Quantizer: one warp per (token, group of 128 channels), 4 channels per lane.
+// Quantizer: one half-warp per (token, group of 128 channels), 8 channels per lane, so each lane has one
+// 16-byte load in flight (a warp per group with 8-byte loads ran at ~1.7 TB/s).
 
 template <int kGroup, int kWarps>
 struct Fp8QuantizeTraits {
@@ -36,52 +37,61 @@ struct Fp8QuantizeTraits {
   static constexpr int warps = kWarps;
   static constexpr int threads = 32 * warps;
   static constexpr int group = kGroup;
-  static constexpr int per_lane = group / 32;  // 4 consecutive channels: one 8-byte load, one 4-byte store
-  static_assert(per_lane == 4, "the loads and stores below move 4 channels per lane");
+  // A half-warp per item (16 lanes), as the host's launch shape counts; 8 consecutive channels per lane.
+  static constexpr int lanes_per_group = 32 / kFp8QuantizeGroupsPerWarp;
+  static constexpr int groups_per_block = threads / lanes_per_group;  // (token, group) items per CTA
+  static constexpr int per_lane = group / lanes_per_group;
+  static_assert(per_lane == 8, "the loads and stores below move 8 channels per lane");
   static_assert(group == kFp8ActivationGroup, "the GEMM reads one scale per 128 channels");
 };
 
-// grid: [ceil(M * ceil(K / 128) / warps)], block: [Traits::threads]. K a multiple of 16.
+// grid: [ceil(M * ceil(K / 128) / groups_per_block)], block: [Traits::threads]. K a multiple of 16, lda a
+// multiple of 8 and A 16-byte aligned (check_gemm_operands), so a lane's 8 channels are one aligned load.
 template <class Traits>
 __global__ void __launch_bounds__(Traits::threads) fp8_quantize_kernel(const Fp8QuantizeParams params) {
   const int groups = (params.k + Traits::group - 1) / Traits::group;
-  const long long item = static_cast<long long>(blockIdx.x) * Traits::warps + threadIdx.x / 32;
-  if (item >= static_cast<long long>(params.m) * groups) return;
-  const int lane = threadIdx.x % 32;
-  const int m = static_cast<int>(item / groups);
-  const int group = static_cast<int>(item % groups);
+  const long long items = static_cast<long long>(params.m) * groups;
+  const long long item =
+      static_cast<long long>(blockIdx.x) * Traits::groups_per_block + threadIdx.x / Traits::lanes_per_group;
+  // No early return for a half-warp past the end: its other half still needs it in the shuffles.
+  const bool valid = item < items;
+  const int lane = threadIdx.x % Traits::lanes_per_group;
+  const int m = valid ? static_cast<int>(item / groups) : 0;
+  const int group = valid ? static_cast<int>(item % groups) : 0;
   const int k0 = group * Traits::group + Traits::per_lane * lane;
-  // K % 16 == 0: a lane's 4 channels are all inside K or all past it.
-  const bool inside = k0 < params.k;
-  float values[Traits::per_lane] = {0.0f, 0.0f, 0.0f, 0.0f};
+  // K % 16 == 0: a lane's 8 channels are all inside K or all past it.
+  const bool inside = valid && k0 < params.k;
+  float values[Traits::per_lane] = {};
   if (inside) {
-    const uint2 raw = *reinterpret_cast<const uint2*>(params.input + m * params.ld_input + k0);
-    const __nv_bfloat162 low = *reinterpret_cast<const __nv_bfloat162*>(&raw.x);
-    const __nv_bfloat162 high = *reinterpret_cast<const __nv_bfloat162*>(&raw.y);
-    values[0] = __low2float(low);
-    values[1] = __high2float(low);
-    values[2] = __low2float(high);
-    values[3] = __high2float(high);
+    const uint4 raw = *reinterpret_cast<const uint4*>(params.input + m * params.ld_input + k0);
+    const unsigned words[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const __nv_bfloat162 pair = *reinterpret_cast<const __nv_bfloat162*>(&words[i]);
+      values[2 * i] = __low2float(pair);
+      values[2 * i + 1] = __high2float(pair);
+    }
   }
   float amax = 0.0f;
 #pragma unroll
   for (int i = 0; i < Traits::per_lane; ++i) amax = fmaxf(amax, fabsf(values[i]));
+    // Offsets below 16 stay inside the half-warp.
 #pragma unroll
-  for (int offset = 16; offset > 0; offset /= 2)
+  for (int offset = Traits::lanes_per_group / 2; offset > 0; offset /= 2)
     amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, offset));
   // IEEE divisions (__fdiv_rn), whatever the compile options say about fast math: the reference repeats them.
   const float scale = amax > 0.0f ? __fdiv_rn(amax, 448.0f) : 1.0f;
   if (inside) {
-    unsigned packed = 0;
+    unsigned packed[2] = {0u, 0u};
 #pragma unroll
     for (int i = 0; i < Traits::per_lane; ++i) {
       const unsigned code = static_cast<unsigned char>(
           __nv_cvt_float_to_fp8(__fdiv_rn(values[i], scale), __NV_SATFINITE, __NV_E4M3));
-      packed |= code << (8 * i);
+      packed[i / 4] |= code << (8 * (i % 4));
     }
-    *reinterpret_cast<unsigned*>(params.codes + m * params.ld_codes + k0) = packed;
+    *reinterpret_cast<uint2*>(params.codes + m * params.ld_codes + k0) = make_uint2(packed[0], packed[1]);
   }
-  if (lane == 0) params.scales[group * params.scale_ld + m] = scale;
+  if (valid && lane == 0) params.scales[group * params.scale_ld + m] = scale;
 }
 
 // ---------------------------------------------------------------------------------------------------

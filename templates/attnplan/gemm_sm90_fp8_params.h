@@ -18,8 +18,9 @@
 
 namespace attnplan {
 
-inline constexpr int kFp8ActivationGroup = 128;  // channels per activation scale
-inline constexpr int kFp8QuantizeWarps = 8;      // warps per quantizer CTA, one (token, group) each
+inline constexpr int kFp8ActivationGroup = 128;      // channels per activation scale
+inline constexpr int kFp8QuantizeWarps = 8;          // warps per quantizer CTA
+inline constexpr int kFp8QuantizeGroupsPerWarp = 2;  // (token, group) items per warp: one per half-warp
 
 // The e4m3 activations and their scales in the caller's workspace.
 struct Fp8QuantizeParams {

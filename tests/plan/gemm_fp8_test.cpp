@@ -70,7 +70,8 @@ TEST_CASE("fp8-activation GEMM: shapes, buffers and checks", "[plan][gemm][gemm_
   const driver::LaunchShape shape = spec.launch_shape(300, 6144, 132);
   CHECK(shape.grid.x == 132);
   CHECK(spec.launch_shape(37, 200, 132).grid.x == 2);
-  CHECK(plan::Fp8QuantizeSpec{}.launch_shape(37, 2880).grid.x == (37 * 23 + 7) / 8);
+  // 37 tokens x 23 groups of 128 channels, 16 (token, group) items per CTA (a half-warp each).
+  CHECK(plan::Fp8QuantizeSpec{}.launch_shape(37, 2880).grid.x == (37 * 23 + 15) / 16);
 
   CHECK(plan::fp8_activation_bytes(37, 2880) ==
         (37 * 2880 + 255) / 256 * 256 + 23 * 40 * 4 / 256 * 256 + 256);
