@@ -29,13 +29,12 @@ namespace attnplan::kernels {
 // Why not 4-byte stores straight from the registers (the first version): each such store of a warp
 // touches 8 rows of C, both warpgroups wait for them at the end of every tile while the tensor cores
 // idle, and trimming their instructions gained 2%; the TMA stores gained 7-16% (kernels-notes.md,
-// "Epilogue").
+// "Step 3").
 template <int kN, class Columns, class Value>
 __device__ __forceinline__ void store_tile(const TensorMap& c_map, unsigned boxes, int barrier, int row_begin,
                                            int n0, const GemmParams& gemm, const float (&accumulator)[kN / 2],
                                            Columns&& columns, Value&& value) {
   constexpr int kBox = kGemmSm90StoreBox;
-  constexpr int kBoxBytes = kBox * kBox * 2;
   static_assert(kBox * 2 == sm90::kSwizzle128Bytes, "a box row is one 128-byte swizzle row");
   static_assert(kN % kBox == 0, "whole boxes per tile");
   const int thread = threadIdx.x % 128;
@@ -48,7 +47,7 @@ __device__ __forceinline__ void store_tile(const TensorMap& c_map, unsigned boxe
   const unsigned row_address = static_cast<unsigned>(box_row * sm90::kSwizzle128Bytes);
 #pragma unroll
   for (int round = 0; round < kN / kBox; ++round) {
-    const unsigned box = boxes + (round % 2) * kBoxBytes;
+    const unsigned box = boxes + (round % 2) * kGemmSm90StoreBoxBytes;
     if (thread == 0) sm90::bulk_wait_group_read<1>();
     sm90::warpgroup_barrier(barrier);
 #pragma unroll
