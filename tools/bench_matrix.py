@@ -347,6 +347,20 @@ def table(directory, header_path):
                              f"{fmt(peer.get('tflops'))} | {fmt(ratio, 2)} | {text} |")
                 merged.append({"id": row["id"] + suffix, "kind": row["kind"], "shape": shape, "ours": stage,
                                "peer": peer_name, "peer_result": peer, "ours_over_peer": ratio, "note": text})
+        if row["kind"] == "layer" and ours:
+            # The layer's own stages (ours only): where its time goes, for the fusions the notes plan.
+            for stage in ours["rows"]:
+                if stage["stage"] in ("layer", "layer_graph"):
+                    continue
+                rate = (f"{stage['gbs']:.0f} GB/s" if stage.get("gbs") else
+                        f"{stage['tflops']:.1f} TFLOP/s" if stage.get("tflops") else "")
+                text = "; ".join(x for x in (f"stage of the layer row, {stage.get('kernel') or stage['stage']}",
+                                             rate, spread_note("ours", stage)) if x)
+                lines.append(f"| {row['id']} / {stage['stage']} | {shape} | {fmt(stage['median_ms'], 3)} | "
+                             f"{fmt(stage.get('tflops'))} | none |  |  |  | {text} |")
+                merged.append({"id": f"{row['id']} / {stage['stage']}", "kind": "layer_stage", "shape": shape,
+                               "ours": stage, "peer": "none", "peer_result": {}, "ours_over_peer": None,
+                               "note": text})
     with open(header_path) as f:
         header = f.read().rstrip("\n")
     text = header + "\n\nours/peer = peer ms / ours ms (> 1: ours is faster).\n\n" + "\n".join(lines) + "\n"

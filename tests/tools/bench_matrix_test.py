@@ -84,7 +84,8 @@ class Table(unittest.TestCase):
         write_ours(d, "win-d128-full-32k", {"chunk_lens": [32768], "attention": (40.0, 8.0e12, 34.8)})
         write_ours(d, "proj-Llama-3.1-8B-awq-qkv-512", {"chunk_lens": [512], "qkv_projection": (0.05, 2.6e10),
                                                          "output_projection": (0.04, 1.7e10)})
-        write_ours(d, "proj-Llama-3.1-8B-qkv-8192", {"chunk_lens": [8192], "layer": (3.0, 1e12),
+        write_ours(d, "proj-Llama-3.1-8B-qkv-8192", {"chunk_lens": [8192], "input_norm": (0.05, 0.0),
+                                                      "qkv_projection": (0.5, 4.0e11), "layer": (3.0, 1e12),
                                                       "layer_graph": (2.9, 1e12)})
         with open(os.path.join(d, "ours", "proj-Llama-3.1-8B-mlx-4bit-qkv-512.log"), "w") as f:
             f.write("attnplan: config error\n  /projection/format: affine not supported by the kernels yet (x)\n")
@@ -122,6 +123,12 @@ class Table(unittest.TestCase):
         self.assertIsNone(refused["ours"])
         self.assertIn("refused at planning: /projection/format: affine not supported", refused["note"])
         self.assertIn("rel L2 3.0e-03", rows["layer-Llama-3.1-8B-8k (graph)|eager"]["note"])
+        # The layer's stages follow it, ours only: a memory-bound one with its GB/s, a GEMM with TFLOP/s.
+        norm = rows["layer-Llama-3.1-8B-8k / input_norm|none"]
+        self.assertAlmostEqual(norm["ours"]["median_ms"], 0.05)
+        self.assertIn("stage of the layer row", norm["note"])
+        self.assertIn("800.0 TFLOP/s", rows["layer-Llama-3.1-8B-8k / qkv_projection|none"]["note"])
+        self.assertNotIn("layer-Llama-3.1-8B-8k / layer|none", rows)
 
     def test_layer_disagreement_fails(self):
         self.peers["layer-Llama-3.1-8B-8k"]["eager"]["agreement"]["rel_l2"] = 2e-2
