@@ -11,6 +11,11 @@ namespace attnplan::kernels {
 struct Fp8ColumnPair {
   float scale0 = 1.0f, scale1 = 1.0f;  // weight scales of columns n, n + 1
   float bias0 = 0.0f, bias1 = 0.0f;
+
+  // C[m, n] and C[m, n + 1] before the bf16 rounding, from the fp32 accumulators of the pair.
+  __device__ __forceinline__ float2 apply(float accumulator0, float accumulator1) const {
+    return make_float2(accumulator0 * scale0 + bias0, accumulator1 * scale1 + bias1);
+  }
 };
 
 // Columns n and n + 1 (`pair`: n + 1 < N) of a tile that lies in `segment` (every segment but the last is
@@ -40,12 +45,11 @@ __device__ __forceinline__ Fp8ColumnPair fp8_column_pair(const GemmSegment& segm
 // 4-byte store per pair (ldc is even, n is even), columns past N untouched.
 __device__ __forceinline__ void store_fp8_columns(bf16_bits* out, const Fp8ColumnPair& column,
                                                   float accumulator0, float accumulator1, bool pair) {
-  const float value0 = accumulator0 * column.scale0 + column.bias0;
-  const float value1 = accumulator1 * column.scale1 + column.bias1;
+  const float2 value = column.apply(accumulator0, accumulator1);
   if (pair) {
-    *reinterpret_cast<__nv_bfloat162*>(out) = __floats2bfloat162_rn(value0, value1);
+    *reinterpret_cast<__nv_bfloat162*>(out) = __floats2bfloat162_rn(value.x, value.y);
   } else {
-    *reinterpret_cast<__nv_bfloat16*>(out) = __float2bfloat16_rn(value0);
+    *reinterpret_cast<__nv_bfloat16*>(out) = __float2bfloat16_rn(value.x);
   }
 }
 

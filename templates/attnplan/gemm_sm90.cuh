@@ -275,8 +275,7 @@ __global__ void __launch_bounds__(Traits::threads, 1)
                                     ? reinterpret_cast<const __nv_bfloat16*>(segment.bias) - segment.n_begin
                                     : nullptr;
     store_tile<Traits::block_n>(
-        params.c_map, staging + (warpgroup - 1) * 2 * kGemmSm90StoreBoxBytes, warpgroup,
-        m0 + (warpgroup - 1) * Traits::consumer_rows, n0, gemm, accumulator,
+        params.c_map, staging, warpgroup, m0, n0, gemm, accumulator,
         [&](int n, bool pair) {
           float2 terms = make_float2(0.0f, 0.0f);
           if constexpr (Traits::has_bias) {

@@ -18,25 +18,29 @@ namespace attnplan::kernels {
 // loads what the pair's values need (bias, weight scales) once for both rows, and `value(columns,
 // accumulator0, accumulator1)` returns the float2 to round.
 //
-// The warpgroup writes its [64, kN] in rounds of one [64, 64] box (stmatrix, 128-byte swizzle),
-// alternating its two staging boxes at `boxes` (2 x 8 KiB, 1024-byte aligned), and thread 0 stores each
-// box with one TMA store, so the warpgroup goes on to the next tile's wgmmas while the stores drain; TMA
-// clips rows past M and columns past N (columns [N, ldc) untouched). `barrier` is the warpgroup's named
-// barrier (1..15, not shared with another warpgroup), `row_begin` its first row of C. Before refilling a
-// box, thread 0 waits until the box's previous store (two rounds ago, this tile's or the last one's) has
-// read it; after the CTA's last tile it must wait for all its stores (bulk_wait_group<0>).
+// Consumer warpgroup `warpgroup` (1 or 2) holds rows [64 (warpgroup - 1), + 64) of the tile at (m0, n0)
+// and writes them in rounds of one [64, 64] box (stmatrix, 128-byte swizzle), alternating its two of the
+// CTA's staging boxes at `staging` ([2 warpgroups][2] x 8 KiB, 1024-byte aligned), and thread 0 stores
+// each box with one TMA store, so the warpgroup goes on to the next tile's wgmmas while the stores drain;
+// TMA clips rows past M and columns past N (columns [N, ldc) untouched). The warpgroup syncs on named
+// barrier `warpgroup` (1 or 2: no other user in these kernels). Before refilling a box, thread 0 waits
+// until the box's previous store (two rounds ago, this tile's or the last one's) has read it; after the
+// CTA's last tile it must wait for all its stores (bulk_wait_group<0>).
 //
 // Why not 4-byte stores straight from the registers (the first version): each such store of a warp
 // touches 8 rows of C, both warpgroups wait for them at the end of every tile while the tensor cores
 // idle, and trimming their instructions gained 2%; the TMA stores gained 7-16% (kernels-notes.md,
 // "Step 3").
 template <int kN, class Columns, class Value>
-__device__ __forceinline__ void store_tile(const TensorMap& c_map, unsigned boxes, int barrier, int row_begin,
+__device__ __forceinline__ void store_tile(const TensorMap& c_map, unsigned staging, int warpgroup, int m0,
                                            int n0, const GemmParams& gemm, const float (&accumulator)[kN / 2],
                                            Columns&& columns, Value&& value) {
   constexpr int kBox = kGemmSm90StoreBox;
   static_assert(kBox * 2 == sm90::kSwizzle128Bytes, "a box row is one 128-byte swizzle row");
   static_assert(kN % kBox == 0, "whole boxes per tile");
+  const unsigned boxes = staging + (warpgroup - 1) * 2 * kGemmSm90StoreBoxBytes;  // this warpgroup's two
+  const int barrier = warpgroup;                                                  // named barriers 1 and 2
+  const int row_begin = m0 + (warpgroup - 1) * kBox;                              // its 64 rows of the tile
   const int thread = threadIdx.x % 128;
   const int warp = thread / 32;
   const int lane = thread % 32;

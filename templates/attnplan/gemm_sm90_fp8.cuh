@@ -272,14 +272,11 @@ __global__ void __launch_bounds__(Traits::threads, 1)
 
     // Epilogue (store_tile): tensor / channel weight scale, bias, one rounding, TMA stores.
     store_tile<Traits::block_n>(
-        params.c_map, staging + (warpgroup - 1) * 2 * kGemmSm90StoreBoxBytes, warpgroup,
-        m0 + (warpgroup - 1) * Traits::consumer_rows, n0, gemm, accumulator,
+        params.c_map, staging, warpgroup, m0, n0, gemm, accumulator,
         [&](int n, bool pair) {
           return fp8_column_pair<Traits::granularity, Traits::has_bias>(segment, n, pair);
         },
-        [](const Fp8ColumnPair& column, float value0, float value1) {
-          return make_float2(value0 * column.scale0 + column.bias0, value1 * column.scale1 + column.bias1);
-        });
+        [](const Fp8ColumnPair& column, float value0, float value1) { return column.apply(value0, value1); });
   }
   // The staging boxes must outlive their stores' reads (shared memory goes with the CTA).
   if (thread == 0) sm90::bulk_wait_group<0>();
