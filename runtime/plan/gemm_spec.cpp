@@ -280,8 +280,9 @@ GemmKernelChoice choose_w4_gemm_kernel(const config::WeightEncoding& encoding, c
   if (arch.sm() != 90 || !arch.arch_specific) return choice;  // wgmma exists only in sm_90a
   if (n <= 0 || k <= 0 || k % (128 / bits) != 0 || segment_widths.empty()) return choice;
   if (!segments_fit(segment_widths, kGemmSm90W4BlockRows)) return choice;
-  // 8-bit codes make a 256-token slot 40 KiB: five fit where six 36 KiB slots of 4-bit codes do.
-  const GemmSm90Tiling kWide{.block_n = 256, .stages = bits == 8 ? 5 : 6};
+  // Beside the epilogue's 32 KiB of staging boxes: five 36 KiB slots of 4-bit codes at 256 tokens, four
+  // 40 KiB slots of 8-bit codes.
+  const GemmSm90Tiling kWide{.block_n = 256, .stages = bits == 8 ? 4 : 5};
   constexpr GemmSm90Tiling kNarrow{.block_n = 128, .stages = 8};
   // Busiest SM's rounds of tiles times a tile's time (proportional to its tokens; a 128-token tile does
   // ~10% less per token: the weight slice is decoded once per tile, so twice as often per token).
@@ -322,6 +323,7 @@ GemmSm90Params make_gemm_sm90_w4_params(const GemmSpec& spec, const GemmParams& 
                         CU_TENSOR_MAP_SWIZZLE_NONE);
     }
   }
+  encode_gemm_c_map(sm90.c_map, params);
   return sm90;
 }
 
@@ -653,7 +655,8 @@ void DequantizeSpec::check(const DequantizeParams& params) const {
 }
 
 int dequantized_min_tokens(const config::WeightEncoding& weights) {
-  const bool slow_short_kernel = !sm90_w4_gemm_supports(weights) || weights.format == WeightFormat::nvfp4;
+  const bool slow_short_kernel = !sm90_w4_gemm_supports(weights) || weights.format == WeightFormat::nvfp4 ||
+                                 weights.format == WeightFormat::mxfp4 || is_awq(weights);
   return slow_short_kernel ? 512 : 1024;
 }
 

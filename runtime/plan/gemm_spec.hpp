@@ -179,11 +179,12 @@ void launch_gemm(const driver::Function& function, const GemmSpec& spec, const G
 // the rewrite of W costs one memory-bound pass the GEMM amortizes over M (docs/kernels-notes.md).
 //
 // Pure. Launches of at least this many rows take the path, shorter ones the quantized kernel. Measured on
-// the H200 (`test_gpu "[.gemm_w4_speed]"`, Llama-3.1-8B's q|k|v, 2026-11-30): 512 where the short-launch
-// kernel is far behind it there — mma.sync for formats without a wgmma_w4 member (act-order GPTQ 0.455 ms
-// against 0.137 dequantized) and wgmma_w4's nvfp4 decode (0.125 against 0.089) — and 1024 for the others,
-// which tie or win at 512 (mxfp4, AWQ and mxfp8 within 5%, GPTQ, MLX affine and fp8 block ahead) and so
-// keep the workspace the path needs for plans of fewer tokens.
+// the H200 (`test_gpu "[.gemm_w4_speed]"`, Llama-3.1-8B's q|k|v, 512 tokens, session 9): 512 where the
+// short-launch kernel is behind the path there — mma.sync for formats without a wgmma_w4 member
+// (act-order GPTQ 0.454 ms against 0.132 dequantized), wgmma_w4's nvfp4 decode (0.122 against 0.083),
+// mxfp4 (0.088 against 0.081) and AWQ (0.088 against 0.085) — and 1024 for the others, which tie or win at
+// 512 (mxfp8 0.083 both ways; GPTQ, MLX affine and fp8 block ahead by 4-23%) and so keep the workspace the
+// path needs for plans of fewer tokens.
 int dequantized_min_tokens(const config::WeightEncoding& weights);
 
 struct DequantizeSpec {

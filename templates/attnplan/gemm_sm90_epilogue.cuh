@@ -1,5 +1,5 @@
-// The epilogue the sm_90a GEMMs share (gemm_sm90.cuh, gemm_sm90_fp8.cuh): a consumer warpgroup's wgmma
-// accumulators, rounded once to bf16, stored to C by TMA through shared memory (store_tile).
+// The epilogue the sm_90a GEMMs share (gemm_sm90.cuh, gemm_sm90_fp8.cuh; gemm_sm90_w4.cuh transposed): a
+// consumer warpgroup's wgmma accumulators, rounded once to bf16, stored to C by TMA through shared memory.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -78,6 +78,57 @@ __device__ __forceinline__ void store_tile(const TensorMap& c_map, unsigned stag
     sm90::warpgroup_barrier(barrier);
     if (thread == 0) {
       sm90::tma_store_2d(&c_map, box, n0 + round * kBox, row_begin);
+      sm90::bulk_commit_group();
+    }
+  }
+}
+
+// The mixed-input kernel's epilogue (gemm_sm90_w4.cuh), which computes C^T: a consumer warpgroup's
+// [64 weight rows, kTokens] accumulators (the same wgmma layout, rows = weight rows = columns of C, columns
+// = tokens = rows of C) plus bias[h] of its rows 16 w + l / 4 + 8 h, rounded once to bf16 and stored to
+// C through the staging boxes as store_tile does (the same boxes, barrier and waits), transposed on the way
+// into shared memory (stmatrix .trans): round r's box is tokens [64 r, 64 r + 64) x the warpgroup's 64
+// weight rows. The tile starts at token m0 and weight row n0; warpgroup `warpgroup` holds its weight rows
+// [64 (warpgroup - 1), + 64).
+template <int kTokens>
+__device__ __forceinline__ void store_tile_transposed(const TensorMap& c_map, unsigned staging, int warpgroup,
+                                                      int m0, int n0, const float (&accumulator)[kTokens / 2],
+                                                      const float (&bias)[2]) {
+  constexpr int kBox = kGemmSm90StoreBox;
+  static_assert(kBox * 2 == sm90::kSwizzle128Bytes, "a box row is one 128-byte swizzle row");
+  static_assert(kTokens % kBox == 0, "whole boxes per tile");
+  const unsigned boxes = staging + (warpgroup - 1) * 2 * kGemmSm90StoreBoxBytes;  // this warpgroup's two
+  const int barrier = warpgroup;                                                  // named barriers 1 and 2
+  const int column_begin = n0 + (warpgroup - 1) * kBox;  // its 64 weight rows (columns of C)
+  const int thread = threadIdx.x % 128;
+  const int warp = thread / 32;
+  const int lane = thread % 32;
+  // Matrix i = l / 8 of a stmatrix is (8-token block 2 p + i / 2, weight-row half i % 2) of the warp's 16
+  // rows: stored transposed, its rows are the block's tokens and its 16 bytes the half's 8 weight rows,
+  // chunk 2 w + i % 2 of the box row, swizzled by the row (token) % 8 = l % 8.
+  const unsigned chunk = static_cast<unsigned>((2 * warp + (lane / 8) % 2) ^ (lane % 8));
+#pragma unroll
+  for (int round = 0; round < kTokens / kBox; ++round) {
+    const unsigned box = boxes + (round % 2) * kGemmSm90StoreBoxBytes;
+    if (thread == 0) sm90::bulk_wait_group_read<1>();
+    sm90::warpgroup_barrier(barrier);
+#pragma unroll
+    for (int pair_block = 0; pair_block < kBox / 16; ++pair_block) {
+      const int block = round * (kBox / 8) + 2 * pair_block;  // 8-token block of the tile
+      unsigned packed[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int j = 4 * (block + i / 2) + 2 * (i % 2);
+        packed[i] = pack_bf16(accumulator[j] + bias[i % 2], accumulator[j + 1] + bias[i % 2]);
+      }
+      const int box_row = 16 * pair_block + 8 * (lane / 16) + lane % 8;  // token of the box
+      sm90::stmatrix_x4_trans(box + static_cast<unsigned>(box_row * sm90::kSwizzle128Bytes) + chunk * 16,
+                              packed[0], packed[1], packed[2], packed[3]);
+    }
+    sm90::fence_proxy_async_shared();
+    sm90::warpgroup_barrier(barrier);
+    if (thread == 0) {
+      sm90::tma_store_2d(&c_map, box, column_begin, m0 + round * kBox);
       sm90::bulk_commit_group();
     }
   }

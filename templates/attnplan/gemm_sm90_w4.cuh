@@ -29,6 +29,7 @@
 
 #include "attnplan/gemm.cuh"
 #include "attnplan/gemm_sm90.cuh"
+#include "attnplan/gemm_sm90_epilogue.cuh"
 #include "attnplan/gemm_sm90_w4_params.h"
 #include "attnplan/wgmma.cuh"
 
@@ -106,6 +107,7 @@ struct GemmSm90W4Traits {
                     slot_bytes % sm90::kSwizzle128AtomBytes == 0,
                 "every X slice must start 1024-byte aligned (swizzle atoms, descriptor base offset 0)");
   static_assert(block_k * 2 == sm90::kSwizzle128Bytes, "an X slot row is one 128-byte swizzle row");
+  static_assert(consumer_rows == kGemmSm90StoreBox, "a staging box holds a consumer warpgroup's 64 rows");
   static_assert(dynamic_shared_bytes <= 227 * 1024, "more shared memory than an H100/H200 SM gives a CTA");
   static_assert(producer_registers * 128 + consumer_registers * 128 * consumers <= 65536,
                 "setmaxnreg targets exceed the register file");
@@ -138,10 +140,12 @@ __global__ void __launch_bounds__(Traits::threads, 1)
 #if ATTNPLAN_SM90A_ENABLED
   using Format = typename Traits::Format;
   extern __shared__ __align__(1024) unsigned char shared[];
-  // The ring, 1024-byte aligned (dynamic shared memory is only guaranteed 16), then the barriers.
+  // The ring, 1024-byte aligned (dynamic shared memory is only guaranteed 16), the epilogue's staging
+  // boxes, then the barriers.
   const unsigned ring = (sm90::smem_address(shared) + 1023u) & ~1023u;
   const unsigned char* ring_pointer = shared + (ring - sm90::smem_address(shared));
-  const unsigned full_barriers = ring + Traits::ring_bytes;            // [stages] x 8 bytes
+  const unsigned staging = ring + Traits::ring_bytes;                  // [consumers][2] store boxes
+  const unsigned full_barriers = staging + kGemmSm90StagingBytes;      // [stages] x 8 bytes
   const unsigned empty_barriers = full_barriers + Traits::stages * 8;  // [stages] x 8 bytes
   const GemmParams& gemm = params.gemm;
 
@@ -345,10 +349,10 @@ __global__ void __launch_bounds__(Traits::threads, 1)
       }
     }
 
-    // Epilogue straight from the accumulators: d[j] is weight row fragment_row + 8 ((j / 2) % 2) and token
-    // 8 (j / 4) + 2 (l % 4) + j % 2 of the tile (wgmma.cuh's D layout, transposed here): C[token, row].
-    // Bias in fp32, one rounding, 2-byte stores (columns [N, ldc) untouched). The producer meanwhile
-    // already fills the ring for the next tile.
+    // Epilogue (store_tile_transposed): d[j] is weight row fragment_row + 8 ((j / 2) % 2) and token
+    // 8 (j / 4) + 2 (l % 4) + j % 2 of the tile (wgmma.cuh's D layout, transposed on the way to C[token,
+    // row]). Bias in fp32, one rounding, TMA stores (rows past the segment's end lie past N: clipped). The
+    // producer meanwhile already fills the ring for the next tile.
     float bias[2] = {0.0f, 0.0f};
     if constexpr (Traits::has_bias) {
       if (segment.bias != nullptr) {
@@ -359,16 +363,10 @@ __global__ void __launch_bounds__(Traits::threads, 1)
         }
       }
     }
-    __nv_bfloat16* c = reinterpret_cast<__nv_bfloat16*>(gemm.c);
-#pragma unroll
-    for (int j = 0; j < Traits::accumulators; ++j) {
-      const int h = (j / 2) % 2;
-      const int m = m0 + 8 * (j / 4) + 2 * (lane % 4) + j % 2;
-      if (!row_valid[h] || m >= gemm.m) continue;
-      const int n = n0 + fragment_row + 8 * h;
-      c[static_cast<long long>(m) * gemm.ldc + n] = __float2bfloat16_rn(accumulator[j] + bias[h]);
-    }
+    store_tile_transposed<Traits::block_tokens>(params.c_map, staging, warpgroup, m0, n0, accumulator, bias);
   }
+  // The staging boxes must outlive their stores' reads (shared memory goes with the CTA).
+  if (thread == 0) sm90::bulk_wait_group<0>();
 #else
   (void)params;
   __trap();  // an sm_90a kernel instantiated for another target

@@ -443,6 +443,20 @@ __device__ __forceinline__ void stmatrix_x4(unsigned address, unsigned r0, unsig
 #endif
 }
 
+// stmatrix_x4, each 8x8 matrix stored transposed: register i of lane l still holds row l / 4, columns
+// 2 (l % 4) + {0, 1} of matrix i, which lands as column l / 4 of rows 2 (l % 4) + {0, 1}; lane l gives the
+// address of stored row l % 8 of matrix l / 8.
+__device__ __forceinline__ void stmatrix_x4_trans(unsigned address, unsigned r0, unsigned r1, unsigned r2,
+                                                  unsigned r3) {
+#if ATTNPLAN_SM90A_ENABLED
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(address),
+               "r"(r0), "r"(r1), "r"(r2), "r"(r3)
+               : "memory");
+#else
+  (void)address, (void)r0, (void)r1, (void)r2, (void)r3;
+#endif
+}
+
 // bar.sync on named barrier `id` (1..15; 0 is __syncthreads) for the 128 threads of one warpgroup.
 __device__ __forceinline__ void warpgroup_barrier(int id) {
   asm volatile("bar.sync %0, 128;\n" ::"r"(id) : "memory");

@@ -674,19 +674,22 @@ TEST_CASE("sm_90a 4-bit weight GEMM matches the reference per format", "[gpu][ge
           (enabled ? plan::GemmKernel::wgmma_w4 : plan::GemmKernel::mma_sync));
     // NVRTC takes seconds per specialization: the cases share four (segments, bias, tiling) per format.
     // M 1000 (3.9 tiles of 256), N 1536 + 64 (12.5 tiles of 128, a ragged last segment), K 4096, bias.
-    check_quantized_gemm(weights, 1000, 4096, {1536, 64}, true, seed++, {{256, 6}, {128, 8}});
+    check_quantized_gemm(weights, 1000, 4096, {1536, 64}, true, seed++, {{256, 5}, {128, 8}});
     // K not a multiple of 128 where the group allows: 4064 = 63.5 slots of 64, 4032 = 63 slots (groups of
     // 64); groups of 128 take 3968 = 31 x 128. No bias (the Llama QKV specialization).
     const int k_tail = weights.group_size == 128 ? 3968 : (weights.group_size == 64 ? 4032 : 4064);
-    check_quantized_gemm(weights, 1000, k_tail, {1536, 64}, false, seed++, {{256, 6}});
+    check_quantized_gemm(weights, 1000, k_tail, {1536, 64}, false, seed++, {{256, 5}});
     // Three segments with bias (a q | k | v split), few tokens, then one token: the heuristic's 128-token
     // tile for both.
-    if (enabled) {
-      CHECK(plan::choose_w4_gemm_kernel(weights, arch, 37, 456, 2880, std::vector<int>{256, 128, 72}).sm90 ==
-            plan::GemmSm90Tiling{128, 8});
-    }
     const int k_few = 2880 - (weights.group_size == 128 ? 64 : 0);
-    check_quantized_gemm(weights, 37, k_few, {256, 128, awq ? 96 : 72}, true, seed++, {{128, 8}});
+    const std::vector<int> few_widths = {256, 128, awq ? 96 : 72};
+    if (enabled) {
+      const plan::GemmKernelChoice few =
+          plan::choose_w4_gemm_kernel(weights, arch, 37, 456, k_few, few_widths);
+      CHECK(few.kernel == plan::GemmKernel::wgmma_w4);
+      CHECK(few.sm90 == plan::GemmSm90Tiling{128, 8});
+    }
+    check_quantized_gemm(weights, 37, k_few, few_widths, true, seed++, {{128, 8}});
     check_quantized_gemm(weights, 1, k_few, {128, 128, awq ? 32 : 8}, true, seed++, {{128, 8}});
   }
 }
@@ -706,10 +709,10 @@ TEST_CASE("sm_90a 8-bit weight GEMM (fp8 weight-only, mxfp8) matches the referen
     CHECK(plan::choose_w4_gemm_kernel(weights, arch, 2048, 6144, 4096, llama).kernel ==
           (plan::sm90_w4_gemm_enabled() ? plan::GemmKernel::wgmma_w4 : plan::GemmKernel::mma_sync));
     // M 1000 (3.9 tiles of 256), N 1536 + 64 (a ragged last segment), K 4096, bias; both tilings.
-    check_quantized_gemm(weights, 1000, 4096, {1536, 64}, true, seed++, {{256, 5}, {128, 8}});
+    check_quantized_gemm(weights, 1000, 4096, {1536, 64}, true, seed++, {{256, 4}, {128, 8}});
     // K past the last whole slot: 4064 = 63.5 slots of 64 (mxfp8 needs K % 32; a partial 128-wide scale
     // block for the block-scaled fp8).
-    check_quantized_gemm(weights, 1000, 4064, {1536, 64}, false, seed++, {{256, 5}});
+    check_quantized_gemm(weights, 1000, 4064, {1536, 64}, false, seed++, {{256, 4}});
     // Three segments, few tokens, then one token.
     check_quantized_gemm(weights, 37, 2880, {256, 128, 72}, true, seed++, {{128, 8}});
     check_quantized_gemm(weights, 1, 2880, {128, 128, 8}, true, seed++, {{128, 8}});
@@ -824,7 +827,7 @@ TEST_CASE("quantized weight GEMM speed: wgmma_w4 and the dequantized path vs bf1
       CHECK(choice.kernel ==
             (plan::sm90_w4_gemm_enabled() ? plan::GemmKernel::wgmma_w4 : plan::GemmKernel::mma_sync));
       for (const plan::GemmSm90Tiling tiling :
-           {plan::GemmSm90Tiling{256, eight ? 5 : 6}, plan::GemmSm90Tiling{128, 8}}) {
+           {plan::GemmSm90Tiling{256, eight ? 4 : 5}, plan::GemmSm90Tiling{128, 8}}) {
         spec.kernel = plan::GemmKernel::wgmma_w4;
         spec.sm90 = tiling;
         const double ms = time_ms(spec);

@@ -145,25 +145,27 @@ TEST_CASE("the dequantized path starts at 512 rows where the short-launch kernel
     encoding.format = each;
     return encoding;
   };
-  // mma.sync for short launches (no wgmma_w4 member), or wgmma_w4's nvfp4 decode (the H200's 512-row
-  // measurements in gemm_spec.hpp).
+  // mma.sync for short launches (no wgmma_w4 member), or a wgmma_w4 member behind the path at 512 rows
+  // (nvfp4, mxfp4, AWQ: the H200's measurements in gemm_spec.hpp).
   for (const config::WeightEncoding& weights :
        {packed(PackedIntegerScheme::gptq, 4, 128, true), packed(PackedIntegerScheme::gptq_v2, 8, 32, true),
-        testing::affine_encoding(3, 32), format(config::WeightFormat::nvfp4)}) {
+        testing::affine_encoding(3, 32), format(config::WeightFormat::nvfp4),
+        format(config::WeightFormat::mxfp4), packed(PackedIntegerScheme::awq, 4, 128, false)}) {
     CHECK(plan::dequantized_min_tokens(weights) == 512);
   }
   // wgmma_w4 ties or wins at 512 rows.
   for (const config::WeightEncoding& weights :
-       {packed(PackedIntegerScheme::gptq, 4, 128, false), packed(PackedIntegerScheme::awq, 4, 128, false),
-        testing::affine_encoding(4, 64), format(config::WeightFormat::mxfp4),
+       {packed(PackedIntegerScheme::gptq, 4, 128, false), testing::affine_encoding(4, 64),
         format(config::WeightFormat::mxfp8), format(config::WeightFormat::fp8)}) {
     CHECK(plan::dequantized_min_tokens(weights) == 1024);
   }
-  // The act-order GPTQ plan launches 600 rows on the path, the AWQ plan does not.
+  // The act-order GPTQ and AWQ plans launch 600 rows on the path, the MLX 4-bit plan does not.
   const plan::KernelPlan gptq = plan::plan_kernels(plan_config("llama-3.1-8b-gptq"), kSm90a);
   CHECK(plan::runs_dequantized(gptq.qkv_projection_dequantized, 600));
   const plan::KernelPlan awq = plan::plan_kernels(plan_config("llama-3.1-8b-awq"), kSm90a);
-  CHECK_FALSE(plan::runs_dequantized(awq.qkv_projection_dequantized, 600));
+  CHECK(plan::runs_dequantized(awq.qkv_projection_dequantized, 600));
+  const plan::KernelPlan mlx = plan::plan_kernels(plan_config("llama-3.1-8b-mlx-4bit"), kSm90a);
+  CHECK_FALSE(plan::runs_dequantized(mlx.qkv_projection_dequantized, 600));
 }
 
 TEST_CASE("the dequantize kernel's spec: stub, launch shape and checks", "[plan][gemm][dequantized]") {

@@ -73,7 +73,7 @@ TEST_CASE("wgmma_w4: sm_90a, the row-major 4-bit formats, segments of whole 128-
     CHECK(sm90_w4_gemm_supports(encoding));
     const GemmKernelChoice choice = choose_w4_gemm_kernel(encoding, kSm90a, 8192, 6144, 4096, llama);
     CHECK(choice.kernel == GemmKernel::wgmma_w4);
-    CHECK(choice.sm90 == GemmSm90Tiling{.block_n = 256, .stages = 6});
+    CHECK(choice.sm90 == GemmSm90Tiling{.block_n = 256, .stages = 5});
     // No wgmma outside sm_90a.
     CHECK(choose_w4_gemm_kernel(encoding, kSm80, 8192, 6144, 4096, llama).kernel == GemmKernel::mma_sync);
     CHECK(choose_w4_gemm_kernel(encoding, {9, 0, false}, 8192, 6144, 4096, llama).kernel ==
@@ -89,7 +89,7 @@ TEST_CASE("wgmma_w4: sm_90a, the row-major 4-bit formats, segments of whole 128-
     const GemmKernelChoice choice = choose_w4_gemm_kernel(encoding, kSm90a, 8192, 6144, 4096, llama);
     CHECK(choice.kernel == GemmKernel::wgmma_w4);
     const bool eight = encoding.format != config::WeightFormat::packed_integer;
-    CHECK(choice.sm90 == GemmSm90Tiling{.block_n = 256, .stages = eight ? 5 : 6});
+    CHECK(choice.sm90 == GemmSm90Tiling{.block_n = 256, .stages = eight ? 4 : 5});
   }
   config::WeightEncoding fp8_activations = testing::fp8_weight_only(config::Fp8ScaleGranularity::block);
   fp8_activations.activation = config::ActivationType::fp8;  // gemm_sm90_fp8.cuh's
@@ -130,7 +130,7 @@ TEST_CASE("wgmma_w4: sm_90a, the row-major 4-bit formats, segments of whole 128-
 TEST_CASE("wgmma_w4 spec: stub, shared memory, persistent launch shape, checks", "[plan][gemm][gemm_w4]") {
   GemmSpec spec{.segments = 3, .has_bias = false};
   spec.kernel = GemmKernel::wgmma_w4;
-  spec.sm90 = {.block_n = 256, .stages = 6};
+  spec.sm90 = {.block_n = 256, .stages = 5};
   spec.weights = format(config::WeightFormat::mxfp4);
   const compiler::KernelSource source = spec.source();
   const std::string stub = source.render_stub();
@@ -141,8 +141,9 @@ TEST_CASE("wgmma_w4 spec: stub, shared memory, persistent launch shape, checks",
   CHECK(source.name_expression() == "attnplan::kernels::gemm_sm90_w4_kernel<Traits>");
   CHECK(source.spec.at("kernel") == "wgmma_w4");
   CHECK(spec.threads() == 384);
-  // 6 slots of X [256, 64] bf16 + codes [128, 32] bytes, 12 barriers, 1 KiB alignment.
-  CHECK(spec.dynamic_shared_bytes() == 6 * (32768 + 4096) + 96 + 1024);
+  // 5 slots of X [256, 64] bf16 + codes [128, 32] bytes, the four [64, 64] bf16 staging boxes, 10 barriers,
+  // 1 KiB alignment.
+  CHECK(spec.dynamic_shared_bytes() == 5 * (32768 + 4096) + 4 * 64 * 64 * 2 + 80 + 1024);
   CHECK(spec.dynamic_shared_bytes() <= 227 * 1024);
   // Tiles are [256 tokens, 128 weight rows]: 32 x 48 = 1536 tiles over 132 persistent CTAs.
   CHECK(spec.launch_shape(8192, 6144, 132).grid.x == 132);
@@ -187,7 +188,7 @@ TEST_CASE("wgmma_w4 specializations compile for sm_90a: register-A wgmma, no spi
   for (const config::WeightEncoding& encoding : encodings) {
     const bool eight =
         encoding.format == config::WeightFormat::fp8 || encoding.format == config::WeightFormat::mxfp8;
-    const GemmSm90Tiling tilings[] = {{.block_n = 256, .stages = eight ? 5 : 6},
+    const GemmSm90Tiling tilings[] = {{.block_n = 256, .stages = eight ? 4 : 5},
                                       {.block_n = 128, .stages = 8}};
     for (const GemmSm90Tiling& tiling : tilings) {
       GemmSpec spec{.segments = 3, .has_bias = true};
