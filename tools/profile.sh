@@ -8,6 +8,10 @@
 #               found and fixed the pages-of-16 gap with these, attention-notes.md), and at 16384 tokens
 #   dequantize  the dequantize kernel of the nvfp4 and act-order GPTQ plans at 8192 tokens (~2 TB/s
 #               effective: what limits it?)
+#   fp8         the fp8-activation GEMM (gemm_sm90_fp8.cuh) on Llama-3.1-8B's q|k|v and o at 8192 tokens
+#               (0.72-0.77x _scaled_mm: is it the wait before each per-K-block promotion?)
+#   bidirectional  the sm_90a attention, D 128 GQA 32/8, 4096 tokens, one span over the chunk (0.80x cuDNN
+#               where the causal row is 1.08x)
 #
 #   tools/profile.sh                  # every part
 #   tools/profile.sh gemm attention   # just these
@@ -29,11 +33,11 @@ export ATTNPLAN_CACHE_DIR="${ATTNPLAN_CACHE_DIR:-$BUILD/cache}"
 DIR="$OUT/profile"
 mkdir -p "$DIR"
 parts=("$@")
-[[ ${#parts[@]} -gt 0 ]] || parts=(gemm attention dequantize)
+[[ ${#parts[@]} -gt 0 ]] || parts=(gemm attention dequantize fp8 bidirectional)
 for part in "${parts[@]}"; do
   case "$part" in
-    gemm | attention | dequantize) ;;
-    *) echo "unknown part '$part' (gemm attention dequantize)" >&2; exit 2 ;;
+    gemm | attention | dequantize | fp8 | bidirectional) ;;
+    *) echo "unknown part '$part' (gemm attention dequantize fp8 bidirectional)" >&2; exit 2 ;;
   esac
 done
 
@@ -53,6 +57,12 @@ config["max_tokens"] = 16384
 json.dump(config, open(sys.argv[2], "w"), indent=1)
 EOF
 
+# The bench matrix's D 128 attention config (GQA 32/8, a small hidden size; attention is what counts).
+cat >"$DIR/attention-d128.json" <<'EOF'
+{"schema": "attnplan/v1", "name": "profile GQA 32/8 D128", "hidden_size": 2048, "query_heads": 32,
+ "kv_heads": 8, "head_dim": 128, "input_norm": {"epsilon": 1e-5}, "rotary": {"theta": 10000},
+ "projection": {"format": "bf16"}, "max_tokens": 16384, "target": {"arch": "auto"}}
+EOF
 status=0
 # profile NAME KERNEL_REGEX SKIP COUNT -- attnplan bench arguments...
 profile() {
@@ -94,6 +104,15 @@ for part in "${parts[@]}"; do
       for plan in llama-3.1-8b-nvfp4 llama-3.1-8b-gptq; do
         profile "dequantize-$plan-8k" "dequantize_kernel" 4 2 -- "$ROOT/plans/$plan.json" --tokens 8192
       done
+      ;;
+    fp8)
+      # Each execute launches the q|k|v then the o fp8 GEMM: skip the warm-up's, take one of each.
+      profile fp8-llama-8k "gemm_sm90_fp8_kernel" 4 2 -- "$ROOT/plans/llama-3.1-8b-fp8-dynamic.json" \
+        --tokens 8192
+      ;;
+    bidirectional)
+      profile attention-d128-4k-bidirectional "attention_sm90_kernel" 2 1 -- "$DIR/attention-d128.json" \
+        --tokens 4096 --block-size 64 --mask bidirectional
       ;;
   esac
   echo "== $part: $((SECONDS - start)) s"
