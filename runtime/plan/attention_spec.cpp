@@ -138,6 +138,10 @@ AttentionTiling choose_sm90_attention_tiling(int head_dim, int group_size, bool 
   tiling.stages = sm90_attention_shared_bytes(head_dim, tiling.block_n, 3, kv_fp8) <= shared_limit ? 3 : 2;
   tiling.overlap_softmax = tiling.stages >= 3;
   tiling.ping_pong = true;
+  // Each CTA of a one-per-item grid pays its start (barrier set-up, Q and the first K/V tile's latency)
+  // and its end (the last P V, normalization, stores) with the tensor cores idle; a persistent CTA loads
+  // the next item's Q and first tiles while it finishes the current one (attention-notes.md, session 9).
+  tiling.persistent = true;
   tiling.min_blocks_per_sm = 1;
   tiling.shared_bytes = sm90_attention_shared_bytes(head_dim, tiling.block_n, tiling.stages, kv_fp8);
   tiling.heads_per_cta = 1;
@@ -260,7 +264,8 @@ int AttentionSpec::dynamic_shared_bytes() const {
                                 kv_fp8);
 }
 
-driver::LaunchShape AttentionSpec::launch_shape(int num_seqs, int max_query_len, int query_heads) const {
+driver::LaunchShape AttentionSpec::launch_shape(int num_seqs, int max_query_len, int query_heads,
+                                                int multiprocessors) const {
   if (num_seqs <= 0 || num_seqs > 65535 || max_query_len <= 0 || query_heads <= 0 || query_heads > 65535) {
     throw Error(
         Stage::input,
@@ -275,10 +280,24 @@ driver::LaunchShape AttentionSpec::launch_shape(int num_seqs, int max_query_len,
   }
   const int tokens = tiling.block_m / heads;
   const unsigned query_tiles = static_cast<unsigned>((max_query_len + tokens - 1) / tokens);
+  const driver::Dim3 block{static_cast<unsigned>(threads()), 1, 1};
+  if (kernel != AttentionKernel::wgmma_sm90) {
+    return driver::LaunchShape{
+        {query_tiles, static_cast<unsigned>(num_seqs), static_cast<unsigned>(query_heads)},
+        block,
+        static_cast<unsigned>(dynamic_shared_bytes())};
+  }
+  // The kernel numbers its items (and its rounds times the grid) in an int.
+  const long long items = static_cast<long long>(query_tiles) * num_seqs * (query_heads / heads);
+  if (items > (1LL << 30)) {
+    throw Error(Stage::input, fmt::format("attention: {} work items ({} query tiles x {} sequences x {} head "
+                                          "groups) exceed 2^30",
+                                          items, query_tiles, num_seqs, query_heads / heads));
+  }
+  const long long ctas =
+      tiling.persistent && multiprocessors > 0 ? std::min<long long>(items, multiprocessors) : items;
   return driver::LaunchShape{
-      {query_tiles, static_cast<unsigned>(num_seqs), static_cast<unsigned>(query_heads / heads)},
-      {static_cast<unsigned>(threads()), 1, 1},
-      static_cast<unsigned>(dynamic_shared_bytes())};
+      {static_cast<unsigned>(ctas), 1, 1}, block, static_cast<unsigned>(dynamic_shared_bytes())};
 }
 
 void AttentionSpec::check(const AttentionParams& params, int query_heads) const {
@@ -332,8 +351,9 @@ void AttentionSpec::check(const AttentionParams& params, int query_heads) const 
 }
 
 void launch_attention(const driver::Function& function, const AttentionSpec& spec,
-                      const AttentionParams& params, int query_heads, CUstream stream) {
-  const driver::LaunchShape shape = spec.launch_shape(params.num_seqs, params.max_query_len, query_heads);
+                      const AttentionParams& params, int query_heads, CUstream stream, int multiprocessors) {
+  const driver::LaunchShape shape =
+      spec.launch_shape(params.num_seqs, params.max_query_len, query_heads, multiprocessors);
   if (spec.kernel != AttentionKernel::wgmma_sm90 || !spec.tiling.kv_tma) {
     driver::launch(function, shape, stream, params);
     return;

@@ -37,6 +37,10 @@ struct AttentionTiling {
   // sm_90a kernel only: K/V pages by TMA instead of the cp.async gather (AttentionSm90Traits::kv_tma;
   // where sm90_kv_tma_supported). Launched with AttentionSm90Params (launch_attention).
   bool kv_tma = false;
+  // sm_90a kernel only: a persistent grid, one CTA per SM walking the work items (query tile, sequence,
+  // head group) heaviest first, instead of one CTA per item (AttentionSpec::launch_shape). The same cubin
+  // either way: the launch decides.
+  bool persistent = false;
 
   int warps() const { return block_m / 16; }
   int threads() const { return 32 * warps(); }
@@ -99,7 +103,8 @@ int sm90_attention_shared_bytes(int head_dim, int block_n, int stages, bool kv_f
 // in series (D 256; D 128 with an fp8 cache); ping-pong consumers always
 // (the fastest schedule at every head dim on the H200: docs/attention-notes.md, v3); heads_per_cta the
 // largest divisor of group_size up to 16 (each K/V tile then serves that many query heads; at least 8 tokens
-// per CTA keep the causal band's waste small). Throws Error(config) for other head dims or group_size < 1.
+// per CTA keep the causal band's waste small); a persistent grid. Throws Error(config) for other head dims or
+// group_size < 1.
 AttentionTiling choose_sm90_attention_tiling(int head_dim, int group_size, bool kv_fp8 = false);
 
 struct AttentionSpec {
@@ -129,10 +134,14 @@ struct AttentionSpec {
   // What each launch needs and what driver::Function::set_max_dynamic_shared_bytes must allow at load
   // (above 48 KiB for every tiling the heuristic picks).
   int dynamic_shared_bytes() const;
-  // grid [ceil(max_query_len / tokens per CTA), num_seqs, query_heads / heads_per_cta], block [threads],
-  // dynamic_shared_bytes; tokens per CTA = block_m / heads_per_cta (block_m for the mma.sync kernel).
-  // Throws Error(input) unless max_query_len, num_seqs, query_heads > 0 and num_seqs, query_heads <= 65535.
-  driver::LaunchShape launch_shape(int num_seqs, int max_query_len, int query_heads) const;
+  // block [threads], dynamic_shared_bytes. mma.sync: grid [ceil(max_query_len / block_m), num_seqs,
+  // query_heads]. sm_90a: a 1-D grid over the work items, ceil(max_query_len / tokens per CTA) x num_seqs x
+  // query_heads / heads_per_cta (tokens per CTA = block_m / heads_per_cta): one CTA per item, or with
+  // tiling.persistent and multiprocessors > 0 (the device's SMs; one CTA fits an SM) at most that many.
+  // Throws Error(input) unless max_query_len, num_seqs, query_heads > 0, num_seqs, query_heads <= 65535
+  // and there are at most 2^30 items.
+  driver::LaunchShape launch_shape(int num_seqs, int max_query_len, int query_heads,
+                                   int multiprocessors = 0) const;
 
   // Throws Error(input) naming the field when `params` breaks what the kernel assumes and the host can see
   // without reading device memory: null or non-16-byte-aligned query, caches or output; row strides not
@@ -147,7 +156,9 @@ struct AttentionSpec {
 // Launches the attention kernel of `spec` on `stream` over `params` (already checked): the sm_90a kernel
 // with kv_tma gets AttentionSm90Params, its two tensor maps encoded here over the caches
 // ([num_blocks * block_size slots, kv_heads * head_dim]); every other kernel the AttentionParams as they are.
+// `multiprocessors`: the device's SMs, the sm_90a kernel's persistent grid (0: one CTA per work item).
 void launch_attention(const driver::Function& function, const AttentionSpec& spec,
-                      const AttentionParams& params, int query_heads, CUstream stream);
+                      const AttentionParams& params, int query_heads, CUstream stream,
+                      int multiprocessors = 0);
 
 }  // namespace attnplan::plan

@@ -35,7 +35,7 @@ struct PrefillPlan::Loaded {
       output_projection_dequantized;
   driver::DeviceBuffer rope_frequencies;  // [rotary_dim / 2] doubles, uploaded once at load
   double rope_attention_factor = 1.0;
-  int multiprocessors = 0;                         // the device's SMs: the persistent wgmma GEMM's grid
+  int multiprocessors = 0;  // the device's SMs: the persistent grids of the wgmma GEMM and attention
   driver::Function qkv_quantize, output_quantize;  // fp8 activations only
 };
 
@@ -400,7 +400,8 @@ void PrefillPlan::execute(const ExecuteArgs& args, CUstream stream, const StageO
   }
   enqueue_kv_store(store, stream);
   notify(StageKind::kv_store);
-  launch_attention(loaded.attention, kernels.attention, attend, config.query_heads, stream);
+  launch_attention(loaded.attention, kernels.attention, attend, config.query_heads, stream,
+                   loaded.multiprocessors);
   notify(StageKind::attention);
   project(StageKind::output_quantize, loaded.output_quantize, StageKind::output_projection, *output_function,
           *output_spec, kernels.output_projection_fp8, output, output_dequantized, loaded.output_dequantize,

@@ -43,7 +43,7 @@ struct AttentionParams {
 };
 
 // Whether the sm_90a kernel's TMA K/V path is TMA only (attention_sm90.cuh, kv_tma): at D 256 the
-// producer's 56 registers do not hold the gather beside it, so the tile that reaches past the keys comes by
+// producer's registers do not hold the gather beside it, so the tile that reaches past the keys comes by
 // TMA too and its V rows past kv_len are zeroed in shared memory (one more mbarrier: the boxes land there
 // before the producer zeroes and arrives on the stage's full barrier). At D <= 128 that tile is gathered.
 ATTNPLAN_HOST_DEVICE constexpr bool attention_sm90_kv_tma_only(int head_dim, bool kv_tma) {
@@ -52,12 +52,12 @@ ATTNPLAN_HOST_DEVICE constexpr bool attention_sm90_kv_tma_only(int head_dim, boo
 
 // Dynamic shared memory of the sm_90a kernel (attention_sm90.cuh), bytes: 1024 of alignment slack, Q
 // [128, D], `stages` stages of K and V [block_n, D] bf16, with an fp8 cache two staging buffers of K and V
-// codes [block_n, D], two mbarriers per stage and, TMA only, the landing mbarrier. One formula for the
-// traits and the host.
+// codes [block_n, D], two mbarriers per stage, Q's empty mbarrier and, TMA only, the landing mbarrier. One
+// formula for the traits and the host.
 ATTNPLAN_HOST_DEVICE constexpr int attention_sm90_shared_bytes(int head_dim, int block_n, int stages,
                                                                bool kv_fp8, bool kv_tma = false) {
   return 1024 + 2 * head_dim * (128 + stages * 2 * block_n) + (kv_fp8 ? 2 * 2 * block_n * head_dim : 0) +
-         2 * stages * 8 + (attention_sm90_kv_tma_only(head_dim, kv_tma) ? 8 : 0);
+         2 * stages * 8 + 8 + (attention_sm90_kv_tma_only(head_dim, kv_tma) ? 8 : 0);
 }
 
 // TMA boxes per K/V tile of the sm_90a kernel with kv_tma: [64 columns, min(block_size, block_n) slots]

@@ -132,12 +132,19 @@ struct AttentionSm90Traits {
   static constexpr int producer_threads = 128;
   static constexpr int consumer_threads = 128 * consumer_warpgroups;
   static constexpr int stages = kStages;  // K/V tiles in flight
-  // 384 threads start at 168 registers each (65536 / 384, rounded down to 8); the producer drops to 56 so
-  // the consumers can hold S [64, block_n] and O [64, head_dim] fp32 tiles: 128 * 56 + 256 * 224 = 64512.
-  static constexpr int producer_registers = 56;
-  static constexpr int consumer_registers = 224;
-  static_assert(producer_threads * producer_registers + consumer_threads * consumer_registers <= 65536,
-                "register budgets exceed the register file");
+  // 384 threads start at 168 registers each (65536 / 384, rounded down to 8); the producer drops so the
+  // consumers can hold S [64, block_n] and O [64, head_dim] fp32 tiles: 128 * 64 + 256 * 224 = 65536. With
+  // TMA K/V at D <= 128 the producer keeps both the box issue and the gather of the tile past the keys and
+  // needs 72 (ptxas spills it at 64 since the persistent item loop); its consumers fit in 216, which the
+  // gather path's consumers with spans do not (they spill at 216).
+  static constexpr int producer_registers = kKvTma && !kHasSpans ? 72 : 56;
+  static constexpr int consumer_registers = kKvTma && !kHasSpans ? 216 : 224;
+  static constexpr int launch_registers = 65536 / threads / 8 * 8;  // what the CTA holds: 168 each
+  static_assert(
+      producer_threads * producer_registers + consumer_threads * consumer_registers <=
+          threads * launch_registers,
+      "setmaxnreg.inc only takes what setmaxnreg.dec gave back: a larger total blocks the consumers "
+      "forever");
 
   static constexpr int chunks = kHeadDim / 8;  // 16-byte chunks per row of q, k or v
   // The Q copy: `chunks` consecutive threads per row. The K/V copies: two threads per row, each moving
@@ -149,8 +156,8 @@ struct AttentionSm90Traits {
 
   // Shared memory, bytes from a 1024-byte aligned base (the 128-byte swizzle is a function of address
   // bits): Q [block_m, head_dim], per stage K [block_n, head_dim] and V [block_n, head_dim], each stored as
-  // head_dim / 64 column blocks of 128-byte swizzled rows; then the full and empty mbarriers of each stage
-  // and, TMA only, the landing mbarrier.
+  // head_dim / 64 column blocks of 128-byte swizzled rows; then the full and empty mbarriers of each stage,
+  // Q's empty mbarrier and, TMA only, the landing mbarrier.
   static constexpr int q_bytes = kHeadDim * block_m * 2;
   static constexpr int k_bytes = kHeadDim * kBlockN * 2;
   static constexpr int v_bytes = kHeadDim * kBlockN * 2;
@@ -162,7 +169,8 @@ struct AttentionSm90Traits {
   static constexpr int staging_bytes = kKvFp8 ? 2 * staging_buffer_bytes : 0;
   static constexpr int barrier_offset = staging_offset + staging_bytes;
   static constexpr int alignment_slack = 1024;  // dynamic shared memory is only 16-byte aligned
-  static constexpr int landing_barrier_offset = barrier_offset + 2 * stages * 8;
+  static constexpr int q_empty_barrier_offset = barrier_offset + 2 * stages * 8;
+  static constexpr int landing_barrier_offset = q_empty_barrier_offset + 8;
   static constexpr int shared_bytes = alignment_slack + landing_barrier_offset + (kv_tma_only ? 8 : 0);
   static_assert(shared_bytes == attention_sm90_shared_bytes(kHeadDim, kBlockN, kStages, kKvFp8, kKvTma),
                 "the layout above and the host's formula (attention_params.h) must agree");
@@ -199,8 +207,8 @@ struct AttentionSm90Traits {
                 "staging buffers do not fit beside two bf16 stages)");
 };
 
-// grid: [ceil(max_query_len / tokens_per_cta), num_seqs, query_heads / heads_per_cta], block: [384],
-// dynamic shared memory:
+// grid: [G], G <= ceil(max_query_len / tokens_per_cta) x num_seqs x query_heads / heads_per_cta work items
+// (one CTA per item, or persistent: a CTA per SM walking several), block: [384], dynamic shared memory:
 // Traits::shared_bytes (above 48 KiB: the function attribute must allow it). sm_90a only.
 template <class Traits>
 __global__ void __launch_bounds__(Traits::threads, 1)
@@ -216,63 +224,114 @@ __global__ void __launch_bounds__(Traits::threads, 1)
   constexpr int kStages = Traits::stages;
   constexpr float kLog2e = 1.4426950408889634f;
 
-  // Heavier (later, under a causal mask) query tiles first, so the longest CTAs do not start last.
-  const int q_tile = gridDim.x - 1 - blockIdx.x;
-  const int seq = blockIdx.y;
   constexpr int kHeads = Traits::heads_per_cta;
   constexpr int kTokens = Traits::tokens_per_cta;
-  const int first_head = blockIdx.z * kHeads;  // the CTA's heads: first_head .. first_head + kHeads - 1
-  const int kv_head = first_head / Traits::group_size;
-  const int query_start = params.query_starts[seq];
-  const int query_len = params.query_starts[seq + 1] - query_start;
-  const int row_begin = q_tile * kTokens;                // first chunk token of this tile
-  if (row_begin >= query_len) return;                    // the whole CTA leaves before any barrier exists
-  const int rows = min(kTokens, query_len - row_begin);  // chunk tokens in this tile
-  const int context_len = params.context_lens[seq];
-  const int kv_len = context_len + query_len;   // keys visible to the chunk: positions [0, kv_len)
-  const int q_first = context_len + row_begin;  // positions of the tile's first and last real tokens
-  const int q_last = q_first + rows - 1;
-  const int* block_table = params.block_tables + static_cast<long long>(seq) * params.max_blocks_per_seq;
 
+  // Work items: (query tile, sequence, group of kHeads query heads of one kv head), numbered heaviest query
+  // tile first (the latest tokens see the most keys under a causal mask), then sequence, then head group, so
+  // neighbouring items share their K/V in L2. The grid is 1-D: one CTA per item, or persistent (fewer
+  // CTAs than items, one per SM): CTA b takes item r * gridDim.x + b in even rounds r and its mirror
+  // r * gridDim.x + gridDim.x - 1 - b in odd ones, so the CTAs that took the heaviest item of one round take
+  // the lightest of the next and the sums even out. Producer and consumers walk the same items; the
+  // stages' barrier phases run on across them (`base`: the tiles of earlier items). Items whose query tile
+  // lies past their sequence's chunk (varlen batches) are skipped by both.
+  const int q_tiles = (params.max_query_len + kTokens - 1) / kTokens;
+  const int head_groups = params.kv_heads * (Traits::group_size / kHeads);
+  const int items = q_tiles * params.num_seqs * head_groups;
+  const int rounds = (items + static_cast<int>(gridDim.x) - 1) / static_cast<int>(gridDim.x);
+  auto item_of_round = [&](int round) {
+    const int in_round = round % 2 == 0 ? blockIdx.x : gridDim.x - 1 - blockIdx.x;
+    return round * static_cast<int>(gridDim.x) + in_round;
+  };
+  // Where item `item` lies: its sequence, first head, chunk (query_start, query_len) and first chunk token.
+  struct Place {
+    int seq, first_head, query_start, query_len, row_begin;
+  };
+  auto locate = [&](int item) {
+    Place place;
+    place.seq = (item % (params.num_seqs * head_groups)) / head_groups;
+    place.first_head = (item % head_groups) * kHeads;
+    place.query_start = params.query_starts[place.seq];
+    place.query_len = params.query_starts[place.seq + 1] - place.query_start;
+    place.row_begin = (q_tiles - 1 - item / (params.num_seqs * head_groups)) * kTokens;
+    return place;
+  };
+  auto item_has_rows = [&](int item) {
+    if (item >= items) return false;
+    const Place place = locate(item);
+    return place.row_begin < place.query_len;
+  };
+  // The first round at or after `round` whose item has rows (`rounds` when none is left).
+  auto next_round = [&](int round) {
+    while (round < rounds && !item_has_rows(item_of_round(round))) ++round;
+    return round;
+  };
+
+  // The current item, set by begin_item.
+  int seq, first_head, kv_head, query_start, query_len, row_begin, rows, context_len, kv_len, q_first, q_last;
+  const int* block_table;
   // The key tiles to visit, in increasing order and each once (attention.cuh's KeyTileSchedule): the band
   // causality and the window leave, [band_begin, band_end), never empty (every row sees itself), plus the
   // tiles of each span that meets the query tile. Producer and consumers walk the same sequence;
   // next_tile(t) is the one after t (t + 1 without spans: the band is contiguous).
   KeyTileSchedule<kBlockN, Traits::has_spans> schedule;
-  schedule.band_begin = Traits::has_window ? max(0, q_first - params.window + 1) / kBlockN : 0;
-  schedule.band_end = q_last / kBlockN + 1;
-  schedule.spans = nullptr;
-  schedule.span_count = 0;
-  int first_tile = schedule.band_begin;
-  int tile_count = schedule.band_end - schedule.band_begin;
-  // Keys every row of the CTA sees through one span that holds all its tokens, [all_rows_span_first,
+  int first_tile, tile_count;
+  // Keys every row of the item sees through one span that holds all its tokens, [all_rows_span_first,
   // all_rows_span_end): key tiles inside it need no mask (a prompt that is one bidirectional span masks only
   // its last tile). Empty without such a span.
-  int all_rows_span_first = 0, all_rows_span_end = 0;
-  if constexpr (Traits::has_spans) {
-    schedule.attach_spans(params, seq, q_first, q_last);
-    int first_row_span_last;  // the span of the first token, if it holds the last one too
-    schedule.row_span(q_first, kv_len, all_rows_span_first, first_row_span_last);
-    if (all_rows_span_first <= first_row_span_last && q_last <= first_row_span_last)
-      all_rows_span_end = first_row_span_last + 1;
-    first_tile = schedule.next(-1);
-    tile_count = 0;
-    for (int tile = first_tile; tile != kNoTile; tile = schedule.next(tile)) ++tile_count;
-  }
+  int all_rows_span_first, all_rows_span_end;
+  auto begin_item = [&](int item) {
+    const Place place = locate(item);
+    seq = place.seq;
+    first_head = place.first_head;  // the item's heads: first_head .. first_head + kHeads - 1
+    kv_head = first_head / Traits::group_size;
+    query_start = place.query_start;
+    query_len = place.query_len;
+    row_begin = place.row_begin;                 // first chunk token of this tile (< query_len)
+    rows = min(kTokens, query_len - row_begin);  // chunk tokens in this tile
+    context_len = params.context_lens[seq];
+    kv_len = context_len + query_len;   // keys visible to the chunk: positions [0, kv_len)
+    q_first = context_len + row_begin;  // positions of the tile's first and last real tokens
+    q_last = q_first + rows - 1;
+    block_table = params.block_tables + static_cast<long long>(seq) * params.max_blocks_per_seq;
+    schedule.band_begin = Traits::has_window ? max(0, q_first - params.window + 1) / kBlockN : 0;
+    schedule.band_end = q_last / kBlockN + 1;
+    schedule.spans = nullptr;
+    schedule.span_count = 0;
+    first_tile = schedule.band_begin;
+    tile_count = schedule.band_end - schedule.band_begin;
+    all_rows_span_first = 0;
+    all_rows_span_end = 0;
+    if constexpr (Traits::has_spans) {
+      schedule.attach_spans(params, seq, q_first, q_last);
+      int first_row_span_last;  // the span of the first token, if it holds the last one too
+      schedule.row_span(q_first, kv_len, all_rows_span_first, first_row_span_last);
+      if (all_rows_span_first <= first_row_span_last && q_last <= first_row_span_last)
+        all_rows_span_end = first_row_span_last + 1;
+      first_tile = schedule.next(-1);
+      tile_count = 0;
+      for (int tile = first_tile; tile != kNoTile; tile = schedule.next(tile)) ++tile_count;
+    }
+  };
   auto next_tile = [&](int tile) { return Traits::has_spans ? schedule.next(tile) : tile + 1; };
+  if (next_round(0) >= rounds) return;  // no item with rows: leave before any barrier exists
 
   extern __shared__ uint4 shared_storage[];
   const unsigned raw_address = sm90::smem_address(shared_storage);
   const unsigned base_address = (raw_address + 1023u) & ~1023u;
-  // mbarriers, 8 bytes each: full [stages] then empty [stages]
+  // mbarriers, 8 bytes each: full [stages], empty [stages], then Q's empty barrier
   const unsigned full_barriers = base_address + Traits::barrier_offset;
   const unsigned empty_barriers = full_barriers + kStages * 8;
+  const unsigned q_empty_barrier = base_address + Traits::q_empty_barrier_offset;
   if (threadIdx.x == 0) {
     for (int stage = 0; stage < kStages; ++stage) {
       // full: one hardware arrival per producer thread once its copies of the tile have landed
       mbarrier_init(full_barriers + stage * 8, Traits::producer_threads);
       mbarrier_init(empty_barriers + stage * 8, Traits::consumer_threads);
     }
+    // Q's: the consumers have read an item's Q (its last S = Q K^T has completed), so the producer may copy
+    // the next item's over it.
+    mbarrier_init(q_empty_barrier, Traits::consumer_threads);
     // TMA only: the boxes of the tile past the keys land here (thread 0's arrival plus their bytes).
     if constexpr (Traits::kv_tma_only) mbarrier_init(base_address + Traits::landing_barrier_offset, 1);
     fence_barrier_init();
@@ -295,8 +354,6 @@ __global__ void __launch_bounds__(Traits::threads, 1)
     const int kv_first_row = threadIdx.x / 2;  // rows kv_first_row + 64 pass: the same row % 8 for each pass
     // key_cache / value_cache: [num_blocks * block_size slots, kv_heads, head_dim]
     const long long slot_elements = static_cast<long long>(params.kv_heads) * kHeadDim;
-    const bf16_bits* key_head = params.key_cache + kv_head * kHeadDim + parity * 8;
-    const bf16_bits* value_head = params.value_cache + kv_head * kHeadDim + parity * 8;
     // Chunk 2 k + p of a row lands at 16 * ((2 k + p) % 8 ^ row % 8) in its 64-column block; as 2 k % 8
     // is even, that is 32 * (k % 4) ^ 16 * (p ^ row % 8): one XOR with a per-thread constant.
     const unsigned chunk_swizzle = 16u * static_cast<unsigned>(parity ^ (kv_first_row % 8));
@@ -352,7 +409,7 @@ __global__ void __launch_bounds__(Traits::threads, 1)
     }
 
     // Q [num_tokens, query_heads, head_dim], rows query_row_stride apart; rows past the chunk zero. It
-    // rides with the first tile: the full barrier of stage 0 covers it.
+    // rides with the item's first tile: that tile's arrival on its full barrier covers these copies too.
     auto copy_q = [&]() {
       const bf16_bits* column = params.query + first_head * kHeadDim + chunk * 8;
 #pragma unroll 4
@@ -365,198 +422,214 @@ __global__ void __launch_bounds__(Traits::threads, 1)
       }
     };
 
-    int pages[kPageRegisters];
-    int tile = first_tile;
-    if constexpr (Traits::kv_fp8) {
-      // fp8 codes: the same layout with 1-byte elements; thread parity p gathers the 16-code chunks
-      // 2 k + p of its rows into staging buffer i % 2 (tile i), then, once its copies of tile i - 1 have
-      // landed, widens those same chunks into the bf16 tiles and arrives. Each thread reads back only what
-      // it copied itself, so its own cp.async wait orders the two.
-      constexpr int kCodeChunks = kHeadDim / 16;  // 16-byte chunks of codes per row
-      // Chunk c of row r of a staging buffer: rows of kHeadDim bytes, the chunk index XOR-ed with the row's
-      // place among those sharing a 128-byte bank line, so the 16 rows a warp widens at once spread over
-      // all banks (plain rows would put them all on the same 32 bytes: a 16-way conflict).
-      constexpr int kRowsPerLine = 128 / kHeadDim;
-      auto staged = [](int row, int code_chunk) {
-        return static_cast<unsigned>(row * kHeadDim +
-                                     16 * (code_chunk ^ ((row / kRowsPerLine) % kCodeChunks)));
-      };
-      const unsigned char* key_codes =
-          reinterpret_cast<const unsigned char*>(params.key_cache) + kv_head * kHeadDim + parity * 16;
-      const unsigned char* value_codes =
-          reinterpret_cast<const unsigned char*>(params.value_cache) + kv_head * kHeadDim + parity * 16;
-      unsigned char* shared_base =
-          reinterpret_cast<unsigned char*>(shared_storage) + (base_address - raw_address);
-      load_pages(tile, pages);
-      for (int i = 0; i <= tile_count; ++i) {
-        int next_pages[kPageRegisters];
-        int following = tile;
-        if (i < tile_count) {
-          following = i + 1 < tile_count ? next_tile(tile) : tile;
-          if (i + 1 < tile_count) load_pages(following, next_pages);
-          if (i == 0) copy_q();
-          const unsigned buffer =
-              base_address + Traits::staging_offset + (i % 2) * Traits::staging_buffer_bytes;
-          const int key_first = tile * kBlockN;
+    int base = 0;  // tiles of the CTA's earlier items: tile i of this one uses stage (base + i) % stages
+    int items_begun = 0;    // the CTA's items so far
+    int landing_phase = 0;  // TMA only: the landing barrier's next phase
+    for (int round = next_round(0); round < rounds; round = next_round(round + 1)) {
+      begin_item(item_of_round(round));
+      // Q's buffer: wait until the consumers have read the previous item's, then copy this one's, before
+      // the tile loop (inside it, the Q copy's operands would stay live through every tile).
+      if (items_begun > 0) mbarrier_wait_parity(q_empty_barrier, (items_begun - 1) & 1);
+      copy_q();
+      int pages[kPageRegisters];
+      int tile = first_tile;
+      if constexpr (Traits::kv_fp8) {
+        // fp8 codes: the same layout with 1-byte elements; thread parity p gathers the 16-code chunks
+        // 2 k + p of its rows into staging buffer i % 2 (tile i), then, once its copies of tile i - 1 have
+        // landed, widens those same chunks into the bf16 tiles and arrives. Each thread reads back only what
+        // it copied itself, so its own cp.async wait orders the two.
+        constexpr int kCodeChunks = kHeadDim / 16;  // 16-byte chunks of codes per row
+        // Chunk c of row r of a staging buffer: rows of kHeadDim bytes, the chunk index XOR-ed with the row's
+        // place among those sharing a 128-byte bank line, so the 16 rows a warp widens at once spread over
+        // all banks (plain rows would put them all on the same 32 bytes: a 16-way conflict).
+        constexpr int kRowsPerLine = 128 / kHeadDim;
+        auto staged = [](int row, int code_chunk) {
+          return static_cast<unsigned>(row * kHeadDim +
+                                       16 * (code_chunk ^ ((row / kRowsPerLine) % kCodeChunks)));
+        };
+        const unsigned char* key_codes =
+            reinterpret_cast<const unsigned char*>(params.key_cache) + kv_head * kHeadDim + parity * 16;
+        const unsigned char* value_codes =
+            reinterpret_cast<const unsigned char*>(params.value_cache) + kv_head * kHeadDim + parity * 16;
+        unsigned char* shared_base =
+            reinterpret_cast<unsigned char*>(shared_storage) + (base_address - raw_address);
+        load_pages(tile, pages);
+        for (int i = 0; i <= tile_count; ++i) {
+          int next_pages[kPageRegisters];
+          int following = tile;
+          if (i < tile_count) {
+            following = i + 1 < tile_count ? next_tile(tile) : tile;
+            if (i + 1 < tile_count) load_pages(following, next_pages);
+            const unsigned buffer =
+                base_address + Traits::staging_offset + (i % 2) * Traits::staging_buffer_bytes;
+            const int key_first = tile * kBlockN;
 #pragma unroll
-          for (int pass = 0; pass < kKvPasses; ++pass) {
-            const int row = kv_first_row + pass * kKvRowsPerPass;
-            long long slot;
-            const bool valid =
-                key_slot<Traits::block_size>(pages[pass], key_first + row, params.num_blocks, kv_len, slot);
-            const unsigned char* key_row = valid ? key_codes + slot * slot_elements : key_codes;
-            const unsigned char* value_row = valid ? value_codes + slot * slot_elements : value_codes;
-            const int bytes = valid ? 16 : 0;
+            for (int pass = 0; pass < kKvPasses; ++pass) {
+              const int row = kv_first_row + pass * kKvRowsPerPass;
+              long long slot;
+              const bool valid =
+                  key_slot<Traits::block_size>(pages[pass], key_first + row, params.num_blocks, kv_len, slot);
+              const unsigned char* key_row = valid ? key_codes + slot * slot_elements : key_codes;
+              const unsigned char* value_row = valid ? value_codes + slot * slot_elements : value_codes;
+              const int bytes = valid ? 16 : 0;
 #pragma unroll
-            for (int k = 0; k < kCodeChunks / 2; ++k) {
-              const unsigned offset = staged(row, 2 * k + parity);
-              cp_async_16(buffer + offset, key_row + 32 * k, bytes);
-              cp_async_16(buffer + kBlockN * kHeadDim + offset, value_row + 32 * k, bytes);
-            }
-          }
-        }
-        cp_async_commit();
-        if (i >= 1) {
-          cp_async_wait<1>();  // tile i - 1's codes (and Q) have landed; tile i's may still be in flight
-          const int done = i - 1;
-          const int stage = done % kStages;
-          if (done >= kStages) mbarrier_wait_parity(empty_barriers + stage * 8, ((done / kStages) - 1) & 1);
-          const unsigned char* buffer =
-              shared_base + Traits::staging_offset + (done % 2) * Traits::staging_buffer_bytes;
-          unsigned char* k_tile = shared_base + Traits::k_offset + stage * Traits::k_bytes;
-          unsigned char* v_tile = shared_base + Traits::v_offset + stage * Traits::v_bytes;
-          // Not unrolled: the hoisted addresses of every pass would exceed the producer's 56 registers.
-#pragma unroll 1
-          for (int pass = 0; pass < kKvPasses; ++pass) {
-            const int row = kv_first_row + pass * kKvRowsPerPass;
-#pragma unroll
-            for (int k = 0; k < kCodeChunks / 2; ++k) {
-              const int code_chunk = 2 * k + parity;  // bf16 chunks 2 c and 2 c + 1 of the row
-              const unsigned low = swizzle128_offset(row, 16 * code_chunk, kBlockN);
-              const unsigned high = swizzle128_offset(row, 16 * code_chunk + 8, kBlockN);
-#pragma unroll
-              for (int tensor = 0; tensor < 2; ++tensor) {  // K, then V: one chunk live at a time
-                const uint4 codes = *reinterpret_cast<const uint4*>(buffer + tensor * kBlockN * kHeadDim +
-                                                                    staged(row, code_chunk));
-                unsigned char* tile_base = tensor == 0 ? k_tile : v_tile;
-                *reinterpret_cast<uint4*>(tile_base + low) = fp8x8_to_bf16x8(make_uint2(codes.x, codes.y));
-                *reinterpret_cast<uint4*>(tile_base + high) = fp8x8_to_bf16x8(make_uint2(codes.z, codes.w));
+              for (int k = 0; k < kCodeChunks / 2; ++k) {
+                const unsigned offset = staged(row, 2 * k + parity);
+                cp_async_16(buffer + offset, key_row + 32 * k, bytes);
+                cp_async_16(buffer + kBlockN * kHeadDim + offset, value_row + 32 * k, bytes);
               }
             }
           }
-          mbarrier_arrive(full_barriers + stage * 8);
+          cp_async_commit();
+          if (i >= 1) {
+            cp_async_wait<1>();  // tile i - 1's codes (and Q) have landed; tile i's may still be in flight
+            const int done = base + i - 1;  // tile i - 1 of the item
+            const int stage = done % kStages;
+            if (done >= kStages) mbarrier_wait_parity(empty_barriers + stage * 8, ((done / kStages) - 1) & 1);
+            const unsigned char* buffer =
+                shared_base + Traits::staging_offset + ((i - 1) % 2) * Traits::staging_buffer_bytes;
+            unsigned char* k_tile = shared_base + Traits::k_offset + stage * Traits::k_bytes;
+            unsigned char* v_tile = shared_base + Traits::v_offset + stage * Traits::v_bytes;
+            // Not unrolled: the hoisted addresses of every pass would exceed the producer's registers.
+#pragma unroll 1
+            for (int pass = 0; pass < kKvPasses; ++pass) {
+              const int row = kv_first_row + pass * kKvRowsPerPass;
+#pragma unroll
+              for (int k = 0; k < kCodeChunks / 2; ++k) {
+                const int code_chunk = 2 * k + parity;  // bf16 chunks 2 c and 2 c + 1 of the row
+                const unsigned low = swizzle128_offset(row, 16 * code_chunk, kBlockN);
+                const unsigned high = swizzle128_offset(row, 16 * code_chunk + 8, kBlockN);
+#pragma unroll
+                for (int tensor = 0; tensor < 2; ++tensor) {  // K, then V: one chunk live at a time
+                  const uint4 codes = *reinterpret_cast<const uint4*>(buffer + tensor * kBlockN * kHeadDim +
+                                                                      staged(row, code_chunk));
+                  unsigned char* tile_base = tensor == 0 ? k_tile : v_tile;
+                  *reinterpret_cast<uint4*>(tile_base + low) = fp8x8_to_bf16x8(make_uint2(codes.x, codes.y));
+                  *reinterpret_cast<uint4*>(tile_base + high) = fp8x8_to_bf16x8(make_uint2(codes.z, codes.w));
+                }
+              }
+            }
+            mbarrier_arrive(full_barriers + stage * 8);
+          }
+          if (i < tile_count) {
+#pragma unroll
+            for (int r = 0; r < kPageRegisters; ++r) pages[r] = next_pages[r];
+            tile = following;
+          }
         }
-        if (i < tile_count) {
+      } else {
+        const bf16_bits* key_head = params.key_cache + kv_head * kHeadDim + parity * 8;
+        const bf16_bits* value_head = params.value_cache + kv_head * kHeadDim + parity * 8;
+        int box_page = -1;
+        prefetch(tile, pages, box_page);
+
+        for (int i = 0; i < tile_count; ++i) {
+          const int stage = (base + i) % kStages;
+          int next_pages[kPageRegisters];
+          int next_box_page = -1;
+          const int following = i + 1 < tile_count ? next_tile(tile) : tile;
+          if (i + 1 < tile_count) prefetch(following, next_pages, next_box_page);
+          // Reusing a stage: wait until both consumers released its previous tile (base + i - stages).
+          if (base + i >= kStages)
+            mbarrier_wait_parity(empty_barriers + stage * 8, (((base + i) / kStages) - 1) & 1);
+          const int key_first = tile * kBlockN;
+          const unsigned k_address = base_address + Traits::k_offset + stage * Traits::k_bytes;
+          const unsigned v_address = base_address + Traits::v_offset + stage * Traits::v_bytes;
+          const unsigned full = full_barriers + stage * 8;
+          // TMA only: the tile reaching past the keys lands on the landing barrier; the producer then zeroes
+          // its V rows past kv_len and arrives on the full barrier itself (at most one such tile per item).
+          const bool past_keys = Traits::kv_tma_only && key_first + kBlockN > kv_len;
+          if (uses_tma(tile)) {
+            if constexpr (Traits::kv_tma) {
+              const unsigned landing = base_address + Traits::landing_barrier_offset;
+              // The bytes first (this thread's arrival below is one the phase still needs), then the boxes.
+              // The other warps' boxes may complete before the expect_tx: the phase still waits for every
+              // producer thread's arrival (the landing barrier for this thread's), so the count only dips
+              // meanwhile.
+              if (threadIdx.x == 0) {
+                if (past_keys) {
+                  mbarrier_arrive_expect_tx(landing, Traits::kv_tile_bytes);
+                } else {
+                  mbarrier_expect_tx(full, Traits::kv_tile_bytes);
+                }
+              }
+              __syncwarp();
+              if (box < Traits::kv_boxes) {
+                const bool value = box >= Traits::kv_boxes_per_tensor;
+                const int in_tensor = box % Traits::kv_boxes_per_tensor;
+                const int page_in_tile = in_tensor / Traits::kv_column_blocks;
+                const int column_block = in_tensor % Traits::kv_column_blocks;
+                const int page = box_page;
+                const int position = key_first + page_in_tile * Traits::kv_box_rows;
+                // A page outside the pool (or past the block table) loads a box wholly before the map's
+                // first slot: TMA writes zeros there, as the gather does.
+                const int slot =
+                    page >= 0 && page < params.num_blocks
+                        ? page * Traits::block_size +
+                              static_cast<int>(static_cast<unsigned>(position) % Traits::block_size)
+                        : -Traits::kv_box_rows;
+                const unsigned destination = (value ? v_address : k_address) + column_block * kBlockN * 128u +
+                                             page_in_tile * Traits::kv_box_rows * 128u;
+                tma_load_2d(destination, value ? &kernel_params.value_map : &kernel_params.key_map,
+                            past_keys ? landing : full, kv_head * kHeadDim + column_block * 64, slot);
+              }
+              if (past_keys) {
+                // V rows [kv_len - key_first, block_n): every 16-byte chunk of each row, so the swizzle (a
+                // permutation inside a row) does not matter.
+                mbarrier_wait_parity(landing, landing_phase);
+                landing_phase ^= 1;
+                uint4* v_tile = reinterpret_cast<uint4*>(reinterpret_cast<unsigned char*>(shared_storage) +
+                                                         (v_address - raw_address));
+                const int zero_from = kv_len - key_first;
+                for (int index = threadIdx.x; index < (kBlockN - zero_from) * Traits::chunks;
+                     index += Traits::producer_threads) {
+                  const int row = zero_from + index / Traits::chunks;
+                  const int chunk_in_row = index % Traits::chunks;  // column block chunk_in_row / 8
+                  v_tile[(chunk_in_row / 8) * kBlockN * 8 + row * 8 + chunk_in_row % 8] =
+                      make_uint4(0, 0, 0, 0);
+                }
+              }
+            }
+          } else if constexpr (!Traits::kv_tma_only) {
+#pragma unroll
+            for (int pass = 0; pass < kKvPasses; ++pass) {
+              const int row = kv_first_row + pass * kKvRowsPerPass;
+              long long slot;
+              const bool valid =
+                  key_slot<Traits::block_size>(pages[pass], key_first + row, params.num_blocks, kv_len, slot);
+              const bf16_bits* key_row = valid ? key_head + slot * slot_elements : params.key_cache;
+              const bf16_bits* value_row = valid ? value_head + slot * slot_elements : params.value_cache;
+              const int bytes = valid ? 16 : 0;
+              const unsigned row_offset = row * 128u;
+#pragma unroll
+              for (int k = 0; k < Traits::chunks / 2; ++k) {
+                // column block (2 k) / 8 = k / 4, then the swizzled chunk inside its 128-byte row
+                const unsigned offset =
+                    (k / 4) * kBlockN * 128u + row_offset + ((32u * (k % 4)) ^ chunk_swizzle);
+                cp_async_16(k_address + offset, valid ? key_row + 16 * k : key_row, bytes);
+                cp_async_16(v_address + offset, valid ? value_row + 16 * k : value_row, bytes);
+              }
+            }
+          }
+          // No wait here: the barrier gets this thread's arrival when its copies (Q on the first tile, the
+          // gather) have landed, and the producer goes on to the next free stage (v1 waited for each tile's
+          // copies, which left the consumers idle for a tile's load latency whenever both stages were in
+          // use). After zeroing, the arrival must also publish this thread's stores: wait for its copies (Q)
+          // and arrive plainly (release), as the fp8 path does.
+          if (past_keys) {
+            cp_async_wait<0>();
+            mbarrier_arrive(full);
+          } else {
+            cp_async_mbarrier_arrive(full);
+          }
 #pragma unroll
           for (int r = 0; r < kPageRegisters; ++r) pages[r] = next_pages[r];
+          box_page = next_box_page;
           tile = following;
         }
       }
-      cp_async_wait<0>();
-      return;
-    }
-
-    int box_page = -1;
-    prefetch(tile, pages, box_page);
-
-    for (int i = 0; i < tile_count; ++i) {
-      const int stage = i % kStages;
-      int next_pages[kPageRegisters];
-      int next_box_page = -1;
-      const int following = i + 1 < tile_count ? next_tile(tile) : tile;
-      if (i + 1 < tile_count) prefetch(following, next_pages, next_box_page);
-      // Reusing a stage: wait until both consumers released its previous tile (i - stages).
-      if (i >= kStages) mbarrier_wait_parity(empty_barriers + stage * 8, ((i / kStages) - 1) & 1);
-      if (i == 0) copy_q();
-      const int key_first = tile * kBlockN;
-      const unsigned k_address = base_address + Traits::k_offset + stage * Traits::k_bytes;
-      const unsigned v_address = base_address + Traits::v_offset + stage * Traits::v_bytes;
-      const unsigned full = full_barriers + stage * 8;
-      // TMA only: the tile reaching past the keys lands on the landing barrier; the producer then zeroes its
-      // V rows past kv_len and arrives on the full barrier itself (at most one such tile per CTA).
-      const bool past_keys = Traits::kv_tma_only && key_first + kBlockN > kv_len;
-      if (uses_tma(tile)) {
-        if constexpr (Traits::kv_tma) {
-          const unsigned landing = base_address + Traits::landing_barrier_offset;
-          // The bytes first (this thread's arrival below is one the phase still needs), then the boxes. The
-          // other warps' boxes may complete before the expect_tx: the phase still waits for every producer
-          // thread's arrival (the landing barrier for this thread's), so the count only dips meanwhile.
-          if (threadIdx.x == 0) {
-            if (past_keys) {
-              mbarrier_arrive_expect_tx(landing, Traits::kv_tile_bytes);
-            } else {
-              mbarrier_expect_tx(full, Traits::kv_tile_bytes);
-            }
-          }
-          __syncwarp();
-          if (box < Traits::kv_boxes) {
-            const bool value = box >= Traits::kv_boxes_per_tensor;
-            const int in_tensor = box % Traits::kv_boxes_per_tensor;
-            const int page_in_tile = in_tensor / Traits::kv_column_blocks;
-            const int column_block = in_tensor % Traits::kv_column_blocks;
-            const int page = box_page;
-            const int position = key_first + page_in_tile * Traits::kv_box_rows;
-            // A page outside the pool (or past the block table) loads a box wholly before the map's
-            // first slot: TMA writes zeros there, as the gather does.
-            const int slot = page >= 0 && page < params.num_blocks
-                                 ? page * Traits::block_size +
-                                       static_cast<int>(static_cast<unsigned>(position) % Traits::block_size)
-                                 : -Traits::kv_box_rows;
-            const unsigned destination = (value ? v_address : k_address) + column_block * kBlockN * 128u +
-                                         page_in_tile * Traits::kv_box_rows * 128u;
-            tma_load_2d(destination, value ? &kernel_params.value_map : &kernel_params.key_map,
-                        past_keys ? landing : full, kv_head * kHeadDim + column_block * 64, slot);
-          }
-          if (past_keys) {
-            // V rows [kv_len - key_first, block_n): every 16-byte chunk of each row, so the swizzle (a
-            // permutation inside a row) does not matter.
-            mbarrier_wait_parity(landing, 0);
-            uint4* v_tile = reinterpret_cast<uint4*>(reinterpret_cast<unsigned char*>(shared_storage) +
-                                                     (v_address - raw_address));
-            const int zero_from = kv_len - key_first;
-            for (int index = threadIdx.x; index < (kBlockN - zero_from) * Traits::chunks;
-                 index += Traits::producer_threads) {
-              const int row = zero_from + index / Traits::chunks;
-              const int chunk_in_row = index % Traits::chunks;  // column block chunk_in_row / 8
-              v_tile[(chunk_in_row / 8) * kBlockN * 8 + row * 8 + chunk_in_row % 8] = make_uint4(0, 0, 0, 0);
-            }
-          }
-        }
-      } else if constexpr (!Traits::kv_tma_only) {
-#pragma unroll
-        for (int pass = 0; pass < kKvPasses; ++pass) {
-          const int row = kv_first_row + pass * kKvRowsPerPass;
-          long long slot;
-          const bool valid =
-              key_slot<Traits::block_size>(pages[pass], key_first + row, params.num_blocks, kv_len, slot);
-          const bf16_bits* key_row = valid ? key_head + slot * slot_elements : params.key_cache;
-          const bf16_bits* value_row = valid ? value_head + slot * slot_elements : params.value_cache;
-          const int bytes = valid ? 16 : 0;
-          const unsigned row_offset = row * 128u;
-#pragma unroll
-          for (int k = 0; k < Traits::chunks / 2; ++k) {
-            // column block (2 k) / 8 = k / 4, then the swizzled chunk inside its 128-byte row
-            const unsigned offset = (k / 4) * kBlockN * 128u + row_offset + ((32u * (k % 4)) ^ chunk_swizzle);
-            cp_async_16(k_address + offset, valid ? key_row + 16 * k : key_row, bytes);
-            cp_async_16(v_address + offset, valid ? value_row + 16 * k : value_row, bytes);
-          }
-        }
-      }
-      // No wait here: the barrier gets this thread's arrival when its copies (Q on the first tile, the
-      // gather) have landed, and the producer goes on to the next free stage (v1 waited for each tile's
-      // copies, which left the consumers idle for a tile's load latency whenever both stages were in use).
-      // After zeroing, the arrival must also publish this thread's stores: wait for its copies (Q) and
-      // arrive plainly (release), as the fp8 path does.
-      if (past_keys) {
-        cp_async_wait<0>();
-        mbarrier_arrive(full);
-      } else {
-        cp_async_mbarrier_arrive(full);
-      }
-#pragma unroll
-      for (int r = 0; r < kPageRegisters; ++r) pages[r] = next_pages[r];
-      box_page = next_box_page;
-      tile = following;
+      base += tile_count;
+      ++items_begun;
     }
     cp_async_wait<0>();  // no copy outlives its thread
     return;
@@ -574,56 +647,61 @@ __global__ void __launch_bounds__(Traits::threads, 1)
   const int in_group = lane % 4;  // accumulator columns 2 * in_group + {0, 1} of each n8 tile
   const int warp_row = consumer * 64 + warp * 16;  // first CTA row of this warp
 
-  // The keys this thread's two rows may see, as closed position ranges: the band causality and the window
-  // leave, and the row's span (empty: first > last).
+  // The keys this thread's two rows may see in the current item, as closed position ranges: the band
+  // causality and the window leave, and the row's span (empty: first > last).
   int row_band_first[2], row_band_last[2];
-  int row_span_first[2] = {0, 0};
-  int row_span_last[2] = {-1, -1};
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const int position = q_first + (warp_row + group + 8 * half) / kHeads;
-    row_band_last[half] = min(position, kv_len - 1);
-    row_band_first[half] = Traits::has_window ? position - params.window + 1 : 0;
-    if constexpr (Traits::has_spans)
-      schedule.row_span(position, kv_len, row_span_first[half], row_span_last[half]);
-  }
+  int row_span_first[2], row_span_last[2];
 
   // Online softmax state. row_max holds raw scores (q . k): scale > 0 (validated), so the max commutes
   // with it and each probability is one FFMA + exp2: exp2(s * scale * log2(e) - max * scale * log2(e)).
   // With a softcap the scores are first mapped to x log2(e) = c log2(e) tanh(scale / c q . k) (as
   // attention.cuh does), and row_max holds those (score_multiplier 1). row_sum is this thread's partial
   // over its columns, added across the quad at the end.
-  float row_max[2] = {minus_infinity(), minus_infinity()};
-  float row_sum[2] = {0.0f, 0.0f};
+  float row_max[2], row_sum[2];
+  float output[kOutputRegisters];
   // fp8: q . k is computed against the codes, so k_scale joins the score scale.
   const float score_scale = Traits::kv_fp8 ? params.scale * params.k_scale : params.scale;
   const float tanh_multiplier = Traits::has_softcap ? score_scale / params.softcap : 0.0f;
   const float softcap_multiplier = Traits::has_softcap ? params.softcap * kLog2e : 0.0f;
-  if constexpr (Traits::has_sinks) {
-    // A sink S joins the denominator only (as in attention.cuh): the running max starts at S in the units
-    // row_max keeps (raw scores: S / score_scale; with a softcap S log2(e)) and the running sum at
-    // exp(0) = 1, in one thread of the quad (the four partial sums are added at the end), with no value row.
+  const float score_multiplier = Traits::has_softcap ? 1.0f : score_scale * kLog2e;
+  // The state above at the start of an item (begin_item set).
+  auto begin_rows = [&]() {
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      const int head = first_head + (warp_row + group + 8 * half) % kHeads;
-      row_max[half] = Traits::has_softcap ? params.sinks[head] * kLog2e : params.sinks[head] / score_scale;
-      row_sum[half] = in_group == 0 ? 1.0f : 0.0f;
+      const int position = q_first + (warp_row + group + 8 * half) / kHeads;
+      row_band_last[half] = min(position, kv_len - 1);
+      row_band_first[half] = Traits::has_window ? position - params.window + 1 : 0;
+      row_span_first[half] = 0;
+      row_span_last[half] = -1;
+      if constexpr (Traits::has_spans)
+        schedule.row_span(position, kv_len, row_span_first[half], row_span_last[half]);
+      row_max[half] = minus_infinity();
+      row_sum[half] = 0.0f;
+      if constexpr (Traits::has_sinks) {
+        // A sink S joins the denominator only (as in attention.cuh): the running max starts at S in the
+        // units row_max keeps (raw scores: S / score_scale; with a softcap S log2(e)) and the running sum at
+        // exp(0) = 1, in one thread of the quad (the four partial sums are added at the end), with no value
+        // row.
+        const int head = first_head + (warp_row + group + 8 * half) % kHeads;
+        row_max[half] = Traits::has_softcap ? params.sinks[head] * kLog2e : params.sinks[head] / score_scale;
+        row_sum[half] = in_group == 0 ? 1.0f : 0.0f;
+      }
     }
-  }
-  float output[kOutputRegisters];
 #pragma unroll
-  for (int i = 0; i < kOutputRegisters; ++i) output[i] = 0.0f;
-  const float score_multiplier = Traits::has_softcap ? 1.0f : score_scale * kLog2e;
+    for (int i = 0; i < kOutputRegisters; ++i) output[i] = 0.0f;
+  };
 
   // This warpgroup's 64 Q rows start 64 * 128 bytes into each column block (row % 8 == 0: no swizzle shift).
   const unsigned q_address = base_address + Traits::q_offset + swizzle128_offset(consumer * 64, 0, kBlockM);
 
+  // Tile i of the current item uses stage (base + i) % stages.
+  int base = 0;
   auto wait_full = [&](int i) {
-    mbarrier_wait_parity(full_barriers + (i % kStages) * 8, (i / kStages) & 1);
+    mbarrier_wait_parity(full_barriers + ((base + i) % kStages) * 8, ((base + i) / kStages) & 1);
     // The gathers were generic-proxy writes; the wgmma reads through the async proxy.
     fence_proxy_async_shared();
   };
-  auto release = [&](int i) { mbarrier_arrive(empty_barriers + (i % kStages) * 8); };
+  auto release = [&](int i) { mbarrier_arrive(empty_barriers + ((base + i) % kStages) * 8); };
 
   // S = Q K^T of tile i: [64, block_n], head_dim / 16 k-steps; a 16-wide step is 32 bytes into a 64-wide
   // column block, and every 4 steps the next column block begins. Issued and committed, not waited for.
@@ -632,7 +710,7 @@ __global__ void __launch_bounds__(Traits::threads, 1)
   const unsigned long long q_descriptor = kmajor_descriptor(q_address);
   auto issue_scores = [&](float(&score)[kScoreRegisters], int i) {
     const unsigned long long k_descriptor =
-        kmajor_descriptor(base_address + Traits::k_offset + (i % kStages) * Traits::k_bytes);
+        kmajor_descriptor(base_address + Traits::k_offset + ((base + i) % kStages) * Traits::k_bytes);
 #pragma unroll
     for (int k = 0; k < kHeadDim / 16; ++k) {
       const unsigned long long a = q_descriptor + ((k / 4) * kBlockM * 128 + (k % 4) * 32) / 16;
@@ -645,8 +723,8 @@ __global__ void __launch_bounds__(Traits::threads, 1)
   // O += P V of tile i: V [block_n keys, head_dim] is the N-major B operand; k-step k starts 16 rows (2048
   // bytes) further, and the descriptor's leading offset steps from one 64-column block to the next.
   auto issue_pv = [&](const unsigned(&p)[kPSteps][4], int i) {
-    const unsigned long long v_descriptor =
-        mnmajor_descriptor(base_address + Traits::v_offset + (i % kStages) * Traits::v_bytes, kBlockN * 128);
+    const unsigned long long v_descriptor = mnmajor_descriptor(
+        base_address + Traits::v_offset + ((base + i) % kStages) * Traits::v_bytes, kBlockN * 128);
 #pragma unroll
     for (int k = 0; k < kPSteps; ++k)
       wgmma_rs<kHeadDim, /*kTransposeB=*/1>(output, p[k], v_descriptor + (k * 16 * 128) / 16,
@@ -755,8 +833,9 @@ __global__ void __launch_bounds__(Traits::threads, 1)
   };
 
   // Ping-pong turns around each point where a warpgroup issues wgmmas: both warpgroups have the same
-  // number of such points (the same tiles), warpgroup 0 goes first (warpgroup 1 arrives for it once at
-  // the start) and warpgroup 1 does not hand a turn back after its last, so every bar.arrive is matched.
+  // number of such points (the same items and tiles), warpgroup 0 goes first (warpgroup 1 arrives for it
+  // once at the start) and warpgroup 1 does not hand a turn back after its last (the last item's last), so
+  // every bar.arrive is matched.
   if constexpr (Traits::ping_pong) {
     if (consumer == 1) named_barrier_arrive(1);
   }
@@ -769,87 +848,102 @@ __global__ void __launch_bounds__(Traits::threads, 1)
     }
   };
 
+  // The consumers have read Q (every S = Q K^T of the item has completed): the producer may load the next.
+  auto release_q = [&]() { mbarrier_arrive(q_empty_barrier); };
+
   float score[kScoreRegisters];
   unsigned p[kPSteps][4];
   float correction[2];
-  int tile = first_tile;  // the key tile of iteration i (stages and barrier phases follow i)
-  if constexpr (!Traits::overlap_softmax) {
-    for (int i = 0; i < tile_count; ++i, tile = next_tile(tile)) {
-      wait_full(i);
+  for (int round = next_round(0), following; round < rounds; round = following) {
+    following = next_round(round + 1);
+    const bool last_item = following >= rounds;
+    begin_item(item_of_round(round));
+    begin_rows();
+    int tile = first_tile;  // the key tile of iteration i
+    if constexpr (!Traits::overlap_softmax) {
+      for (int i = 0; i < tile_count; ++i, tile = next_tile(tile)) {
+        wait_full(i);
+        begin_turn();
+        wgmma_fence();
+        issue_scores(score, i);
+        end_turn(false);
+        wgmma_wait_group<0>();
+        fence_registers(score);
+        softmax(score, tile, correction);
+        rescale(correction);
+        pack(score, p);
+        if (i == tile_count - 1) release_q();
+        begin_turn();
+        wgmma_fence();
+        issue_pv(p, i);
+        end_turn(last_item && i == tile_count - 1);
+        wgmma_wait_group<0>();
+        fence_registers(output);
+        release(i);  // this thread is done reading the stage
+      }
+    } else {
+      // Tile 0's scores alone; then per tile i: S(i) and P(i-1) V(i-1) queued together, softmax(i) while
+      // P V runs, and only then O's rescale by tile i's correction; P(i) waits for the next iteration.
+      wait_full(0);
       begin_turn();
       wgmma_fence();
-      issue_scores(score, i);
+      issue_scores(score, 0);
       end_turn(false);
       wgmma_wait_group<0>();
       fence_registers(score);
-      softmax(score, tile, correction);
-      rescale(correction);
+      softmax(score, tile, correction);  // O is still zero: no rescale
       pack(score, p);
+      for (int i = 1; i < tile_count; ++i) {
+        tile = next_tile(tile);
+        wait_full(i);
+        begin_turn();
+        wgmma_fence();
+        issue_scores(score, i);
+        issue_pv(p, i - 1);
+        end_turn(false);
+        wgmma_wait_group<1>();  // S(i) has landed; P V (i - 1) may still run
+        fence_registers(score);
+        softmax(score, tile, correction);
+        wgmma_wait_group<0>();
+        fence_registers(output);
+        release(i - 1);
+        rescale(correction);
+        pack(score, p);
+      }
+      release_q();
       begin_turn();
       wgmma_fence();
-      issue_pv(p, i);
-      end_turn(i == tile_count - 1);
+      issue_pv(p, tile_count - 1);
+      end_turn(last_item);
       wgmma_wait_group<0>();
       fence_registers(output);
-      release(i);  // this thread is done reading the stage
+      release(tile_count - 1);
     }
-  } else {
-    // Tile 0's scores alone; then per tile i: S(i) and P(i-1) V(i-1) queued together, softmax(i) while
-    // P V runs, and only then O's rescale by tile i's correction; P(i) waits for the next iteration.
-    wait_full(0);
-    begin_turn();
-    wgmma_fence();
-    issue_scores(score, 0);
-    end_turn(false);
-    wgmma_wait_group<0>();
-    fence_registers(score);
-    softmax(score, tile, correction);  // O is still zero: no rescale
-    pack(score, p);
-    for (int i = 1; i < tile_count; ++i) {
-      tile = next_tile(tile);
-      wait_full(i);
-      begin_turn();
-      wgmma_fence();
-      issue_scores(score, i);
-      issue_pv(p, i - 1);
-      end_turn(false);
-      wgmma_wait_group<1>();  // S(i) has landed; P V (i - 1) may still run
-      fence_registers(score);
-      softmax(score, tile, correction);
-      wgmma_wait_group<0>();
-      fence_registers(output);
-      release(i - 1);
-      rescale(correction);
-      pack(score, p);
-    }
-    begin_turn();
-    wgmma_fence();
-    issue_pv(p, tile_count - 1);
-    end_turn(true);
-    wgmma_wait_group<0>();
-    fence_registers(output);
-    release(tile_count - 1);
-  }
 
-  // ---- epilogue: normalize and store bf16 pairs ------------------------------------------------------
-  // output: [num_tokens, query_heads * head_dim], rows output_row_stride apart
+    // ---- epilogue: normalize and store bf16 pairs ------------------------------------------------------
+    // output: [num_tokens, query_heads * head_dim], rows output_row_stride apart. The item's place is
+    // looked up again rather than kept through the loop in registers the consumers do not have.
+    const Place place = locate(item_of_round(round));
+    const int out_rows = min(kTokens, place.query_len - place.row_begin);
 #pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const float total = quad_sum(row_sum[half]);
-    // fp8: P V was computed against the codes; v_scale restores the values.
-    const float inverse = total > 0.0f ? (Traits::kv_fp8 ? params.v_scale : 1.0f) / total : 0.0f;
-    const int row = warp_row + group + 8 * half;
-    if (row < Traits::used_rows && row / kHeads < rows) {
-      const long long token = query_start + row_begin + row / kHeads;
-      const int head = first_head + row % kHeads;
-      bf16_bits* destination =
-          params.output + token * params.output_row_stride + head * kHeadDim + 2 * in_group;
+    for (int half = 0; half < 2; ++half) {
+      const float total = quad_sum(row_sum[half]);
+      // fp8: P V was computed against the codes; v_scale restores the values.
+      const float inverse = total > 0.0f ? (Traits::kv_fp8 ? params.v_scale : 1.0f) / total : 0.0f;
+      const int row = warp_row + group + 8 * half;
+      if (row < Traits::used_rows && row / kHeads < out_rows) {
+        const long long token = place.query_start + place.row_begin + row / kHeads;
+        const int head = place.first_head + row % kHeads;
+        bf16_bits* destination =
+            params.output + token * params.output_row_stride + head * kHeadDim + 2 * in_group;
 #pragma unroll
-      for (int j = 0; j < kHeadDim / 8; ++j) {
-        *reinterpret_cast<unsigned*>(destination + 8 * j) =
-            pack_bf16(output[4 * j + 2 * half] * inverse, output[4 * j + 2 * half + 1] * inverse);
+        for (int j = 0; j < kHeadDim / 8; ++j) {
+          *reinterpret_cast<unsigned*>(destination + 8 * j) =
+              pack_bf16(output[4 * j + 2 * half] * inverse, output[4 * j + 2 * half + 1] * inverse);
+        }
       }
     }
+    base += tile_count;
   }
 #else
   // Not an sm_90a target: the plan never picks this kernel there (choose_attention_kernel).

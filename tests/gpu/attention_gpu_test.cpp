@@ -243,7 +243,9 @@ struct KernelOutput {
   float milliseconds = 0;  // median of the timed launches (timing runs only)
 };
 
-KernelOutput run_kernel(const plan::AttentionSpec& spec, const Problem& p, int timed_launches = 0) {
+// `multiprocessors`: the sm_90a kernel's persistent grid (launch_attention; 0: one CTA per work item).
+KernelOutput run_kernel(const plan::AttentionSpec& spec, const Problem& p, int timed_launches = 0,
+                        int multiprocessors = 0) {
   const int query_heads = p.config.query_heads;
   const int value_head_dim = p.config.value_head_dim;
   driver::DeviceBuffer d_query = driver::DeviceBuffer::from_host(p.query_rows);
@@ -300,7 +302,7 @@ KernelOutput run_kernel(const plan::AttentionSpec& spec, const Problem& p, int t
 
   const driver::Function& function = kernels().function(spec);
   gpu().context.synchronize();  // uploads from pageable memory may still be in flight on the legacy stream
-  plan::launch_attention(function, spec, params, query_heads, stream.handle());
+  plan::launch_attention(function, spec, params, query_heads, stream.handle(), multiprocessors);
   stream.synchronize();
 
   KernelOutput result;
@@ -309,7 +311,7 @@ KernelOutput run_kernel(const plan::AttentionSpec& spec, const Problem& p, int t
     for (int i = 0; i < timed_launches; ++i) {
       const driver::Event start = driver::Event::create(), stop = driver::Event::create();
       start.record(stream.handle());
-      plan::launch_attention(function, spec, params, query_heads, stream.handle());
+      plan::launch_attention(function, spec, params, query_heads, stream.handle(), multiprocessors);
       stop.record(stream.handle());
       times.push_back(driver::elapsed_ms(start, stop));
     }
@@ -421,6 +423,17 @@ void check_case(const Case& c, std::uint64_t seed, const plan::AttentionSpec& sp
               spec.tiling.heads_per_cta, errors.overall, errors.worst_block);
   CHECK(errors.overall < 1e-2);
   CHECK(errors.worst_block < 1e-2);
+  if (spec.kernel == plan::AttentionKernel::wgmma_sm90) {
+    // The persistent grid on 3 CTAs (the test problems have a few dozen items at most): each CTA walks
+    // several items in both directions of the snake order, skips the query tiles past short chunks, and
+    // carries its stage phases, Q buffer and ping-pong turns from item to item. The same items computed
+    // the same way: bit-identical to one CTA per item.
+    REQUIRE(spec.tiling.persistent);
+    const KernelOutput persistent = run_kernel(spec, p, 0, 3);
+    CHECK(persistent.unwritten == 0);
+    CHECK(persistent.guards_touched == 0);
+    CHECK(persistent.values == got.values);
+  }
 }
 
 void check_case(const Case& c, std::uint64_t seed) {
@@ -1072,7 +1085,7 @@ TEST_CASE("sm_90a wgmma attention with TMA K/V loads matches the reference", "[g
 TEST_CASE("attention over 32k tokens matches the reference on sampled rows", "[.attention_long][gpu]") {
   // One 32768-token chunk, GQA 4, D 128, pages of 64, full causal and a 4096-key window; rows sampled at
   // the start, the middle and the end, each against the double-precision reference. Both kernels where
-  // the device has both.
+  // the device has both; the sm_90a kernel as the plan launches it, persistent (2048 items over the SMs).
   std::vector<plan::AttentionKernel> kinds = {plan::AttentionKernel::mma_sync};
   if (device_is_sm90a()) kinds.push_back(plan::AttentionKernel::wgmma_sm90);
   for (const std::optional<int> window : {std::optional<int>{}, std::optional<int>{4096}}) {
@@ -1086,7 +1099,8 @@ TEST_CASE("attention over 32k tokens matches the reference on sampled rows", "[.
     const Problem p = make_problem(c, rng);
     for (const plan::AttentionKernel kind : kinds) {
       const plan::AttentionSpec spec = spec_with_kernel(c, kind);
-      const KernelOutput got = run_kernel(spec, p);
+      const bool sm90 = kind == plan::AttentionKernel::wgmma_sm90;
+      const KernelOutput got = run_kernel(spec, p, 0, sm90 ? device_multiprocessors() : 0);
       INFO(c.name << " " << plan::to_string(kind));
       CHECK(got.unwritten == 0);
       CHECK(got.guards_touched == 0);
@@ -1106,7 +1120,8 @@ TEST_CASE("attention speed of both kernels", "[.attention_speed][gpu]") {
   // those). FLOPs = 4 * Hq * D * allowed (query, key) pairs; median of 20 launches after a warm-up
   // (run_kernel); the last 64 rows are checked against the reference so a fast wrong kernel cannot pass.
   // The sm_90a kernel runs each consumer schedule (serial or overlapped softmax, with and without
-  // ping-pong, gather or TMA) so one log compares them on the same inputs.
+  // ping-pong, gather or TMA) so one log compares them on the same inputs, each with one CTA per work item
+  // and with the persistent grid (one CTA per SM; the plan's launch).
   struct Shape {
     int head_dim, tokens, block_size;
     bool bidirectional = false;  // one span over the whole prompt (how a causal runtime is asked)
@@ -1169,25 +1184,31 @@ TEST_CASE("attention speed of both kernels", "[.attention_speed][gpu]") {
         spec.tiling.kv_tma = variant.kv_tma;
         spec.tiling.shared_bytes = spec.dynamic_shared_bytes();
       }
-      const KernelOutput got = run_kernel(spec, p, 20);
-      CHECK(got.unwritten == 0);
-      CHECK(got.guards_touched == 0);
-      const double error = sampled_error(p, got, shape.tokens - 64, 64);
-      CHECK(error < 1e-2);
-      const compiler::ResourceUsage& resources = kernels().resources(spec);
-      std::printf(
-          "attention speed %-10s stages %d overlap %d ping-pong %d kv_tma %d D %3d S %5d page %2d Hq 32 Hkv "
-          "8 "
-          "%s bm %3d bn %3d "
-          "(%d regs, %d spill bytes, %d smem): %.3f ms, %.1f TFLOP/s, tail rel L2 %.2e\n",
-          plan::to_string(variant.kernel), spec.tiling.stages, int(spec.tiling.overlap_softmax),
-          int(spec.tiling.ping_pong), int(spec.tiling.kv_tma), shape.head_dim, shape.tokens, shape.block_size,
-          shape.bidirectional ? "bidirectional"
-          : shape.fp8         ? "causal fp8 cache"
-          : shape.sinks       ? "causal sinks"
-                              : "causal",
-          spec.tiling.block_m, spec.tiling.block_n, resources.registers, resources.spill_bytes(),
-          spec.dynamic_shared_bytes(), got.milliseconds, flops / (got.milliseconds * 1e-3) / 1e12, error);
+      const bool sm90 = variant.kernel == plan::AttentionKernel::wgmma_sm90;
+      for (const int multiprocessors :
+           sm90 ? std::vector<int>{0, device_multiprocessors()} : std::vector<int>{0}) {
+        const KernelOutput got = run_kernel(spec, p, 20, multiprocessors);
+        CHECK(got.unwritten == 0);
+        CHECK(got.guards_touched == 0);
+        const double error = sampled_error(p, got, shape.tokens - 64, 64);
+        CHECK(error < 1e-2);
+        const compiler::ResourceUsage& resources = kernels().resources(spec);
+        std::printf(
+            "attention speed %-10s stages %d overlap %d ping-pong %d kv_tma %d persistent %d D %3d S %5d "
+            "page "
+            "%2d Hq 32 Hkv 8 %s bm %3d bn %3d (%d regs, %d spill bytes, %d smem): %.3f ms, %.1f TFLOP/s, "
+            "tail "
+            "rel L2 %.2e\n",
+            plan::to_string(variant.kernel), spec.tiling.stages, int(spec.tiling.overlap_softmax),
+            int(spec.tiling.ping_pong), int(spec.tiling.kv_tma), int(multiprocessors > 0), shape.head_dim,
+            shape.tokens, shape.block_size,
+            shape.bidirectional ? "bidirectional"
+            : shape.fp8         ? "causal fp8 cache"
+            : shape.sinks       ? "causal sinks"
+                                : "causal",
+            spec.tiling.block_m, spec.tiling.block_n, resources.registers, resources.spill_bytes(),
+            spec.dynamic_shared_bytes(), got.milliseconds, flops / (got.milliseconds * 1e-3) / 1e12, error);
+      }
     }
   }
 }

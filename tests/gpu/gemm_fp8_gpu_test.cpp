@@ -39,10 +39,6 @@ config::Arch fp8_device_arch() {
   return *config::parse_arch(driver::query_device(gpu().context.ordinal()).arch_name());
 }
 
-int fp8_device_multiprocessors() {
-  return driver::query_device(gpu().context.ordinal()).multiprocessors;
-}
-
 struct LoadedKernel {
   driver::Module module;
   driver::Function function;
@@ -128,8 +124,7 @@ void check_fp8_gemm(plan::GemmFp8Kernel kernel, config::Fp8ScaleGranularity gran
   const driver::Function& gemm = fp8_function(gemm_source, spec.dynamic_shared_bytes());
   d_c.fill_bytes_async(kPoisonByte, stream.handle());
   d_activations.fill_bytes_async(kPoisonByte, stream.handle());
-  plan::launch_gemm_fp8(quantize, gemm, spec, params, activations, stream.handle(),
-                        fp8_device_multiprocessors());
+  plan::launch_gemm_fp8(quantize, gemm, spec, params, activations, stream.handle(), device_multiprocessors());
   stream.synchronize();
 
   // The quantizer, bit for bit.
@@ -248,7 +243,7 @@ TEST_CASE("fp8-activation GEMM speed at 8192x6144x4096", "[.gemm_fp8_speed][gpu]
   const compiler::KernelSource gemm_source = spec.source();
   const driver::Function& quantize = fp8_function(quantize_source, 0);
   const driver::Function& gemm = fp8_function(gemm_source, spec.dynamic_shared_bytes());
-  const int sms = fp8_device_multiprocessors();
+  const int sms = device_multiprocessors();
   const auto time_ms = [&](const auto& enqueue) {
     for (int i = 0; i < 5; ++i) enqueue();
     std::vector<float> milliseconds;

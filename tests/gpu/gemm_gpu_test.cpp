@@ -62,10 +62,6 @@ config::Arch device_arch() {
   return *config::parse_arch(driver::query_device(gpu().context.ordinal()).arch_name());
 }
 
-int device_multiprocessors() {
-  return driver::query_device(gpu().context.ordinal()).multiprocessors;
-}
-
 // The specs a case runs: every mma.sync tiling; on sm_90a also the wgmma tilings whose block_n the
 // segments allow, each without and with clusters of 2, and the heuristic's own pick.
 std::vector<plan::GemmSpec> specs_for(int segments, bool has_bias, const std::vector<int>& widths, int m,

@@ -51,6 +51,10 @@ Gpu& gpu() {
   return instance;
 }
 
+int device_multiprocessors() {
+  return driver::query_device(gpu().context.ordinal()).multiprocessors;
+}
+
 config::AttentionConfig make_config(int hidden_size, int query_heads, int kv_heads, int head_dim,
                                     int value_head_dim, int block_size) {
   nlohmann::json json = {{"schema", "attnplan/v1"},

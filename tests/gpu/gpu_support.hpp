@@ -39,6 +39,9 @@ struct Gpu {
 // The process-wide GPU fixture (one context, one cache, created on first use).
 Gpu& gpu();
 
+// The device's SMs: the persistent grids of the wgmma GEMM and the sm_90a attention.
+int device_multiprocessors();
+
 // A config with the given shapes and defaults for everything else (validated).
 config::AttentionConfig make_config(int hidden_size, int query_heads, int kv_heads, int head_dim,
                                     int value_head_dim, int block_size);

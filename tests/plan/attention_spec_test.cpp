@@ -339,14 +339,15 @@ TEST_CASE("sm_90a attention tiling: 128 query rows, 128-key tiles up to D 128, 6
     CHECK(tiling.shared_bytes == sm90_attention_shared_bytes(d, tiling.block_n, tiling.stages));
     CHECK(tiling.shared_bytes <= max_shared_bytes_per_block(kSm90a));
   }
-  // Q [128, 128] + 2 x (K + V) [128, 128] bf16 = 160 KiB, plus alignment slack and four mbarriers.
-  CHECK(sm90_attention_shared_bytes(128, 128, 2) == 1024 + 160 * 1024 + 32);
-  // Three stages: 224 KiB + slack + six mbarriers, just under the 227 KiB opt-in limit; D 256 would not fit.
-  CHECK(sm90_attention_shared_bytes(128, 128, 3) == 1024 + 224 * 1024 + 48);
+  // Q [128, 128] + 2 x (K + V) [128, 128] bf16 = 160 KiB, plus alignment slack, four stage mbarriers and Q's.
+  CHECK(sm90_attention_shared_bytes(128, 128, 2) == 1024 + 160 * 1024 + 32 + 8);
+  // Three stages: 224 KiB + slack + seven mbarriers, just under the 227 KiB opt-in limit; D 256 would not
+  // fit.
+  CHECK(sm90_attention_shared_bytes(128, 128, 3) == 1024 + 224 * 1024 + 48 + 8);
   CHECK(sm90_attention_shared_bytes(256, 64, 3) > max_shared_bytes_per_block(kSm90a));
   // An fp8 cache adds two staging buffers of K and V codes: D 128 keeps two stages (224 KiB + slack), in
   // series; D 64 keeps three and the overlapped schedule.
-  CHECK(sm90_attention_shared_bytes(128, 128, 2, true) == 1024 + 224 * 1024 + 32);
+  CHECK(sm90_attention_shared_bytes(128, 128, 2, true) == 1024 + 224 * 1024 + 32 + 8);
   const AttentionTiling fp8_128 = choose_sm90_attention_tiling(128, 4, /*kv_fp8=*/true);
   CHECK(fp8_128.stages == 2);
   CHECK_FALSE(fp8_128.overlap_softmax);
@@ -393,12 +394,22 @@ TEST_CASE("attention spec on sm_90a: the wgmma kernel's stub, launch shape and c
   CHECK(source.spec.at("dynamic_shared_bytes") == spec.dynamic_shared_bytes());
   CHECK(spec.dynamic_shared_bytes() == sm90_attention_shared_bytes(128, 128, 3));
 
+  // Work items: ceil(300 / 32) query tiles (4 heads x 32 tokens per CTA) x 3 sequences x 8 head groups (one
+  // per kv head) = 240, one CTA each without the SM count, at most one per SM with it.
+  CHECK(spec.tiling.persistent);
   const driver::LaunchShape shape = spec.launch_shape(3, 300, 32);
-  CHECK(shape.grid.x == 10);  // ceil(300 / 32): 4 heads x 32 tokens per CTA
-  CHECK(shape.grid.y == 3);
-  CHECK(shape.grid.z == 8);  // one CTA column per kv head
+  CHECK(shape.grid.x == 240);
+  CHECK(shape.grid.y == 1);
+  CHECK(shape.grid.z == 1);
   CHECK(shape.block.x == 384);
+  CHECK(spec.launch_shape(3, 300, 32, 132).grid.x == 132);
+  CHECK(spec.launch_shape(3, 300, 32, 1000).grid.x == 240);
+  AttentionSpec per_item = spec;
+  per_item.tiling.persistent = false;
+  CHECK(per_item.launch_shape(3, 300, 32, 132).grid.x == 240);
   CHECK_THROWS_AS(spec.launch_shape(3, 300, 30), Error);  // not a multiple of heads_per_cta
+  // Items numbered in an int (at most 2^30): 2^25 query tiles x 64 sequences x 8 head groups do not fit.
+  CHECK_THROWS_AS(spec.launch_shape(64, 1 << 30, 32, 132), Error);
   CHECK(shape.dynamic_shared_bytes == unsigned(spec.dynamic_shared_bytes()));
 
   AttentionParams params = llama_params();
@@ -489,6 +500,10 @@ TEST_CASE("sm_90a attention compiles to wgmma without spills", "[plan][attention
       // TMA K/V loads: pages smaller than, equal to and larger than a tile, with spans and windows.
       {128, 4, 16, false, false, true},
       {128, 4, 64, true, true, true},
+      {128, 4, 64, false, true, true},  // the bidirectional bench row (spans, no window)
+      {128, 4, 16, false, true, true},
+      {64, 8, 16, false, true, true},
+      {256, 2, 16, false, true, true},
       {64, 8, 1024, false, false, true},
       {64, 1, 8, true, false, true},
       {64, 2, 128, true, true, true},
