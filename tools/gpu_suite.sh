@@ -11,10 +11,10 @@
 # tokens, 4 sequences, prefix 300: at least dequantized_min_tokens, so weight-only quantized plans run their
 # dequantized path; `plans`, at 300 tokens, runs their quantized kernels), `hf` the HF transformers layers,
 # `host` ctest without the GPU label.
-# On an H200 (2026-11-30): build ~40 s, tests ~6.5 min, plans ~3 min, verify ~4 min (at 1000 tokens; 1100
-# estimated ~4.5), hf ~1 min. Where one
+# On an H200 (2026-11-30): build ~40-70 s, tests ~6.5 min (8.7 min in session 9: 522 s, with the cold
+# kernel cache), plans ~3 min, verify ~4 min (at 1000 tokens; 1100 estimated ~4.5), hf ~1 min. Where one
 # command is limited to 10 minutes, run `build tests` and `build plans verify hf` apart (the build is
-# incremental; the kernel cache in $ATTNPLAN_CACHE_DIR is shared). Two parts run at once on one GPU slow
+# incremental; the kernel cache in $ATTNPLAN_CACHE_DIR is shared), and leave nothing else in that call. Two parts run at once on one GPU slow
 # each other down: tests and verify side by side took more than 8 minutes.
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
