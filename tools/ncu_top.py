@@ -7,6 +7,10 @@ the barrier test above it).
 
     tools/ncu_top.py gpu-logs/profile/attention-d128-4k-p16-sass.csv [--top 20] [--context 3]
     tools/ncu_top.py A-sass.csv B-sass.csv         # two profiles side by side
+    tools/ncu_top.py fp8-llama-8k-sass.csv --kernel 1   # the second profiled launch of an export
+
+An export of several launches (profile.sh's gemm and fp8 parts take two: q|k|v, then o) holds one section
+per launch, each opened by its kernel name row; --kernel picks one (default the first).
 
 With two files the listings are aligned as a diff aligns lines (SASS text, branch targets blanked) and each
 pair shows both sample counts: how pages of 16 and of 64 differed in session 7 (docs/attention-notes.md).
@@ -22,15 +26,20 @@ EXECUTED = "Instructions Executed"
 ADDRESS = re.compile(r"0x[0-9a-f]{9,}")  # absolute code addresses: branch targets
 
 
-def load(path):
-    """[(address, sass, samples, executed)] in program order, from an ncu source-page CSV."""
+def load(path, kernel=0):
+    """[(address, sass, samples, executed)] in program order, from an ncu source-page CSV: launch `kernel`
+    of the export (its sections each open with a kernel name row, then the header)."""
     with open(path, newline="") as handle:
         rows = list(csv.reader(handle))
-    # The first row names the kernel; the header follows.
-    header_at = next((i for i, row in enumerate(rows) if SAMPLES in row), None)
-    if header_at is None:
+    headers = [i for i, row in enumerate(rows) if SAMPLES in row]
+    if not headers:
         sys.exit(f"ncu_top: {path} has no '{SAMPLES}' column (profile with --section SourceCounters and "
                  "export with --page source --csv --print-source sass)")
+    if not 0 <= kernel < len(headers):
+        sys.exit(f"ncu_top: {path} holds {len(headers)} launch(es); --kernel {kernel} is not one of them")
+    header_at = headers[kernel]
+    # The section ends at the next launch's kernel name row (the row before its header).
+    end = headers[kernel + 1] - 1 if kernel + 1 < len(headers) else len(rows)
     header = rows[header_at]
     address, source = header.index("Address"), header.index("Source")
     samples, executed = header.index(SAMPLES), header.index(EXECUTED)
@@ -39,7 +48,7 @@ def load(path):
         return int(text.replace(",", "")) if text.strip() else 0
 
     return [(row[address], row[source].strip(), number(row[samples]), number(row[executed]))
-            for row in rows[header_at + 1:] if len(row) > max(samples, executed)]
+            for row in rows[header_at + 1:end] if len(row) > max(samples, executed)]
 
 
 def top_one(instructions, top, context):
@@ -88,13 +97,15 @@ def main(argv=None):
     parser.add_argument("csv", nargs="+", help="one or two ncu source-page CSV exports")
     parser.add_argument("--top", type=int, default=20, help="instructions shown (default 20)")
     parser.add_argument("--context", type=int, default=0, help="instructions shown before each (one file)")
+    parser.add_argument("--kernel", type=int, default=0,
+                        help="which launch of each export (0: the first; exports of several launches)")
     args = parser.parse_args(argv)
     if len(args.csv) > 2:
         parser.error("one or two CSV files")
     if len(args.csv) == 1:
-        top_one(load(args.csv[0]), args.top, args.context)
+        top_one(load(args.csv[0], args.kernel), args.top, args.context)
     else:
-        top_two(load(args.csv[0]), load(args.csv[1]), args.top)
+        top_two(load(args.csv[0], args.kernel), load(args.csv[1], args.kernel), args.top)
     return 0
 
 

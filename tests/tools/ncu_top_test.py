@@ -82,6 +82,17 @@ class NcuTopTest(unittest.TestCase):
         lines = self.run_tool(self.write("a.csv", FIRST), self.write("b.csv", SECOND), "--top", "1")
         self.assertRegex(lines[1], r"^\s+1674\s+51\.8%\s+153\s+29\.1%\s+@!P0\s+BRA")
 
+    def test_an_export_of_two_launches_reads_the_one_asked_for(self):
+        path = os.path.join(self.work.name, "two.csv")
+        with open(path, "w") as handle:
+            handle.write(export(FIRST) + export(SECOND))
+        self.assertEqual([i[2] for i in ncu_top.load(path)], [3, 29, 1674, 1228, 297])
+        self.assertEqual([i[2] for i in ncu_top.load(path, 1)], [2, 0, 12, 153, 279, 80])
+        lines = self.run_tool(path, "--kernel", "1", "--top", "1")
+        self.assertIn("(of 526 samples)", lines[0])
+        with self.assertRaises(SystemExit):
+            ncu_top.load(path, 2)
+
     def test_an_export_without_stall_samples_is_refused(self):
         path = os.path.join(self.work.name, "plain.csv")
         with open(path, "w") as handle:
