@@ -133,10 +133,10 @@ struct AttentionSm90Traits {
   static constexpr int consumer_threads = 128 * consumer_warpgroups;
   static constexpr int stages = kStages;  // K/V tiles in flight
   // 384 threads start at 168 registers each (65536 / 384, rounded down to 8); the producer drops so the
-  // consumers can hold S [64, block_n] and O [64, head_dim] fp32 tiles: 128 * 64 + 256 * 224 = 65536. With
-  // TMA K/V at D <= 128 the producer keeps both the box issue and the gather of the tile past the keys and
-  // needs 72 (ptxas spills it at 64 since the persistent item loop); its consumers fit in 216, which the
-  // gather path's consumers with spans do not (they spill at 216).
+  // consumers can hold S [64, block_n] and O [64, head_dim] fp32 tiles, within the CTA's 384 x 168:
+  // 128 * 56 + 256 * 224 = 64512. With TMA K/V and no spans the producer (box issue, plus the gather of the
+  // tile past the keys at D <= 128, plus the persistent item walk) spills at 56 and gets 72, its consumers
+  // 216; with spans the consumers spill at 216 and keep 224 (the producer then fits 56).
   static constexpr int producer_registers = kKvTma && !kHasSpans ? 72 : 56;
   static constexpr int consumer_registers = kKvTma && !kHasSpans ? 216 : 224;
   static constexpr int launch_registers = 65536 / threads / 8 * 8;  // what the CTA holds: 168 each
