@@ -267,8 +267,8 @@ __global__ void __launch_bounds__(Traits::threads, 1)
     return round;
   };
 
-  // The current item, set by begin_item.
-  int seq, first_head, kv_head, query_start, query_len, row_begin, rows, context_len, kv_len, q_first, q_last;
+  // The current item, set by begin_item: what the producer and consumers read of it.
+  int first_head, kv_head, query_start, row_begin, rows, kv_len, q_first, q_last;
   const int* block_table;
   // The key tiles to visit, in increasing order and each once (attention.cuh's KeyTileSchedule): the band
   // causality and the window leave, [band_begin, band_end), never empty (every row sees itself), plus the
@@ -282,16 +282,15 @@ __global__ void __launch_bounds__(Traits::threads, 1)
   int all_rows_span_first, all_rows_span_end;
   auto begin_item = [&](int item) {
     const Place place = locate(item);
-    seq = place.seq;
+    const int seq = place.seq;
     first_head = place.first_head;  // the item's heads: first_head .. first_head + kHeads - 1
     kv_head = first_head / Traits::group_size;
     query_start = place.query_start;
-    query_len = place.query_len;
-    row_begin = place.row_begin;                 // first chunk token of this tile (< query_len)
-    rows = min(kTokens, query_len - row_begin);  // chunk tokens in this tile
-    context_len = params.context_lens[seq];
-    kv_len = context_len + query_len;   // keys visible to the chunk: positions [0, kv_len)
-    q_first = context_len + row_begin;  // positions of the tile's first and last real tokens
+    row_begin = place.row_begin;                       // first chunk token of this tile (< query_len)
+    rows = min(kTokens, place.query_len - row_begin);  // chunk tokens in this tile
+    const int context_len = params.context_lens[seq];
+    kv_len = context_len + place.query_len;  // keys visible to the chunk: positions [0, kv_len)
+    q_first = context_len + row_begin;       // positions of the tile's first and last real tokens
     q_last = q_first + rows - 1;
     block_table = params.block_tables + static_cast<long long>(seq) * params.max_blocks_per_seq;
     schedule.band_begin = Traits::has_window ? max(0, q_first - params.window + 1) / kBlockN : 0;
