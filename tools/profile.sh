@@ -57,12 +57,10 @@ config["max_tokens"] = 16384
 json.dump(config, open(sys.argv[2], "w"), indent=1)
 EOF
 
-# The bench matrix's D 128 attention config (GQA 32/8, a small hidden size; attention is what counts).
-cat >"$DIR/attention-d128.json" <<'EOF'
-{"schema": "attnplan/v1", "name": "profile GQA 32/8 D128", "hidden_size": 2048, "query_heads": 32,
- "kv_heads": 8, "head_dim": 128, "input_norm": {"epsilon": 1e-5}, "rotary": {"theta": 10000},
- "projection": {"format": "bf16"}, "max_tokens": 16384, "target": {"arch": "auto"}}
-EOF
+# The bench matrix's own D 128 attention config (writes $DIR/attention-d128.json), so the bidirectional
+# profile runs the kernel of the bench table's row.
+python3 -c "import sys; sys.path.insert(0, sys.argv[1]); import bench_matrix; bench_matrix.attention_config(sys.argv[2], 128)" \
+  "$ROOT/tools" "$DIR"
 status=0
 # profile NAME KERNEL_REGEX SKIP COUNT -- attnplan bench arguments...
 profile() {
