@@ -7,6 +7,7 @@
 #include <array>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <numeric>
@@ -1135,6 +1136,28 @@ TEST_CASE("attention speed of both kernels", "[.attention_speed][gpu]") {
     bool kv_tma = false;
   };
   using plan::AttentionKernel::wgmma_sm90;
+  // Rows are named "<shape> <variant>", e.g. "D 128 S 4096 page 64 stages 3 overlap 1 ping-pong 1 kv_tma 1"
+  // or "D 64 S 16384 page 16 sinks plan" ("plan": the plan's own tiling); ATTNPLAN_SPEED_ROWS="page 16
+  // stages 3;S 16384 page 16 plan" runs only the rows whose name contains one of the ';'-separated parts,
+  // so an A/B of template copies (ATTNPLAN_TEMPLATE_DIR) compiles and times just the rows it compares.
+  const auto variant_name = [](const Variant& v) -> std::string {
+    if (v.kernel != wgmma_sm90) return plan::to_string(v.kernel);
+    if (v.stages == 0) return "plan";
+    return "stages " + std::to_string(v.stages) + " overlap " + std::to_string(int(v.overlap)) +
+           " ping-pong " + std::to_string(int(v.ping_pong)) + " kv_tma " + std::to_string(int(v.kv_tma));
+  };
+  const auto selected = [rows = std::string(std::getenv("ATTNPLAN_SPEED_ROWS")
+                                                ? std::getenv("ATTNPLAN_SPEED_ROWS")
+                                                : "")](const std::string& name) {
+    if (rows.empty()) return true;
+    for (std::size_t begin = 0; begin <= rows.size();) {
+      const std::size_t end = std::min(rows.find(';', begin), rows.size());
+      const std::string part = rows.substr(begin, end - begin);
+      if (!part.empty() && name.find(part) != std::string::npos) return true;
+      begin = end + 1;
+    }
+    return false;
+  };
   for (const Shape shape : {Shape{128, 4096, 16}, Shape{128, 4096, 64}, Shape{64, 16384, 16},
                             Shape{256, 4096, 16}, Shape{128, 4096, 64, true},
                             Shape{128, 4096, 64, false, true}, Shape{64, 16384, 16, false, false, true}}) {
@@ -1154,6 +1177,15 @@ TEST_CASE("attention speed of both kernels", "[.attention_speed][gpu]") {
                                                          {wgmma_sm90, 2, false, true, true}};
       variants.insert(variants.end(), sm90.begin(), sm90.end());
     }
+    const std::string shape_name = "D " + std::to_string(shape.head_dim) + " S " +
+                                   std::to_string(shape.tokens) + " page " +
+                                   std::to_string(shape.block_size) +
+                                   (shape.bidirectional ? " bidirectional"
+                                    : shape.fp8         ? " fp8 cache"
+                                    : shape.sinks       ? " sinks"
+                                                        : "");
+    std::erase_if(variants, [&](const Variant& v) { return !selected(shape_name + " " + variant_name(v)); });
+    if (variants.empty()) continue;
     Case c{.name = "speed",
            .query_heads = 32,
            .kv_heads = 8,
