@@ -9,8 +9,8 @@
 // fresh fp32 `partial`; once they complete, partial * a_scale(row, block) * w_scale(block) is added to
 // the fp32 `accumulator`. So every scale is applied exactly, in fp32, and the tensor cores' limited fp8
 // accumulation precision covers only 128 products. Tensor and channel weight scales are constant along K
-// and are applied once, in the epilogue. The other consumer warpgroup keeps the tensor cores busy while
-// one promotes.
+// and are applied once, in the epilogue. Each consumer keeps two partials, so its next block's wgmmas run
+// while it promotes the last one.
 //
 // Tails: TMA zero-fills rows past M or a segment's end and K past K (codes 0), so any M, any N, any K that
 // is a multiple of 16 (16-byte rows of codes) work.
@@ -113,7 +113,7 @@ struct GemmSm90Fp8Traits {
   static constexpr int consumers = 2;
   static constexpr int threads = 128 * (1 + consumers);
   static constexpr int consumer_rows = block_m / consumers;  // 64: one wgmma M
-  static constexpr int accumulators = block_n / 2;           // fp32 per consumer thread, twice (partial)
+  static constexpr int accumulators = block_n / 2;           // fp32 per consumer thread, thrice (partials)
   static constexpr int k_steps = block_k / 32;               // wgmma k32 steps per slot
 
   static constexpr int a_slot_bytes = block_m * block_k;  // [128, 128] e4m3
@@ -216,9 +216,13 @@ __global__ void __launch_bounds__(Traits::threads, 1)
   const int lane = thread % 32;
   const unsigned a_offset = (warpgroup - 1) * Traits::consumer_rows * sm90::kSwizzle128Bytes;
   float accumulator[Traits::accumulators];
-  float partial[Traits::accumulators];
+  // Two partials, so block k's wgmmas are in flight while block k - 1's partial is promoted: with one, each
+  // K block ended in wgmma.wait_group 0 and the promotion, and the tensor cores ran only while the other
+  // warpgroup had wgmmas queued (24% of the stall samples sat at that wait, kernels-notes.md).
+  float partial_a[Traits::accumulators];
+  float partial_b[Traits::accumulators];
 #pragma unroll
-  for (int j = 0; j < Traits::accumulators; ++j) partial[j] = 0.0f;
+  for (int j = 0; j < Traits::accumulators; ++j) partial_a[j] = partial_b[j] = 0.0f;
 
   int slot_use = 0;
   for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
@@ -237,10 +241,11 @@ __global__ void __launch_bounds__(Traits::threads, 1)
 #pragma unroll
     for (int j = 0; j < Traits::accumulators; ++j) accumulator[j] = 0.0f;
 
-    for (int k_tile = 0; k_tile < k_tiles; ++k_tile, ++slot_use) {
-      const int slot = slot_use % Traits::stages;
-      const unsigned phase = (slot_use / Traits::stages) & 1u;
-      // The promotion factors, loaded before the wait so their latency hides behind it.
+    // Waits for K block k_tile's slot, loads its promotion factors and issues its 4 wgmma k32 into `partial`
+    // (the first overwrites: no zeroing between blocks).
+    auto issue = [&](float(&partial)[Traits::accumulators], int k_tile) {
+      const int slot = (slot_use + k_tile) % Traits::stages;
+      const unsigned phase = ((slot_use + k_tile) / Traits::stages) & 1u;
       const float* a_scales = params.a_scales + k_tile * params.a_scale_ld;
       float factor0 = __ldg(a_scales + scale_row0);
       float factor1 = __ldg(a_scales + scale_row1);
@@ -261,14 +266,45 @@ __global__ void __launch_bounds__(Traits::threads, 1)
         sm90::wgmma_ss_fp8_n128(partial, a_descriptor + 2 * step, b_descriptor + 2 * step, step > 0);
       }
       sm90::wgmma_commit_group();
-      sm90::wgmma_wait_group<0>();
+      return make_float2(factor0, factor1);
+    };
+    // Once block k_tile's wgmmas have completed: frees its slot and adds its partial, scaled, to the
+    // accumulator.
+    auto promote = [&](float(&partial)[Traits::accumulators], int k_tile, float factor0, float factor1) {
       sm90::fence_registers(partial);
-      if (lane == 0) sm90::mbarrier_arrive(empty_barriers + 8 * slot);
+      if (lane == 0) sm90::mbarrier_arrive(empty_barriers + 8 * ((slot_use + k_tile) % Traits::stages));
 #pragma unroll
       for (int j = 0; j < Traits::accumulators; ++j) {
         accumulator[j] = fmaf(partial[j], (j / 2) % 2 == 0 ? factor0 : factor1, accumulator[j]);
       }
+    };
+    // Blocks in pairs, so each partial is a fixed register array: even blocks in partial_a, odd ones in
+    // partial_b; wait_group 1 leaves only the block just issued in flight. Straight-line pairs with the
+    // last block or two peeled: with the pair's second half under a branch inside the loop, ptxas could not
+    // tell which partial was still in flight and serialized every wgmma (C7514).
+    float2 pending = issue(partial_a, 0);  // promotion factors of the block in flight
+    int k_tile = 1;
+    for (; k_tile + 1 < k_tiles; k_tile += 2) {
+      const float2 odd = issue(partial_b, k_tile);
+      sm90::wgmma_wait_group<1>();
+      promote(partial_a, k_tile - 1, pending.x, pending.y);
+      pending = odd;
+      const float2 even = issue(partial_a, k_tile + 1);
+      sm90::wgmma_wait_group<1>();
+      promote(partial_b, k_tile, pending.x, pending.y);
+      pending = even;
     }
+    if (k_tile < k_tiles) {  // an even number of blocks: the last one is odd
+      const float2 odd = issue(partial_b, k_tile);
+      sm90::wgmma_wait_group<1>();
+      promote(partial_a, k_tile - 1, pending.x, pending.y);
+      sm90::wgmma_wait_group<0>();
+      promote(partial_b, k_tile, odd.x, odd.y);
+    } else {
+      sm90::wgmma_wait_group<0>();
+      promote(partial_a, k_tile - 1, pending.x, pending.y);
+    }
+    slot_use += k_tiles;
 
     // Epilogue (store_tile): tensor / channel weight scale, bias, one rounding, TMA stores.
     store_tile<Traits::block_n>(

@@ -160,7 +160,8 @@ void check_fp8_gemm(plan::GemmFp8Kernel kernel, config::Fp8ScaleGranularity gran
 
 }  // namespace
 
-// No tile multiples: M 37 / 300 / 1 / 130, N segments 256 | 128 | 40, K 2880 (22.5 blocks of 128), K 272.
+// No tile multiples: M 37 / 300 / 1 / 130, N segments 256 | 128 | 40, K 2880 (22.5 blocks of 128), K 272;
+// then K 112 and 208 (one and two blocks).
 void check_fp8_gemm_shapes(plan::GemmFp8Kernel kernel) {
   std::uint64_t seed = 9001;
   for (auto granularity : {config::Fp8ScaleGranularity::tensor, config::Fp8ScaleGranularity::channel,
@@ -169,6 +170,9 @@ void check_fp8_gemm_shapes(plan::GemmFp8Kernel kernel) {
     check_fp8_gemm(kernel, granularity, 300, 4096, {4096, 1024, 1024}, false, seed++);
     check_fp8_gemm(kernel, granularity, 1, 2880, {200}, true, seed++);
     check_fp8_gemm(kernel, granularity, 130, 272, {384}, false, seed++);
+    // One K block and two (the sm_90a consumers' pipeline peels the last one or two blocks).
+    check_fp8_gemm(kernel, granularity, 64, 112, {256}, true, seed++);
+    check_fp8_gemm(kernel, granularity, 200, 208, {128, 64}, false, seed++);
   }
 }
 

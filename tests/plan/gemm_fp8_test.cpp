@@ -33,6 +33,9 @@ TEST_CASE("fp8-activation kernels compile for sm_80 and sm_90a", "[plan][gemm][g
     CHECK(kernel.resources.spill_bytes() == 0);
     // No wgmma register in flight where the code reads it (ptxas would serialize with waits of its own).
     CHECK(kernel.log.find("warpgroup.wait is injected") == std::string::npos);
+    // Nor anywhere ptxas cannot tell which of the two partials is still in flight (C7514: "wgmma.mma_async
+    // instructions are serialized"; a loop whose second half-pair sat under a branch did that).
+    CHECK(kernel.log.find("serialized") == std::string::npos);
     // 384 threads x 168 = 64512: the kernel-wide budget setmaxnreg redistributes (40 / 232).
     CHECK(kernel.resources.registers <= 168);
     UNSCOPED_INFO(arch.name() << " " << source.render_stub() << ": " << kernel.resources.registers
