@@ -11,6 +11,35 @@
 
 namespace attnplan::kernels {
 
+// The rounds both epilogues below share, for consumer warpgroup `warpgroup` (1 or 2) of `kRounds` [64, 64]
+// boxes: it alternates its two of the CTA's staging boxes at `staging` ([2 warpgroups][2] x 8 KiB,
+// 1024-byte aligned). Per round thread 0 first waits until the box's previous store (two rounds ago, this
+// tile's or the last one's) has read it, the warpgroup syncs on named barrier `warpgroup` (no other user in
+// these kernels), `fill(round, box)` writes the box, the writes are made visible to the async proxy, the
+// warpgroup syncs again and thread 0 stores the box by TMA at C's (column, row) `at(round)` (an int2) and
+// commits, so the warpgroup goes on while the stores drain. After the CTA's last tile the kernel must wait
+// for all its stores (bulk_wait_group<0>).
+template <int kRounds, class Fill, class At>
+__device__ __forceinline__ void store_rounds(const TensorMap& c_map, unsigned staging, int warpgroup,
+                                             Fill&& fill, At&& at) {
+  const unsigned boxes = staging + (warpgroup - 1) * 2 * kGemmSm90StoreBoxBytes;  // this warpgroup's two
+  const int thread = threadIdx.x % 128;
+#pragma unroll
+  for (int round = 0; round < kRounds; ++round) {
+    const unsigned box = boxes + (round % 2) * kGemmSm90StoreBoxBytes;
+    if (thread == 0) sm90::bulk_wait_group_read<1>();
+    sm90::warpgroup_barrier(warpgroup);
+    fill(round, box);
+    sm90::fence_proxy_async_shared();
+    sm90::warpgroup_barrier(warpgroup);
+    if (thread == 0) {
+      const int2 coordinates = at(round);
+      sm90::tma_store_2d(&c_map, box, coordinates.x, coordinates.y);
+      sm90::bulk_commit_group();
+    }
+  }
+}
+
 // The epilogue of a consumer warpgroup: its [64, kN] fp32 accumulators (wgmma.cuh's layout: thread (warp
 // w, lane l) holds, per 8-column block b, the column pair 8 b + 2 (l % 4) + {0, 1} of rows 16 w + l / 4
 // and + 8, as accumulator[4 b + 2 half + {0, 1}]) rounded once to bf16 and stored to C[M, N] (`c_map`:
@@ -19,13 +48,9 @@ namespace attnplan::kernels {
 // accumulator0, accumulator1)` returns the float2 to round.
 //
 // Consumer warpgroup `warpgroup` (1 or 2) holds rows [64 (warpgroup - 1), + 64) of the tile at (m0, n0)
-// and writes them in rounds of one [64, 64] box (stmatrix, 128-byte swizzle), alternating its two of the
-// CTA's staging boxes at `staging` ([2 warpgroups][2] x 8 KiB, 1024-byte aligned), and thread 0 stores
-// each box with one TMA store, so the warpgroup goes on to the next tile's wgmmas while the stores drain;
-// TMA clips rows past M and columns past N (columns [N, ldc) untouched). The warpgroup syncs on named
-// barrier `warpgroup` (1 or 2: no other user in these kernels). Before refilling a box, thread 0 waits
-// until the box's previous store (two rounds ago, this tile's or the last one's) has read it; after the
-// CTA's last tile it must wait for all its stores (bulk_wait_group<0>).
+// and writes them in rounds of one [64, 64] box (stmatrix, 128-byte swizzle; store_rounds), so the
+// warpgroup goes on to the next tile's wgmmas while the stores drain; TMA clips rows past M and columns
+// past N (columns [N, ldc) untouched).
 //
 // Why not 4-byte stores straight from the registers (the first version): each such store of a warp
 // touches 8 rows of C, both warpgroups wait for them at the end of every tile while the tensor cores
@@ -38,9 +63,7 @@ __device__ __forceinline__ void store_tile(const TensorMap& c_map, unsigned stag
   constexpr int kBox = kGemmSm90StoreBox;
   static_assert(kBox * 2 == sm90::kSwizzle128Bytes, "a box row is one 128-byte swizzle row");
   static_assert(kN % kBox == 0, "whole boxes per tile");
-  const unsigned boxes = staging + (warpgroup - 1) * 2 * kGemmSm90StoreBoxBytes;  // this warpgroup's two
-  const int barrier = warpgroup;                                                  // named barriers 1 and 2
-  const int row_begin = m0 + (warpgroup - 1) * kBox;                              // its 64 rows of the tile
+  const int row_begin = m0 + (warpgroup - 1) * kBox;  // its 64 rows of the tile
   const int thread = threadIdx.x % 128;
   const int warp = thread / 32;
   const int lane = thread % 32;
@@ -49,11 +72,7 @@ __device__ __forceinline__ void store_tile(const TensorMap& c_map, unsigned stag
   // warp's 16 (top / bottom halves) of one 8-column block, 2 / 3 the same of the next block.
   const int box_row = 16 * warp + lane % 8 + 8 * ((lane / 8) % 2);
   const unsigned row_address = static_cast<unsigned>(box_row * sm90::kSwizzle128Bytes);
-#pragma unroll
-  for (int round = 0; round < kN / kBox; ++round) {
-    const unsigned box = boxes + (round % 2) * kGemmSm90StoreBoxBytes;
-    if (thread == 0) sm90::bulk_wait_group_read<1>();
-    sm90::warpgroup_barrier(barrier);
+  auto fill = [&](int round, unsigned box) {
 #pragma unroll
     for (int pair_block = 0; pair_block < kBox / 16; ++pair_block) {
       const int block = round * (kBox / 8) + 2 * pair_block;  // 8-column block of the tile
@@ -74,22 +93,18 @@ __device__ __forceinline__ void store_tile(const TensorMap& c_map, unsigned stag
       const unsigned chunk = static_cast<unsigned>((2 * pair_block + lane / 16) ^ (lane % 8));
       sm90::stmatrix_x4(box + row_address + chunk * 16, packed[0], packed[1], packed[2], packed[3]);
     }
-    sm90::fence_proxy_async_shared();
-    sm90::warpgroup_barrier(barrier);
-    if (thread == 0) {
-      sm90::tma_store_2d(&c_map, box, n0 + round * kBox, row_begin);
-      sm90::bulk_commit_group();
-    }
-  }
+  };
+  store_rounds<kN / kBox>(c_map, staging, warpgroup, fill,
+                          [&](int round) { return make_int2(n0 + round * kBox, row_begin); });
 }
 
 // The mixed-input kernel's epilogue (gemm_sm90_w4.cuh), which computes C^T: a consumer warpgroup's
 // [64 weight rows, kTokens] accumulators (the same wgmma layout, rows = weight rows = columns of C, columns
 // = tokens = rows of C) plus bias[h] of its rows 16 w + l / 4 + 8 h, rounded once to bf16 and stored to
-// C through the staging boxes as store_tile does (the same boxes, barrier and waits), transposed on the way
-// into shared memory (stmatrix .trans): round r's box is tokens [64 r, 64 r + 64) x the warpgroup's 64
-// weight rows. The tile starts at token m0 and weight row n0; warpgroup `warpgroup` holds its weight rows
-// [64 (warpgroup - 1), + 64).
+// C through the staging boxes as store_tile does (store_rounds: the same boxes, barrier and waits),
+// transposed on the way into shared memory (stmatrix .trans): round r's box is tokens [64 r, 64 r + 64) x the
+// warpgroup's 64 weight rows. The tile starts at token m0 and weight row n0; warpgroup `warpgroup` holds its
+// weight rows [64 (warpgroup - 1), + 64).
 template <int kTokens>
 __device__ __forceinline__ void store_tile_transposed(const TensorMap& c_map, unsigned staging, int warpgroup,
                                                       int m0, int n0, const float (&accumulator)[kTokens / 2],
@@ -97,8 +112,6 @@ __device__ __forceinline__ void store_tile_transposed(const TensorMap& c_map, un
   constexpr int kBox = kGemmSm90StoreBox;
   static_assert(kBox * 2 == sm90::kSwizzle128Bytes, "a box row is one 128-byte swizzle row");
   static_assert(kTokens % kBox == 0, "whole boxes per tile");
-  const unsigned boxes = staging + (warpgroup - 1) * 2 * kGemmSm90StoreBoxBytes;  // this warpgroup's two
-  const int barrier = warpgroup;                                                  // named barriers 1 and 2
   const int column_begin = n0 + (warpgroup - 1) * kBox;  // its 64 weight rows (columns of C)
   const int thread = threadIdx.x % 128;
   const int warp = thread / 32;
@@ -107,11 +120,7 @@ __device__ __forceinline__ void store_tile_transposed(const TensorMap& c_map, un
   // rows: stored transposed, its rows are the block's tokens and its 16 bytes the half's 8 weight rows,
   // chunk 2 w + i % 2 of the box row, swizzled by the row (token) % 8 = l % 8.
   const unsigned chunk = static_cast<unsigned>((2 * warp + (lane / 8) % 2) ^ (lane % 8));
-#pragma unroll
-  for (int round = 0; round < kTokens / kBox; ++round) {
-    const unsigned box = boxes + (round % 2) * kGemmSm90StoreBoxBytes;
-    if (thread == 0) sm90::bulk_wait_group_read<1>();
-    sm90::warpgroup_barrier(barrier);
+  auto fill = [&](int round, unsigned box) {
 #pragma unroll
     for (int pair_block = 0; pair_block < kBox / 16; ++pair_block) {
       const int block = round * (kBox / 8) + 2 * pair_block;  // 8-token block of the tile
@@ -125,13 +134,9 @@ __device__ __forceinline__ void store_tile_transposed(const TensorMap& c_map, un
       sm90::stmatrix_x4_trans(box + static_cast<unsigned>(box_row * sm90::kSwizzle128Bytes) + chunk * 16,
                               packed[0], packed[1], packed[2], packed[3]);
     }
-    sm90::fence_proxy_async_shared();
-    sm90::warpgroup_barrier(barrier);
-    if (thread == 0) {
-      sm90::tma_store_2d(&c_map, box, column_begin, m0 + round * kBox);
-      sm90::bulk_commit_group();
-    }
-  }
+  };
+  store_rounds<kTokens / kBox>(c_map, staging, warpgroup, fill,
+                               [&](int round) { return make_int2(column_begin, m0 + round * kBox); });
 }
 
 }  // namespace attnplan::kernels
