@@ -81,13 +81,6 @@ config::AttentionConfig config_for(const Case& c) {
   return config::parse(json);
 }
 
-config::Arch device_arch() {
-  const std::optional<config::Arch> arch =
-      config::parse_arch(driver::query_device(gpu().context.ordinal()).arch_name());
-  REQUIRE(arch.has_value());
-  return *arch;
-}
-
 // Compiled attention kernels, one per distinct stub, loaded in the GPU fixture's context.
 class AttentionKernels {
  public:

@@ -35,10 +35,6 @@ using namespace attnplan::gpu_testing;
 
 namespace {
 
-config::Arch fp8_device_arch() {
-  return *config::parse_arch(driver::query_device(gpu().context.ordinal()).arch_name());
-}
-
 struct LoadedKernel {
   driver::Module module;
   driver::Function function;
@@ -51,7 +47,7 @@ const driver::Function& fp8_function(const compiler::KernelSource& source, int s
   auto found = loaded.find(key);
   if (found == loaded.end()) {
     const compiler::CompiledKernel kernel =
-        gpu().runtime.compiler().compile(source, gpu().runtime.compile_options(fp8_device_arch()));
+        gpu().runtime.compiler().compile(source, gpu().runtime.compile_options(device_arch()));
     driver::Module module = driver::Module::load(kernel.cubin);
     driver::Function function = module.function(kernel.lowered_name);
     if (shared_bytes > 48 * 1024) function.set_max_dynamic_shared_bytes(shared_bytes);
@@ -63,7 +59,7 @@ const driver::Function& fp8_function(const compiler::KernelSource& source, int s
 
 // The wgmma kernel needs sm_90a; the mma.sync one any arch from sm_89 (so the H200 runs both).
 bool fp8_gemm_here(plan::GemmFp8Kernel kernel) {
-  const config::Arch arch = fp8_device_arch();
+  const config::Arch arch = device_arch();
   return kernel == plan::GemmFp8Kernel::wgmma ? arch.sm() == 90 && arch.arch_specific
                                               : plan::fp8_activation_gemm_available(arch);
 }
@@ -178,7 +174,7 @@ void check_fp8_gemm_shapes(plan::GemmFp8Kernel kernel) {
 
 TEST_CASE("fp8-activation projection GEMM matches the reference", "[gpu][gemm][quantized][gemm_fp8]") {
   if (!fp8_gemm_here(plan::GemmFp8Kernel::wgmma)) {
-    WARN("the wgmma fp8-activation GEMM needs sm_90a; skipped on " << fp8_device_arch().name());
+    WARN("the wgmma fp8-activation GEMM needs sm_90a; skipped on " << device_arch().name());
     return;
   }
   check_fp8_gemm_shapes(plan::GemmFp8Kernel::wgmma);
@@ -189,7 +185,7 @@ TEST_CASE("fp8-activation projection GEMM matches the reference", "[gpu][gemm][q
 TEST_CASE("sm_89 fp8-activation GEMM (mma.sync e4m3) matches the reference",
           "[gpu][gemm][quantized][gemm_fp8][gemm_fp8_sm89]") {
   if (!fp8_gemm_here(plan::GemmFp8Kernel::mma_sync)) {
-    WARN("the mma.sync fp8-activation GEMM needs sm_89 or newer; skipped on " << fp8_device_arch().name());
+    WARN("the mma.sync fp8-activation GEMM needs sm_89 or newer; skipped on " << device_arch().name());
     return;
   }
   check_fp8_gemm_shapes(plan::GemmFp8Kernel::mma_sync);

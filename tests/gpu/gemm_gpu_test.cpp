@@ -58,10 +58,6 @@ std::string spec_name(const plan::GemmSpec& spec) {
          (spec.sm90.cluster_m > 1 ? " x" + std::to_string(spec.sm90.cluster_m) : "");
 }
 
-config::Arch device_arch() {
-  return *config::parse_arch(driver::query_device(gpu().context.ordinal()).arch_name());
-}
-
 // The specs a case runs: every mma.sync tiling; on sm_90a also the wgmma tilings whose block_n the
 // segments allow, each without and with clusters of 2, and the heuristic's own pick.
 std::vector<plan::GemmSpec> specs_for(int segments, bool has_bias, const std::vector<int>& widths, int m,

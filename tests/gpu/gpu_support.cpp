@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 
 #include "config/parse.hpp"
 #include "core/bf16.hpp"
@@ -53,6 +54,13 @@ Gpu& gpu() {
 
 int device_multiprocessors() {
   return driver::query_device(gpu().context.ordinal()).multiprocessors;
+}
+
+config::Arch device_arch() {
+  const std::optional<config::Arch> arch =
+      config::parse_arch(driver::query_device(gpu().context.ordinal()).arch_name());
+  REQUIRE(arch.has_value());
+  return *arch;
 }
 
 config::AttentionConfig make_config(int hidden_size, int query_heads, int kv_heads, int head_dim,

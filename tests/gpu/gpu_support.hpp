@@ -15,6 +15,7 @@
 #include "check/device_weights.hpp"
 #include "check/layer_check.hpp"
 #include "config/attention_config.hpp"
+#include "config/target.hpp"
 #include "driver/context.hpp"
 #include "driver/memory.hpp"
 #include "plan/runtime.hpp"
@@ -41,6 +42,9 @@ Gpu& gpu();
 
 // The device's SMs: the persistent grids of the wgmma GEMM and the sm_90a attention.
 int device_multiprocessors();
+
+// The device's architecture as the planner names it (sm_90a on an H100 / H200: the arch-specific target).
+config::Arch device_arch();
 
 // A config with the given shapes and defaults for everything else (validated).
 config::AttentionConfig make_config(int hidden_size, int query_heads, int kv_heads, int head_dim,

@@ -26,8 +26,9 @@ inline const compiler::Compiler& source_tree_compiler() {
 }
 
 // A warp-specialized GEMM (gemm_sm90*.cuh) compiled for sm_90a with its PTX, and what every one of them
-// must show: no spills, no stack, all shared memory dynamic, at most 168 registers at launch (65536 / 384;
-// setmaxnreg then moves them to the consumers), TMA loads and the consumers' setmaxnreg to 232.
+// must show: no spills, no stack, no wgmma serialized or waited on by ptxas, all shared memory dynamic, at
+// most 168 registers at launch (65536 / 384; setmaxnreg then moves them to the consumers), TMA loads and the
+// consumers' setmaxnreg to 232.
 inline compiler::CompiledKernel compile_sm90a_gemm(const compiler::KernelSource& source) {
   INFO(source.render_stub());
   compiler::CompiledKernel kernel =
@@ -37,6 +38,8 @@ inline compiler::CompiledKernel compile_sm90a_gemm(const compiler::KernelSource&
   CHECK(kernel.resources.stack_bytes == 0);
   // No wgmma register in flight where the code reads it (ptxas would serialize with waits of its own).
   CHECK(kernel.log.find("warpgroup.wait is injected") == std::string::npos);
+  // Nor a read of an accumulator ptxas cannot prove complete (C7514: every wgmma of the kernel serialized).
+  CHECK(kernel.log.find("serialized") == std::string::npos);
   CHECK(kernel.resources.shared_bytes == 0);
   CHECK(kernel.resources.registers <= 168);
   CHECK(kernel.ptx.find("cp.async.bulk.tensor.2d") != std::string::npos);
