@@ -5,6 +5,9 @@
   python3 tools/bench_matrix.py table DIR HEADER.txt   reads DIR/rows.json, DIR/ours/<id>.json (attnplan bench
                                                        --json) and DIR/peers.json; prints the markdown table
                                                        and writes DIR/bench.md and DIR/bench.json
+  python3 tools/bench_matrix.py ab DIR NAME...         reads DIR/rows.json and DIR/<NAME>/<id>.r<R>.json (the
+                                                       rounds of tools/ab_bench.sh); prints one markdown table
+                                                       of the variants side by side, timed against the first
 
 Row kinds: attention (the plan's attention stage vs SDPA cuDNN and flash), window (a 4k sliding window over
 32k tokens vs the same config without the window: ours only), projection (the plan's q/k/v or o GEMM vs
@@ -372,6 +375,62 @@ def table(directory, header_path):
     return status
 
 
+def ab_stages(row):
+    """The stages an A/B compares on a row: what the suite's table reports for its kind."""
+    if row["kind"] in ("attention", "window"):
+        return ["attention"]
+    if row["kind"] == "projection":
+        return [row["stage"]]
+    return ["layer", "layer_graph"]
+
+
+def median(values):
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+
+
+def ab_table(directory, names):
+    """Variants side by side: per row and stage, each variant's round medians, their median and the minimum
+    over its rounds, and that median over the first variant's (< 1: faster than the first). Rounds interleave
+    the variants (tools/ab_bench.sh), so a drift of the card's clocks or of the long rows' mode reaches all of
+    them alike. Returns (markdown lines, status): status 1 when a variant has no result for a row."""
+    with open(os.path.join(directory, "rows.json")) as f:
+        rows = json.load(f)
+    columns = " | ".join(f"{name} ms (rounds; min)" for name in names)
+    ratios = " | ".join(f"{name} / {names[0]}" for name in names[1:])
+    lines = [f"| row | stage | {columns} |" + (f" {ratios} |" if ratios else ""),
+             "| --- | --- |" + " ---: |" * (2 * len(names) - 1)]
+    status = 0
+    for row in rows:
+        run_id = row.get("shared_run", row.get("run_id", row["id"]))
+        for stage_name in ab_stages(row):
+            cells, medians = [], []
+            for name in names:
+                rounds = []
+                prefix = os.path.join(directory, name, run_id + ".r")
+                round_index = 1
+                while os.path.exists(f"{prefix}{round_index}.json"):
+                    with open(f"{prefix}{round_index}.json") as f:
+                        stage = stage_of(json.load(f), stage_name)
+                    if stage:
+                        rounds.append(stage)
+                    round_index += 1
+                if not rounds:
+                    cells.append("no result")
+                    medians.append(None)
+                    status = 1
+                    continue
+                middle = median([stage["median_ms"] for stage in rounds])
+                each = ", ".join(fmt(stage["median_ms"], 3) for stage in rounds)
+                cells.append(f"{fmt(middle, 3)} ({each}; {fmt(min(stage['min_ms'] for stage in rounds), 3)})")
+                medians.append(middle)
+            shown = [fmt(m / medians[0], 3) if m and medians[0] else "" for m in medians[1:]]
+            lines.append(f"| {row['id']} | {stage_name} | " + " | ".join(cells) + " |" +
+                         "".join(f" {ratio} |" for ratio in shown))
+    return lines, status
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -382,10 +441,17 @@ def main():
     table_parser = sub.add_parser("table")
     table_parser.add_argument("directory")
     table_parser.add_argument("header")
+    ab_parser = sub.add_parser("ab")
+    ab_parser.add_argument("directory")
+    ab_parser.add_argument("names", nargs="+", help="the variants, the first one the baseline")
     args = parser.parse_args()
     if args.command == "rows":
         make_rows(args.directory, args.full, args.only)
         return 0
+    if args.command == "ab":
+        lines, status = ab_table(args.directory, args.names)
+        print("\n".join(lines))
+        return status
     return table(args.directory, args.header)
 
 

@@ -1151,6 +1151,7 @@ TEST_CASE("attention speed of both kernels", "[.attention_speed][gpu]") {
     }
     return false;
   };
+  int rows_timed = 0;
   for (const Shape shape : {Shape{128, 4096, 16}, Shape{128, 4096, 64}, Shape{64, 16384, 16},
                             Shape{256, 4096, 16}, Shape{128, 4096, 64, true},
                             Shape{128, 4096, 64, false, true}, Shape{64, 16384, 16, false, false, true}}) {
@@ -1179,6 +1180,7 @@ TEST_CASE("attention speed of both kernels", "[.attention_speed][gpu]") {
                                                         : "");
     std::erase_if(variants, [&](const Variant& v) { return !selected(shape_name + " " + variant_name(v)); });
     if (variants.empty()) continue;
+    rows_timed += static_cast<int>(variants.size());
     Case c{.name = "speed",
            .query_heads = 32,
            .kv_heads = 8,
@@ -1236,4 +1238,7 @@ TEST_CASE("attention speed of both kernels", "[.attention_speed][gpu]") {
       }
     }
   }
+  // A filter that matches nothing (a typo, a variant renamed) would otherwise pass having timed nothing.
+  INFO("ATTNPLAN_SPEED_ROWS matched no row (rows are named \"<shape> <variant>\": attention_gpu_test.cpp)");
+  CHECK(rows_timed > 0);
 }

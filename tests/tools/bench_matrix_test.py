@@ -146,6 +146,37 @@ class Table(unittest.TestCase):
         self.assertIn("NOT checked: RuntimeError", rows["layer-Llama-3.1-8B-8k|eager"]["note"])
 
 
+class AB(unittest.TestCase):
+    """tools/ab_bench.sh's table: round medians per variant, their median, the minimum, the time ratio."""
+
+    def write_round(self, directory, name, run_id, index, stages):
+        os.makedirs(os.path.join(directory, name), exist_ok=True)
+        with open(os.path.join(directory, name, f"{run_id}.r{index}.json"), "w") as f:
+            json.dump({"rows": [{"stage": stage, "median_ms": ms, "min_ms": low} for stage, (ms, low) in
+                                stages.items()]}, f)
+
+    def test_variants_side_by_side(self):
+        with tempfile.TemporaryDirectory() as directory:
+            make_rows(directory, "attn-d64-causal-16k-s1-b64|proj-Llama-3.1-8B-o-8192")
+            for index, (main_ms, old_ms) in enumerate([(2.6, 2.4), (2.7, 2.5), (2.5, 2.45)], start=1):
+                self.write_round(directory, "main", "attn-d64-causal-16k-s1-b64", index,
+                                 {"attention": (main_ms, main_ms - 0.1)})
+                self.write_round(directory, "old", "attn-d64-causal-16k-s1-b64", index,
+                                 {"attention": (old_ms, old_ms - 0.2)})
+            # The o row shares the q|k|v row's run; the old variant has no result for it.
+            self.write_round(directory, "main", "proj-Llama-3.1-8B-qkv-8192", 1,
+                             {"output_projection": (0.35, 0.34), "qkv_projection": (0.52, 0.5)})
+            lines, status = bench_matrix.ab_table(directory, ["main", "old"])
+        self.assertEqual(status, 1)
+        self.assertEqual(lines[0], "| row | stage | main ms (rounds; min) | old ms (rounds; min) | old / main |")
+        attention = next(line for line in lines if line.startswith("| attn-d64"))
+        self.assertEqual(attention, "| attn-d64-causal-16k-s1-b64 | attention | 2.600 (2.600, 2.700, 2.500; 2.400) | "
+                                    "2.450 (2.400, 2.500, 2.450; 2.200) | 0.942 |")
+        projection = next(line for line in lines if line.startswith("| proj-Llama-3.1-8B-o-8192"))
+        self.assertEqual(projection, "| proj-Llama-3.1-8B-o-8192 | output_projection | 0.350 (0.350; 0.340) | "
+                                     "no result |  |")
+
+
 class Rope(unittest.TestCase):
     def test_llama3_scaling(self):
         with open(os.path.join(bench_matrix.ROOT, "plans", "llama-3.1-8b.json")) as f:

@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# A/B of template trees on the bench suite's rows, in one call on a GPU machine: builds attnplan once
+# (build-gpu), then runs `attnplan bench --json` on every chosen row under each variant, round after round
+# (the variants interleaved, the first of each round rotating), and prints one markdown table: per row and
+# stage, each variant's round medians, their median, its minimum, and its time over the first variant's.
+# A variant is NAME=DIR (ATTNPLAN_TEMPLATE_DIR=DIR: the JIT kernels come from that copy of templates/, the
+# host code is the build's) or NAME alone (the templates built into attnplan). Writes $OUT/ab.md and every
+# run's JSON and log under $OUT/ab/NAME/. Ours only: no peers.
+#
+#   tools/ab_bench.sh --only 'attn-d64-causal-16k-s1-b64' main new=/tmp/new/templates
+#   tools/ab_bench.sh --rounds 3 --only 'attn-d128-causal-4k|fp8act-qkv-8192' main old=/tmp/old/templates
+#
+# A tree from another commit must match the build's kernel parameters (templates/attnplan/*_params.h) and
+# launches: nothing here can tell (e.g. attention trees from before the persistent grid of 9b52ccc would run
+# under the persistent launch and leave work items undone).
+#
+# --only (required) picks rows by id as tools/bench_suite.sh does (tools/bench_matrix.py). Default: 2 rounds of
+# 30 runs each. Exit status: non-zero when the build fails or a variant has no result for a row.
+set -uo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+OUT="${OUT:-$ROOT/gpu-logs}"
+BUILD="${ATTNPLAN_BUILD_DIR:-$ROOT/build-gpu}"
+export ATTNPLAN_CACHE_DIR="${ATTNPLAN_CACHE_DIR:-$BUILD/cache}"
+ROUNDS=2
+ITERATIONS=30
+ONLY=""
+variants=()
+usage="usage: tools/ab_bench.sh --only REGEX [--rounds R] [--iterations I] NAME[=TEMPLATE_DIR]..."
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --rounds) ROUNDS="$2"; shift ;;
+    --iterations) ITERATIONS="$2"; shift ;;
+    --only) ONLY="$2"; shift ;;
+    -*) echo "$usage" >&2; exit 1 ;;
+    *) variants+=("$1") ;;
+  esac
+  shift
+done
+if [[ -z $ONLY || ${#variants[@]} -lt 2 ]]; then
+  echo "$usage (at least two variants)" >&2
+  exit 1
+fi
+names=()
+for variant in "${variants[@]}"; do
+  name="${variant%%=*}"
+  if [[ ! $name =~ ^[A-Za-z0-9_.-]+$ ]]; then
+    echo "variant name '$name': letters, digits, '.', '_' and '-' only" >&2
+    exit 1
+  fi
+  if [[ $variant == *=* && ! -d ${variant#*=} ]]; then
+    echo "variant $name: template directory '${variant#*=}' does not exist" >&2
+    exit 1
+  fi
+  names+=("$name")
+done
+
+WORK="$OUT/ab"
+mkdir -p "$WORK"
+if ! { cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DATTNPLAN_WERROR=ON &&
+       ninja -C "$BUILD" attnplan; } >"$WORK/build.log" 2>&1; then
+  tail -40 "$WORK/build.log"
+  exit 1
+fi
+python3 "$ROOT/tools/bench_matrix.py" rows "$WORK" --only "$ONLY" >"$WORK/runs.txt" || exit 1
+echo "== $(wc -l <"$WORK/runs.txt") runs x ${#variants[@]} variants x $ROUNDS rounds"
+
+start=$SECONDS
+for ((round = 1; round <= ROUNDS; ++round)); do
+  for ((i = 0; i < ${#variants[@]}; ++i)); do
+    variant="${variants[$(((i + round - 1) % ${#variants[@]}))]}"
+    name="${variant%%=*}"
+    mkdir -p "$WORK/$name"
+    while read -r id config rest; do
+      environment=(env -u ATTNPLAN_TEMPLATE_DIR)
+      [[ $variant == *=* ]] && environment=(env "ATTNPLAN_TEMPLATE_DIR=${variant#*=}")
+      # shellcheck disable=SC2086  # rest is the run's own argument list
+      if ! "${environment[@]}" "$BUILD/attnplan" bench "$config" $rest --iterations "$ITERATIONS" --json \
+             >"$WORK/$name/$id.r$round.json" 2>"$WORK/$name/$id.r$round.log"; then
+        printf 'round %d %-10s %-40s FAILED: %s\n' "$round" "$name" "$id" \
+          "$(tail -1 "$WORK/$name/$id.r$round.log")"
+        rm -f "$WORK/$name/$id.r$round.json"
+      fi
+    done <"$WORK/runs.txt"
+  done
+  echo "round $round done ($((SECONDS - start)) s)"
+done
+
+{
+  echo "GPU: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1)"
+  echo "date: $(date -u '+%Y-%m-%d %H:%M UTC'), commit: $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+  echo "variants: ${variants[*]}; $ROUNDS rounds of $ITERATIONS runs (attnplan bench medians)"
+  echo
+  python3 "$ROOT/tools/bench_matrix.py" ab "$WORK" "${names[@]}"
+} >"$OUT/ab.md"
+cat "$OUT/ab.md"
+! grep -q "no result" "$OUT/ab.md"
