@@ -5,7 +5,7 @@
 # stage, each variant's round medians, their median, its minimum, and its time over the first variant's.
 # A variant is NAME=DIR (ATTNPLAN_TEMPLATE_DIR=DIR: the JIT kernels come from that copy of templates/, the
 # host code is the build's) or NAME alone (the templates built into attnplan). Writes $OUT/ab.md and every
-# run's JSON and log under $OUT/ab/NAME/. Ours only: no peers.
+# run's JSON and log under $OUT/ab/NAME/. Ours only: no peers. ATTNPLAN_COMMIT as for tools/bench_suite.sh.
 #
 #   tools/ab_bench.sh --only 'attn-d64-causal-16k-s1-b64' main new=/tmp/new/templates
 #   tools/ab_bench.sh --rounds 3 --only 'attn-d128-causal-4k|fp8act-qkv-8192' main old=/tmp/old/templates
@@ -18,6 +18,8 @@
 # 30 runs each. Exit status: non-zero when the build fails or a variant has no result for a row.
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source=tools/bench_common.sh
+source "$ROOT/tools/bench_common.sh"
 OUT="${OUT:-$ROOT/gpu-logs}"
 BUILD="${ATTNPLAN_BUILD_DIR:-$ROOT/build-gpu}"
 export ATTNPLAN_CACHE_DIR="${ATTNPLAN_CACHE_DIR:-$BUILD/cache}"
@@ -56,11 +58,7 @@ done
 
 WORK="$OUT/ab"
 mkdir -p "$WORK"
-if ! { cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DATTNPLAN_WERROR=ON &&
-       ninja -C "$BUILD" attnplan; } >"$WORK/build.log" 2>&1; then
-  tail -40 "$WORK/build.log"
-  exit 1
-fi
+build_attnplan "$BUILD" "$WORK/build.log" || exit 1
 python3 "$ROOT/tools/bench_matrix.py" rows "$WORK" --only "$ONLY" >"$WORK/runs.txt" || exit 1
 echo "== $(wc -l <"$WORK/runs.txt") runs x ${#variants[@]} variants x $ROUNDS rounds"
 
@@ -86,8 +84,7 @@ for ((round = 1; round <= ROUNDS; ++round)); do
 done
 
 {
-  echo "GPU: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1)"
-  echo "date: $(date -u '+%Y-%m-%d %H:%M UTC'), commit: $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+  machine_lines
   echo "variants: ${variants[*]}; $ROUNDS rounds of $ITERATIONS runs (attnplan bench medians)"
   echo
   python3 "$ROOT/tools/bench_matrix.py" ab "$WORK" "${names[@]}"

@@ -21,6 +21,7 @@ import json
 import math
 import os
 import re
+import statistics
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -384,12 +385,6 @@ def ab_stages(row):
     return ["layer", "layer_graph"]
 
 
-def median(values):
-    ordered = sorted(values)
-    middle = len(ordered) // 2
-    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
-
-
 def ab_table(directory, names):
     """Variants side by side: per row and stage, each variant's round medians, their median and the minimum
     over its rounds, and that median over the first variant's (< 1: faster than the first). Rounds interleave
@@ -421,7 +416,7 @@ def ab_table(directory, names):
                     medians.append(None)
                     status = 1
                     continue
-                middle = median([stage["median_ms"] for stage in rounds])
+                middle = statistics.median(stage["median_ms"] for stage in rounds)
                 each = ", ".join(fmt(stage["median_ms"], 3) for stage in rounds)
                 cells.append(f"{fmt(middle, 3)} ({each}; {fmt(min(stage['min_ms'] for stage in rounds), 3)})")
                 medians.append(middle)

@@ -24,6 +24,8 @@
 # commit printed in the header (a copied tree's .git may be stale); otherwise git's HEAD.
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source=tools/bench_common.sh
+source "$ROOT/tools/bench_common.sh"
 OUT="${OUT:-$ROOT/gpu-logs}"
 BUILD="${ATTNPLAN_BUILD_DIR:-$ROOT/build-gpu}"
 export ATTNPLAN_CACHE_DIR="${ATTNPLAN_CACHE_DIR:-$BUILD/cache}"
@@ -43,23 +45,10 @@ WORK="$OUT/bench"
 mkdir -p "$WORK/ours"
 status=0
 
-if [[ ! -x "$BUILD/attnplan" ]] || ! ninja -C "$BUILD" attnplan >"$WORK/build.log" 2>&1; then
-  if ! { cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DATTNPLAN_WERROR=ON &&
-         ninja -C "$BUILD" attnplan; } >"$WORK/build.log" 2>&1; then
-    tail -40 "$WORK/build.log"
-    exit 1
-  fi
-fi
+build_attnplan "$BUILD" "$WORK/build.log" || exit 1
 
 {
-  echo "GPU: $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), driver $(nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -1)"
-  if [[ -n ${ATTNPLAN_COMMIT:-} ]]; then
-    commit="$ATTNPLAN_COMMIT (given by ATTNPLAN_COMMIT)"
-  else
-    commit="$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)"
-    [[ $commit != unknown ]] && ! git -C "$ROOT" diff --quiet HEAD 2>/dev/null && commit="$commit (plus uncommitted changes)"
-  fi
-  echo "date: $(date -u '+%Y-%m-%d %H:%M UTC'), commit: $commit"
+  machine_lines
   echo "torch: $(python3 -c 'import torch; print(torch.__version__, "cuDNN", torch.backends.cudnn.version())' 2>/dev/null || echo 'not importable')"
   echo "attnplan bench: median of $ITERATIONS runs after 5 warm-up, inputs rotated over > 2x L2"
 } >"$WORK/header.txt"
