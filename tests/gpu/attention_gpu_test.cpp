@@ -1139,9 +1139,8 @@ TEST_CASE("attention speed of both kernels", "[.attention_speed][gpu]") {
     return "stages " + std::to_string(v.stages) + " overlap " + std::to_string(int(v.overlap)) +
            " ping-pong " + std::to_string(int(v.ping_pong)) + " kv_tma " + std::to_string(int(v.kv_tma));
   };
-  const auto selected = [rows = std::string(std::getenv("ATTNPLAN_SPEED_ROWS")
-                                                ? std::getenv("ATTNPLAN_SPEED_ROWS")
-                                                : "")](const std::string& name) {
+  const char* const rows_variable = std::getenv("ATTNPLAN_SPEED_ROWS");
+  const auto selected = [rows = std::string(rows_variable ? rows_variable : "")](const std::string& name) {
     if (rows.empty()) return true;
     for (std::size_t begin = 0; begin <= rows.size();) {
       const std::size_t end = std::min(rows.find(';', begin), rows.size());
