@@ -12,6 +12,8 @@
 #               (0.72-0.77x _scaled_mm: is it the wait before each per-K-block promotion?)
 #   bidirectional  the sm_90a attention, D 128 GQA 32/8, 4096 tokens, one span over the chunk (0.80x cuDNN
 #               where the causal row is 1.08x)
+#   long        the sm_90a attention of the bench rows at 16384 tokens causal, pages of 64: D 64 (0.89x
+#               cuDNN, softmax-bound) and D 128 (its steady-state loop, the bidirectional row's comparison)
 #
 #   tools/profile.sh                  # every part
 #   tools/profile.sh gemm attention   # just these
@@ -33,11 +35,11 @@ export ATTNPLAN_CACHE_DIR="${ATTNPLAN_CACHE_DIR:-$BUILD/cache}"
 DIR="$OUT/profile"
 mkdir -p "$DIR"
 parts=("$@")
-[[ ${#parts[@]} -gt 0 ]] || parts=(gemm attention dequantize fp8 bidirectional)
+[[ ${#parts[@]} -gt 0 ]] || parts=(gemm attention dequantize fp8 bidirectional long)
 for part in "${parts[@]}"; do
   case "$part" in
-    gemm | attention | dequantize | fp8 | bidirectional) ;;
-    *) echo "unknown part '$part' (gemm attention dequantize fp8 bidirectional)" >&2; exit 2 ;;
+    gemm | attention | dequantize | fp8 | bidirectional | long) ;;
+    *) echo "unknown part '$part' (gemm attention dequantize fp8 bidirectional long)" >&2; exit 2 ;;
   esac
 done
 
@@ -57,9 +59,9 @@ config["max_tokens"] = 16384
 json.dump(config, open(sys.argv[2], "w"), indent=1)
 EOF
 
-# The bench matrix's own D 128 attention config (writes $DIR/attention-d128.json), so the bidirectional
-# profile runs the kernel of the bench table's row.
-python3 -c "import sys; sys.path.insert(0, sys.argv[1]); import bench_matrix; bench_matrix.attention_config(sys.argv[2], 128)" \
+# The bench matrix's own attention configs (writes $DIR/attention-d64.json and attention-d128.json), so the
+# bidirectional and long profiles run the kernels of the bench table's rows.
+python3 -c "import sys; sys.path.insert(0, sys.argv[1]); import bench_matrix; [bench_matrix.attention_config(sys.argv[2], d) for d in (64, 128)]" \
   "$ROOT/tools" "$DIR"
 status=0
 # profile NAME KERNEL_REGEX SKIP COUNT -- attnplan bench arguments...
@@ -111,6 +113,12 @@ for part in "${parts[@]}"; do
     bidirectional)
       profile attention-d128-4k-bidirectional "attention_sm90_kernel" 2 1 -- "$DIR/attention-d128.json" \
         --tokens 4096 --block-size 64 --mask bidirectional
+      ;;
+    long)
+      for dim in 64 128; do
+        profile "long-d$dim-16k-p64" "attention_sm90_kernel" 2 1 -- "$DIR/attention-d$dim.json" \
+          --tokens 16384 --block-size 64
+      done
       ;;
   esac
   echo "== $part: $((SECONDS - start)) s"
