@@ -123,6 +123,11 @@ struct AttentionSm90Traits {
   // so one's softmax runs while the other's matrix products occupy the tensor cores; without it they
   // drift into lockstep, both in softmax at once and both queueing wgmmas at once.
   static constexpr bool ping_pong = kPingPong;
+  // Of every 8 n8 column tiles of S, how many take their exponentials from polynomial_exp2 on the FMA
+  // pipe rather than the MUFU unit: at D 64 the MUFU's 16 ex2 per SM and clock match the tensor cores'
+  // rate exactly (one per 4 D FLOPs), so the softmax waits on it (Nsight Compute: MIO throttle).
+  static constexpr int polynomial_exp_eighths = kHeadDim == 64 ? 2 : 0;
+  static_assert(polynomial_exp_eighths >= 0 && polynomial_exp_eighths <= 8, "eighths: 0 to 8");
 
   static constexpr int consumer_warpgroups = 2;
   static constexpr int block_m = 64 * consumer_warpgroups;  // a wgmma's M per consumer warpgroup
@@ -273,9 +278,10 @@ __global__ void __launch_bounds__(Traits::threads, 1)
   // The key tiles to visit, in increasing order and each once (attention.cuh's KeyTileSchedule): the band
   // causality and the window leave, [band_begin, band_end), never empty (every row sees itself), plus the
   // tiles of each span that meets the query tile. Producer and consumers walk the same sequence;
-  // next_tile(t) is the one after t (t + 1 without spans: the band is contiguous).
+  // next_tile(t) is the one after t (t + 1 without spans: the band is contiguous; with spans t + 1 until
+  // the end of t's run of visited tiles, then a pass over the spans: a walker's run_end).
   KeyTileSchedule<kBlockN, Traits::has_spans> schedule;
-  int first_tile, tile_count;
+  int first_tile, tile_count, run_end;
   // Keys every row of the item sees through one span that holds all its tokens, [all_rows_span_first,
   // all_rows_span_end): key tiles inside it need no mask (a prompt that is one bidirectional span masks only
   // its last tile). Empty without such a span.
@@ -308,11 +314,20 @@ __global__ void __launch_bounds__(Traits::threads, 1)
       if (all_rows_span_first <= first_row_span_last && q_last <= first_row_span_last)
         all_rows_span_end = first_row_span_last + 1;
       first_tile = schedule.next(-1);
-      tile_count = 0;
-      for (int tile = first_tile; tile != kNoTile; tile = schedule.next(tile)) ++tile_count;
+      tile_count = schedule.count();
+      run_end = schedule.run_end(first_tile);
     }
   };
-  auto next_tile = [&](int tile) { return Traits::has_spans ? schedule.next(tile) : tile + 1; };
+  auto next_tile = [&](int tile) {
+    if constexpr (Traits::has_spans) {
+      if (tile + 1 < run_end) return tile + 1;
+      const int next = schedule.next(tile);
+      run_end = schedule.run_end(next);
+      return next;
+    } else {
+      return tile + 1;
+    }
+  };
   if (next_round(0) >= rounds) return;  // no item with rows: leave before any barrier exists
 
   extern __shared__ uint4 shared_storage[];
@@ -798,7 +813,8 @@ __global__ void __launch_bounds__(Traits::threads, 1)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           float& x = score[4 * n + 2 * half + e];
-          x = fast_exp2(fmaf(x, score_multiplier, -base[half]));
+          const float exponent = fmaf(x, score_multiplier, -base[half]);
+          x = n % 8 >= 8 - Traits::polynomial_exp_eighths ? polynomial_exp2(exponent) : fast_exp2(exponent);
           chain_sum[half][n % kChains] += x;
         }
       }
