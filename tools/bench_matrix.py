@@ -36,6 +36,7 @@ PROJECTION_MODELS = {"Llama-3.1-8B": "llama-3.1-8b.json", "Qwen3-32B": "qwen3-32
 # its rows carry the refusal as their note (REFUSAL), not a failure.
 QUANTIZED_MODELS = {"Qwen3-8B-fp8-block": "qwen3-8b-fp8-block.json",
                     "Qwen3-8B-fp8-block-fp8act": "qwen3-8b-fp8-block-fp8act.json",
+                    "Llama-3.1-8B-fp8-dynamic": "llama-3.1-8b-fp8-dynamic.json",
                     "Llama-3.1-8B-nvfp4": "llama-3.1-8b-nvfp4.json",
                     "gpt-oss-20b-mxfp4": "gpt-oss-20b-mxfp4.json", "Llama-3.1-8B-awq": "llama-3.1-8b-awq.json",
                     "Llama-3.1-8B-gptq": "llama-3.1-8b-gptq.json", "Llama-3.1-8B-mlx-4bit": "llama-3.1-8b-mlx-4bit.json"}
