@@ -209,9 +209,7 @@ TEST_CASE("wgmma_w4 specializations compile for sm_90a: register-A wgmma, no spi
       // The A operand from registers: "{%r.., %r.., %r.., %r..}" right after the accumulator list.
       const std::string wgmma =
           "wgmma.mma_async.sync.aligned.m64n" + std::to_string(tiling.block_n) + "k16.f32.bf16.bf16";
-      CHECK(kernel.ptx.find(wgmma) != std::string::npos);
-      // ptxas says so when it has to serialize the wgmmas (e.g. a register operand it cannot keep live).
-      CHECK(kernel.log.find("serialized") == std::string::npos);
+      CHECK(kernel.ptx.find(wgmma) != std::string::npos);  // serialization: compile_sm90a_gemm checks it
     }
   }
   // The header compiles for sm_80 too (the body is compiled out), but the plan never picks it there.

@@ -25,6 +25,15 @@ inline const compiler::Compiler& source_tree_compiler() {
   return instance;
 }
 
+// What every sm_90a kernel with asynchronous wgmmas must show in its ptxas log: no wgmma register in flight
+// where the code reads it (ptxas would inject waits of its own: C7517), and no accumulator or A fragment
+// read that ptxas cannot prove complete (C7514: it then serializes every wgmma of the kernel, which silently
+// undoes an overlapped schedule or a second partial).
+inline void check_wgmma_asynchronous(const compiler::CompiledKernel& kernel) {
+  CHECK(kernel.log.find("warpgroup.wait is injected") == std::string::npos);
+  CHECK(kernel.log.find("serialized") == std::string::npos);
+}
+
 // A warp-specialized GEMM (gemm_sm90*.cuh) compiled for sm_90a with its PTX, and what every one of them
 // must show: no spills, no stack, no wgmma serialized or waited on by ptxas, all shared memory dynamic, at
 // most 168 registers at launch (65536 / 384; setmaxnreg then moves them to the consumers), TMA loads and the
@@ -36,10 +45,7 @@ inline compiler::CompiledKernel compile_sm90a_gemm(const compiler::KernelSource&
   INFO(kernel.log);
   CHECK(kernel.resources.spill_bytes() == 0);
   CHECK(kernel.resources.stack_bytes == 0);
-  // No wgmma register in flight where the code reads it (ptxas would serialize with waits of its own).
-  CHECK(kernel.log.find("warpgroup.wait is injected") == std::string::npos);
-  // Nor a read of an accumulator ptxas cannot prove complete (C7514: every wgmma of the kernel serialized).
-  CHECK(kernel.log.find("serialized") == std::string::npos);
+  check_wgmma_asynchronous(kernel);
   CHECK(kernel.resources.shared_bytes == 0);
   CHECK(kernel.resources.registers <= 168);
   CHECK(kernel.ptx.find("cp.async.bulk.tensor.2d") != std::string::npos);
