@@ -19,10 +19,7 @@
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # shellcheck source=tools/bench_common.sh
-source "$ROOT/tools/bench_common.sh"
-OUT="${OUT:-$ROOT/gpu-logs}"
-BUILD="${ATTNPLAN_BUILD_DIR:-$ROOT/build-gpu}"
-export ATTNPLAN_CACHE_DIR="${ATTNPLAN_CACHE_DIR:-$BUILD/cache}"
+source "$ROOT/tools/bench_common.sh"  # OUT, BUILD, ATTNPLAN_CACHE_DIR
 ROUNDS=2
 ITERATIONS=30
 ONLY=""
