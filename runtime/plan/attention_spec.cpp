@@ -118,8 +118,9 @@ bool sm90_kv_tma_supported(int head_dim, int block_size, int block_n) {
   return attention_sm90_kv_tma_boxes(head_dim, block_size, block_n) <= 32;
 }
 
-int sm90_attention_shared_bytes(int head_dim, int block_n, int stages, bool kv_fp8, bool kv_tma) {
-  return attention_sm90_shared_bytes(head_dim, block_n, stages, kv_fp8, kv_tma);
+int sm90_attention_shared_bytes(int head_dim, int block_n, int stages, bool kv_fp8, bool kv_tma,
+                                int block_m) {
+  return attention_sm90_shared_bytes(head_dim, block_n, stages, kv_fp8, kv_tma, block_m);
 }
 
 AttentionTiling choose_sm90_attention_tiling(int head_dim, int group_size, bool kv_fp8) {
@@ -132,18 +133,22 @@ AttentionTiling choose_sm90_attention_tiling(int head_dim, int group_size, bool 
                             head_dim));
   }
   AttentionTiling tiling;
-  tiling.block_m = 128;
+  tiling.block_m = head_dim == 64 ? 192 : 128;
   tiling.block_n = head_dim <= 128 ? 128 : 64;
   const int shared_limit = max_shared_bytes_per_block(config::Arch{9, 0, true});  // the kernel is sm_90a only
-  tiling.stages = sm90_attention_shared_bytes(head_dim, tiling.block_n, 3, kv_fp8) <= shared_limit ? 3 : 2;
-  tiling.overlap_softmax = tiling.stages >= 3;
+  tiling.stages =
+      sm90_attention_shared_bytes(head_dim, tiling.block_n, 3, kv_fp8, false, tiling.block_m) <= shared_limit
+          ? 3
+          : 2;
+  tiling.overlap_softmax = tiling.stages >= 3 && tiling.block_m == 128;
   tiling.ping_pong = true;
   // Each CTA of a one-per-item grid pays its start (barrier set-up, Q and the first K/V tile's latency)
   // and its end (the last P V, normalization, stores) with the tensor cores idle; a persistent CTA loads
   // the next item's Q and first tiles while it finishes the current one (attention-notes.md, session 9).
   tiling.persistent = true;
   tiling.min_blocks_per_sm = 1;
-  tiling.shared_bytes = sm90_attention_shared_bytes(head_dim, tiling.block_n, tiling.stages, kv_fp8);
+  tiling.shared_bytes =
+      sm90_attention_shared_bytes(head_dim, tiling.block_n, tiling.stages, kv_fp8, false, tiling.block_m);
   tiling.heads_per_cta = 1;
   for (int heads = 2; heads <= std::min(group_size, 16); ++heads)
     if (group_size % heads == 0) tiling.heads_per_cta = heads;
@@ -181,6 +186,13 @@ compiler::KernelSource AttentionSpec::source() const {
         "attention: the sm_90a kernel needs value_head_dim == head_dim, and head_dim <= 128 with an fp8 "
         "KV cache");
   }
+  if (sm90 && tiling.block_m != 128 &&
+      !(tiling.block_m == 192 && head_dim == 64 && !tiling.overlap_softmax)) {
+    throw Error(Stage::config,
+                fmt::format("attention: the sm_90a kernel's block_m is 128 (two consumer warpgroups) or, at "
+                            "head_dim 64 with the serial schedule, 192 (three); got block_m {}, head_dim {}",
+                            tiling.block_m, head_dim));
+  }
   if (tiling.kv_tma && (!sm90 || kv_fp8 || !sm90_kv_tma_supported(head_dim, block_size, tiling.block_n))) {
     throw Error(
         Stage::config,
@@ -209,6 +221,7 @@ compiler::KernelSource AttentionSpec::source() const {
         {"ping_pong", cxx_bool(tiling.ping_pong)},
         {"kv_tma", cxx_bool(tiling.kv_tma)},
         {"kv_fp8", cxx_bool(kv_fp8)},
+        {"consumers", std::to_string(tiling.block_m / 64)},
     };
     source.grid_constant = true;  // the kernel takes the address of its parameters (and TMA of its maps)
   } else {
@@ -259,7 +272,8 @@ compiler::KernelSource AttentionSpec::source() const {
 
 int AttentionSpec::dynamic_shared_bytes() const {
   if (kernel == AttentionKernel::wgmma_sm90)
-    return sm90_attention_shared_bytes(head_dim, tiling.block_n, tiling.stages, kv_fp8, tiling.kv_tma);
+    return sm90_attention_shared_bytes(head_dim, tiling.block_n, tiling.stages, kv_fp8, tiling.kv_tma,
+                                       tiling.block_m);
   return attention_shared_bytes(head_dim, value_head_dim, tiling.block_m, tiling.block_n, tiling.stages,
                                 kv_fp8);
 }

@@ -73,9 +73,6 @@ enum class AttentionKernel { mma_sync, wgmma_sm90 };
 
 const char* to_string(AttentionKernel kernel);
 
-// Threads of the sm_90a kernel's CTA: a producer warpgroup and two consumer warpgroups of 64 query rows.
-inline constexpr int kSm90AttentionThreads = 384;
-
 // Pure. The wgmma kernel when the arch is sm_90a (arch-specific features: wgmma, setmaxnreg) and
 // head_dim == value_head_dim in {64, 128, 256}, with an fp8 cache only up to D 128 (its staging buffers do
 // not fit beside two bf16 stages at D 256); causal, sliding window, spans, sinks, a softcap, GQA/MQA and
@@ -89,18 +86,20 @@ AttentionKernel choose_attention_kernel(int head_dim, int value_head_dim, bool b
 // producer (attention_sm90_kv_tma_only), where the tile past the keys lands on its own mbarrier.
 bool sm90_kv_tma_supported(int head_dim, int block_size, int block_n);
 
-// Dynamic shared memory of the sm_90a kernel, bytes: 1024 of alignment slack, Q [128, D], `stages` stages
-// of K and V [block_n, D], bf16, with an fp8 cache two staging buffers of K and V codes [block_n, D], and
-// two mbarriers per stage (and the landing mbarrier of the TMA-only path): attention_params.h's
+// Dynamic shared memory of the sm_90a kernel, bytes: 1024 of alignment slack, Q [block_m, D], `stages`
+// stages of K and V [block_n, D], bf16, with an fp8 cache two staging buffers of K and V codes [block_n, D],
+// and two mbarriers per stage (and the landing mbarrier of the TMA-only path): attention_params.h's
 // attention_sm90_shared_bytes, which the traits check their layout against.
 int sm90_attention_shared_bytes(int head_dim, int block_n, int stages, bool kv_fp8 = false,
-                                bool kv_tma = false);
+                                bool kv_tma = false, int block_m = 128);
 
-// Pure. The sm_90a kernel's tile per head dim: 128 query rows (two consumer warpgroups of 64), key tiles of
-// 128 for D <= 128 and 64 for D = 256 (O [64, 256] fp32 is 128 registers per consumer thread; a 64-key S
-// keeps the rest under the 224 the consumers get); three stages with the overlapped softmax schedule
-// where they fit sm_90's 227 KiB (D 64 and 128; with an fp8 cache's staging buffers D 64 only), else two
-// in series (D 256; D 128 with an fp8 cache); ping-pong consumers always
+// Pure. The sm_90a kernel's tile per head dim: 128 query rows (two consumer warpgroups of 64) at D 128
+// and 256, 192 (three) at D 64, where one warpgroup's softmax outlasts another's two matrix products
+// (attention-notes.md, session 12); key tiles of 128 for D <= 128 and 64 for D = 256 (O [64, 256] fp32 is
+// 128 registers per consumer thread; a 64-key S keeps the rest under the 224 the consumers get); three
+// stages where they fit sm_90's 227 KiB (D 64 and 128), else two (D 256; D 128 with an fp8 cache); the
+// overlapped softmax schedule with three stages and two consumers (three consumers' 152 registers hold
+// only the serial one); ping-pong consumers always
 // (the fastest schedule at every head dim on the H200: docs/attention-notes.md, v3); heads_per_cta the
 // largest divisor of group_size up to 16 (each K/V tile then serves that many query heads; at least 8 tokens
 // per CTA keep the causal band's waste small); a persistent grid. Throws Error(config) for other head dims or
@@ -129,7 +128,7 @@ struct AttentionSpec {
   compiler::KernelSource source() const;
 
   int threads() const {
-    return kernel == AttentionKernel::wgmma_sm90 ? kSm90AttentionThreads : tiling.threads();
+    return kernel == AttentionKernel::wgmma_sm90 ? attention_sm90_threads(tiling.block_m) : tiling.threads();
   }
   // What each launch needs and what driver::Function::set_max_dynamic_shared_bytes must allow at load
   // (above 48 KiB for every tiling the heuristic picks).

@@ -51,13 +51,20 @@ ATTNPLAN_HOST_DEVICE constexpr bool attention_sm90_kv_tma_only(int head_dim, boo
 }
 
 // Dynamic shared memory of the sm_90a kernel (attention_sm90.cuh), bytes: 1024 of alignment slack, Q
-// [128, D], `stages` stages of K and V [block_n, D] bf16, with an fp8 cache two staging buffers of K and V
-// codes [block_n, D], two mbarriers per stage, Q's empty mbarrier and, TMA only, the landing mbarrier. One
+// [block_m, D], `stages` stages of K and V [block_n, D] bf16, with an fp8 cache two staging buffers of K and
+// V codes [block_n, D], two mbarriers per stage, Q's empty mbarrier and, TMA only, the landing mbarrier. One
 // formula for the traits and the host.
 ATTNPLAN_HOST_DEVICE constexpr int attention_sm90_shared_bytes(int head_dim, int block_n, int stages,
-                                                               bool kv_fp8, bool kv_tma = false) {
-  return 1024 + 2 * head_dim * (128 + stages * 2 * block_n) + (kv_fp8 ? 2 * 2 * block_n * head_dim : 0) +
+                                                               bool kv_fp8, bool kv_tma = false,
+                                                               int block_m = 128) {
+  return 1024 + 2 * head_dim * (block_m + stages * 2 * block_n) + (kv_fp8 ? 2 * 2 * block_n * head_dim : 0) +
          2 * stages * 8 + 8 + (attention_sm90_kv_tma_only(head_dim, kv_tma) ? 8 : 0);
+}
+
+// Threads of the sm_90a kernel's CTA: a producer warpgroup and one consumer warpgroup per 64 query rows
+// (block_m 128: 384, block_m 192: 512).
+ATTNPLAN_HOST_DEVICE constexpr int attention_sm90_threads(int block_m) {
+  return 128 + 128 * (block_m / 64);
 }
 
 // TMA boxes per K/V tile of the sm_90a kernel with kv_tma: [64 columns, min(block_size, block_n) slots]

@@ -3,16 +3,16 @@
 // with an optional sliding window, bidirectional spans, attention sinks, a logit softcap and an fp8 cache,
 // GQA/MQA, any power-of-two page size, cached prefixes.
 //
-// GQA packing: one CTA owns block_m = 128 rows of one sequence that are (token, query head) pairs of
-// heads_per_cta heads sharing a kv head (row r: token r / heads_per_cta, head r % heads_per_cta of the
-// CTA's heads), so each K/V tile is loaded once for all of them; tokens_per_cta = 128 / heads_per_cta. It
-// has three warpgroups:
+// GQA packing: one CTA owns block_m = 128 (or, D 64, 192) rows of one sequence that are (token, query
+// head) pairs of heads_per_cta heads sharing a kv head (row r: token r / heads_per_cta, head r %
+// heads_per_cta of the CTA's heads), so each K/V tile is loaded once for all of them; tokens_per_cta =
+// block_m / heads_per_cta. It has three (or four) warpgroups:
 //   - warpgroup 0, the producer, gives most of its registers away (setmaxnreg) and gathers Q once and then
 //     each key tile's K and V rows through the block table with cp.async (16-byte chunks, pages of any
 //     size), into 128-byte-swizzled shared memory, `stages` deep; each thread hands its copies to the
 //     stage's full mbarrier (cp.async.mbarrier.arrive) instead of waiting for them, and an empty mbarrier
-//     per stage says both consumers are done with it;
-//   - warpgroups 1 and 2, the consumers, own 64 query rows each: S = Q K^T with wgmma (Q and K both
+//     per stage says every consumer is done with it;
+//   - warpgroups 1 and 2 (and 3), the consumers, own 64 query rows each: S = Q K^T with wgmma (Q and K both
 //     K-major from shared memory), the online softmax in fp32 registers (exp2, scale folded in), then
 //     O += P V with P from registers (bf16, the wgmma A-fragment layout) and V from shared memory as an
 //     N-major B operand.
@@ -45,9 +45,9 @@ __host__ __device__ constexpr unsigned swizzle128_offset(int row, int column, in
                                ((((column % 64) / 8) ^ (row % 8)) * 16) + (column % 8) * 2);
 }
 
-// Named barriers 1 and 2 (0 is __syncthreads) for the consumers' ping-pong: warpgroup w waits on
-// barrier 1 + w (bar.sync: its 128 threads) until the other warpgroup's 128 threads arrived (bar.arrive),
-// 256 in all.
+// Named barriers 1 to 3 (0 is __syncthreads) for the consumers' ping-pong: warpgroup w waits on barrier
+// 1 + w (bar.sync: its 128 threads) until the warpgroup before it in the round arrived (bar.arrive: 128
+// more), 256 in all.
 __device__ __forceinline__ void named_barrier_sync(int id) {
   asm volatile("bar.sync %0, 256;\n" ::"r"(id) : "memory");
 }
@@ -85,7 +85,8 @@ __device__ __forceinline__ const AttentionParams& common_params(const AttentionS
 
 template <int kHeadDim, int kGroupSize, int kHeadsPerCta, int kBlockSize, int kBlockN, bool kHasWindow,
           bool kHasSpans = false, bool kHasSinks = false, bool kHasSoftcap = false, int kStages = 2,
-          bool kOverlapSoftmax = false, bool kPingPong = false, bool kKvTma = false, bool kKvFp8 = false>
+          bool kOverlapSoftmax = false, bool kPingPong = false, bool kKvTma = false, bool kKvFp8 = false,
+          int kConsumers = 2>
 struct AttentionSm90Traits {
   // K/V pages by TMA: one producer warp issues a box per page and 64-column block of each tile, completing
   // on the stage's full barrier, instead of 128 threads gathering 16-byte chunks with cp.async (whose
@@ -119,9 +120,9 @@ struct AttentionSm90Traits {
   // warpgroups overlap only through the warp schedulers). true: S(i) and P(i-1) V(i-1) are issued back to
   // back and softmax(i) runs while P V is in flight, so a consumer holds two stages (V of i - 1, K of i).
   static constexpr bool overlap_softmax = kOverlapSoftmax;
-  // Ping-pong (FA3): the two consumer warpgroups take turns issuing their wgmmas (two named barriers),
-  // so one's softmax runs while the other's matrix products occupy the tensor cores; without it they
-  // drift into lockstep, both in softmax at once and both queueing wgmmas at once.
+  // Ping-pong (FA3): the consumer warpgroups take turns issuing their wgmmas (one named barrier each, in a
+  // round), so one's softmax runs while the others' matrix products occupy the tensor cores; without it
+  // they drift into lockstep, all in softmax at once and all queueing wgmmas at once.
   static constexpr bool ping_pong = kPingPong;
   // Of every 8 n8 column tiles of S, how many take their exponentials from polynomial_exp2 on the FMA
   // pipe rather than the MUFU unit: at D 64 the MUFU's 16 ex2 per SM and clock match the tensor cores'
@@ -129,11 +130,20 @@ struct AttentionSm90Traits {
   static constexpr int polynomial_exp_eighths = kHeadDim == 64 ? 2 : 0;
   static_assert(polynomial_exp_eighths >= 0 && polynomial_exp_eighths <= 8, "eighths: 0 to 8");
 
-  static constexpr int consumer_warpgroups = 2;
+  // Consumer warpgroups of 64 query rows each. Three (block_m 192, D 64 only) keep two warpgroups' matrix
+  // products in flight while the third runs its softmax: at D 64 a softmax outlasts one warpgroup's two
+  // products (its exponentials are the MUFU unit's full rate, attention-notes.md, session 12). 512 threads
+  // leave 128 registers each at launch: the consumers' schedule must then be the serial one.
+  static constexpr int consumer_warpgroups = kConsumers;
+  static_assert(kConsumers == 2 || kConsumers == 3, "consumers: 2 or 3 warpgroups");
+  static_assert(kConsumers == 2 || (kHeadDim == 64 && !kOverlapSoftmax),
+                "three consumer warpgroups: D 64 and the serial schedule only (152 registers per consumer "
+                "thread; the overlapped one spills there)");
   static constexpr int block_m = 64 * consumer_warpgroups;  // a wgmma's M per consumer warpgroup
   static constexpr int tokens_per_cta = block_m / kHeadsPerCta;
   static constexpr int used_rows = tokens_per_cta * kHeadsPerCta;  // rows past it stay zero, never stored
   static constexpr int threads = 128 * (1 + consumer_warpgroups);
+  static_assert(threads == attention_sm90_threads(block_m), "the host's thread count (attention_params.h)");
   static constexpr int producer_threads = 128;
   static constexpr int consumer_threads = 128 * consumer_warpgroups;
   static constexpr int stages = kStages;  // K/V tiles in flight
@@ -141,10 +151,12 @@ struct AttentionSm90Traits {
   // consumers can hold S [64, block_n] and O [64, head_dim] fp32 tiles, within the CTA's 384 x 168:
   // 128 * 56 + 256 * 224 = 64512. With TMA K/V and no spans the producer (box issue, plus the gather of the
   // tile past the keys at D <= 128, plus the persistent item walk) spills at 56 and gets 72, its consumers
-  // 216; with spans the consumers spill at 216 and keep 224 (the producer then fits 56).
+  // 216; with spans the consumers spill at 216 and keep 224 (the producer then fits 56). Three consumer
+  // warpgroups: 512 x 128, split 128 * 56 + 384 * 152 = 65536 (72 / 144 with TMA and no spans).
   static constexpr int producer_registers = kKvTma && !kHasSpans ? 72 : 56;
-  static constexpr int consumer_registers = kKvTma && !kHasSpans ? 216 : 224;
-  static constexpr int launch_registers = 65536 / threads / 8 * 8;  // what the CTA holds: 168 each
+  static constexpr int consumer_registers =
+      kConsumers == 3 ? (kKvTma && !kHasSpans ? 144 : 152) : (kKvTma && !kHasSpans ? 216 : 224);
+  static constexpr int launch_registers = 65536 / threads / 8 * 8;  // what the CTA holds: 168 or 128 each
   static_assert(
       producer_threads * producer_registers + consumer_threads * consumer_registers <=
           threads * launch_registers,
@@ -177,7 +189,8 @@ struct AttentionSm90Traits {
   static constexpr int q_empty_barrier_offset = barrier_offset + 2 * stages * 8;
   static constexpr int landing_barrier_offset = q_empty_barrier_offset + 8;
   static constexpr int shared_bytes = alignment_slack + landing_barrier_offset + (kv_tma_only ? 8 : 0);
-  static_assert(shared_bytes == attention_sm90_shared_bytes(kHeadDim, kBlockN, kStages, kKvFp8, kKvTma),
+  static_assert(shared_bytes ==
+                    attention_sm90_shared_bytes(kHeadDim, kBlockN, kStages, kKvFp8, kKvTma, block_m),
                 "the layout above and the host's formula (attention_params.h) must agree");
 
   static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256,
@@ -213,8 +226,8 @@ struct AttentionSm90Traits {
 };
 
 // grid: [G], G <= ceil(max_query_len / tokens_per_cta) x num_seqs x query_heads / heads_per_cta work items
-// (one CTA per item, or persistent: a CTA per SM walking several), block: [384], dynamic shared memory:
-// Traits::shared_bytes (above 48 KiB: the function attribute must allow it). sm_90a only.
+// (one CTA per item, or persistent: a CTA per SM walking several), block: [Traits::threads], dynamic shared
+// memory: Traits::shared_bytes (above 48 KiB: the function attribute must allow it). sm_90a only.
 template <class Traits>
 __global__ void __launch_bounds__(Traits::threads, 1)
     attention_sm90_kernel(const __grid_constant__ typename Traits::Params kernel_params) {
@@ -847,19 +860,21 @@ __global__ void __launch_bounds__(Traits::threads, 1)
     }
   };
 
-  // Ping-pong turns around each point where a warpgroup issues wgmmas: both warpgroups have the same
-  // number of such points (the same items and tiles), warpgroup 0 goes first (warpgroup 1 arrives for it
-  // once at the start) and warpgroup 1 does not hand a turn back after its last (the last item's last), so
-  // every bar.arrive is matched.
+  // Ping-pong turns around each point where a warpgroup issues wgmmas, round-robin: every warpgroup has
+  // the same number of such points (the same items and tiles), warpgroup 0 goes first (the last warpgroup
+  // arrives for it once at the start), each hands its turn to the next, and the last does not hand a turn
+  // back after its last (the last item's last), so every bar.arrive is matched.
+  constexpr int kLastConsumer = Traits::consumer_warpgroups - 1;
   if constexpr (Traits::ping_pong) {
-    if (consumer == 1) named_barrier_arrive(1);
+    if (consumer == kLastConsumer) named_barrier_arrive(1);
   }
   auto begin_turn = [&]() {
     if constexpr (Traits::ping_pong) named_barrier_sync(1 + consumer);
   };
   auto end_turn = [&](bool last) {
     if constexpr (Traits::ping_pong) {
-      if (consumer == 0 || !last) named_barrier_arrive(2 - consumer);
+      if (consumer != kLastConsumer || !last)
+        named_barrier_arrive(consumer == kLastConsumer ? 1 : 2 + consumer);
     }
   };
 

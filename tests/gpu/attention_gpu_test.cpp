@@ -845,6 +845,37 @@ double sampled_error(const Problem& p, const KernelOutput& got, int first_row, i
 
 }  // namespace
 
+namespace {
+
+// The sm_90a spec of a D 64 case with two consumer warpgroups (block_m 128) instead of the plan's three,
+// on the plan's stages (the overlapped schedule where there are three).
+plan::AttentionSpec with_two_consumers(plan::AttentionSpec spec) {
+  spec.tiling.block_m = 128;
+  spec.tiling.overlap_softmax = spec.tiling.stages >= 3;
+  spec.tiling.shared_bytes = spec.dynamic_shared_bytes();
+  return spec;
+}
+
+// Each case with its sm_90a spec against the reference, seeds from `seed` on; a spec with three consumer
+// warpgroups (D 64) runs a second time with two, which stay reachable (AttentionSpec::source).
+void check_sm90_specs(const std::vector<Case>& cases, const std::vector<plan::AttentionSpec>& specs,
+                      std::uint64_t seed) {
+  std::vector<std::size_t> case_of;
+  std::vector<plan::AttentionSpec> runs;
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    runs.push_back(specs[i]);
+    case_of.push_back(i);
+    if (specs[i].tiling.block_m == 192) {
+      runs.push_back(with_two_consumers(specs[i]));
+      case_of.push_back(i);
+    }
+  }
+  kernels().prepare(runs);
+  for (std::size_t r = 0; r < runs.size(); ++r) check_case(cases[case_of[r]], seed++, runs[r]);
+}
+
+}  // namespace
+
 TEST_CASE("sm_90a wgmma attention matches the reference", "[gpu][attention][sm90]") {
   if (!device_is_sm90a()) {
     SUCCEED("not an sm_90a device: the plan never picks the wgmma kernel here");
@@ -857,9 +888,7 @@ TEST_CASE("sm_90a wgmma attention matches the reference", "[gpu][attention][sm90
     INFO(c.name);
     REQUIRE(specs.back().kernel == plan::AttentionKernel::wgmma_sm90);  // the heuristic picks it
   }
-  kernels().prepare(specs);
-  std::uint64_t seed = 500;
-  for (std::size_t i = 0; i < cases.size(); ++i) check_case(cases[i], seed++, specs[i]);
+  check_sm90_specs(cases, specs, 500);
 }
 
 namespace {
@@ -927,8 +956,7 @@ void check_forced_sm90(const std::vector<Case>& cases, std::uint64_t seed, bool 
     specs.push_back(spec_with_kernel(c, plan::AttentionKernel::wgmma_sm90));
     specs.back().tiling.kv_tma = kv_tma;
   }
-  kernels().prepare(specs);
-  for (std::size_t i = 0; i < cases.size(); ++i) check_case(cases[i], seed++, specs[i]);
+  check_sm90_specs(cases, specs, seed);
 }
 
 }  // namespace
@@ -1127,6 +1155,7 @@ TEST_CASE("attention speed of both kernels", "[.attention_speed][gpu]") {
     int stages;  // 0: the plan's tiling (choose_sm90_attention_tiling and sm90_kv_tma_supported)
     bool overlap, ping_pong;
     bool kv_tma = false;
+    int consumers = 2;  // consumer warpgroups (block_m = 64 x consumers; 3 at D 64 in series only)
   };
   using plan::AttentionKernel::wgmma_sm90;
   // Rows are named "<shape> <variant>", e.g. "D 128 S 4096 page 64 stages 3 overlap 1 ping-pong 1 kv_tma 1"
@@ -1137,7 +1166,8 @@ TEST_CASE("attention speed of both kernels", "[.attention_speed][gpu]") {
     if (v.kernel != wgmma_sm90) return plan::to_string(v.kernel);
     if (v.stages == 0) return "plan";
     return "stages " + std::to_string(v.stages) + " overlap " + std::to_string(int(v.overlap)) +
-           " ping-pong " + std::to_string(int(v.ping_pong)) + " kv_tma " + std::to_string(int(v.kv_tma));
+           " ping-pong " + std::to_string(int(v.ping_pong)) + " kv_tma " + std::to_string(int(v.kv_tma)) +
+           (v.consumers != 2 ? " consumers " + std::to_string(v.consumers) : "");
   };
   const char* const rows_variable = std::getenv("ATTNPLAN_SPEED_ROWS");
   const auto selected = [rows = std::string(rows_variable ? rows_variable : "")](const std::string& name) {
@@ -1169,6 +1199,12 @@ TEST_CASE("attention speed of both kernels", "[.attention_speed][gpu]") {
                                                          {wgmma_sm90, 2, false, true},
                                                          {wgmma_sm90, 2, false, true, true}};
       variants.insert(variants.end(), sm90.begin(), sm90.end());
+      if (shape.head_dim == 64 && !shape.sinks) {  // three consumer warpgroups (serial) beside the two
+        for (const Variant three :
+             {Variant{wgmma_sm90, 3, false, true, false, 3}, Variant{wgmma_sm90, 3, false, true, true, 3},
+              Variant{wgmma_sm90, 2, false, true, true, 3}})
+          variants.push_back(three);
+      }
     }
     const std::string shape_name = "D " + std::to_string(shape.head_dim) + " S " +
                                    std::to_string(shape.tokens) + " page " +
@@ -1204,6 +1240,7 @@ TEST_CASE("attention speed of both kernels", "[.attention_speed][gpu]") {
         spec.tiling.kv_tma =
             !spec.kv_fp8 && plan::sm90_kv_tma_supported(c.head_dim, c.block_size, spec.tiling.block_n);
       } else if (variant.kernel == plan::AttentionKernel::wgmma_sm90) {
+        spec.tiling.block_m = 64 * variant.consumers;
         spec.tiling.stages = variant.stages;
         spec.tiling.overlap_softmax = variant.overlap;
         spec.tiling.ping_pong = variant.ping_pong;

@@ -324,21 +324,27 @@ TEST_CASE("attention kernel choice: wgmma on sm_90a for the features it covers, 
   CHECK(choose(64, 256, kSm90a) == AttentionKernel::mma_sync);
 }
 
-TEST_CASE("sm_90a attention tiling: 128 query rows, 128-key tiles up to D 128, 64 at D 256",
+TEST_CASE("sm_90a attention tiling: 128 query rows (192 at D 64), 128-key tiles up to D 128, 64 at D 256",
           "[plan][attention]") {
   for (const int d : {64, 128, 256}) {
     const AttentionTiling tiling = choose_sm90_attention_tiling(d, 4);
     INFO("head_dim " << d);
-    CHECK(tiling.block_m == 128);
+    // Three consumer warpgroups at D 64 (512 threads), two elsewhere (384).
+    CHECK(tiling.block_m == (d == 64 ? 192 : 128));
+    CHECK(attention_sm90_threads(tiling.block_m) == (d == 64 ? 512 : 384));
     CHECK(tiling.block_n == (d <= 128 ? 128 : 64));
-    // Three stages and the overlapped schedule where they fit (D 64, 128), two in series at D 256.
+    // Three stages where they fit (D 64, 128), two at D 256; the overlapped schedule with three stages and
+    // two consumer warpgroups only (D 128).
     CHECK(tiling.stages == (d <= 128 ? 3 : 2));
-    CHECK(tiling.overlap_softmax == (d <= 128));
+    CHECK(tiling.overlap_softmax == (d == 128));
     CHECK(tiling.ping_pong);
     CHECK(tiling.heads_per_cta == 4);
-    CHECK(tiling.shared_bytes == sm90_attention_shared_bytes(d, tiling.block_n, tiling.stages));
+    CHECK(tiling.shared_bytes ==
+          sm90_attention_shared_bytes(d, tiling.block_n, tiling.stages, false, false, tiling.block_m));
     CHECK(tiling.shared_bytes <= max_shared_bytes_per_block(kSm90a));
   }
+  // D 64 with 192 rows: Q [192, 64] + 3 x (K + V) [128, 64] bf16 = 120 KiB, plus slack and seven mbarriers.
+  CHECK(sm90_attention_shared_bytes(64, 128, 3, false, false, 192) == 1024 + 120 * 1024 + 48 + 8);
   // Q [128, 128] + 2 x (K + V) [128, 128] bf16 = 160 KiB, plus alignment slack, four stage mbarriers and Q's.
   CHECK(sm90_attention_shared_bytes(128, 128, 2) == 1024 + 160 * 1024 + 32 + 8);
   // Three stages: 224 KiB + slack + seven mbarriers, just under the 227 KiB opt-in limit; D 256 would not
@@ -354,7 +360,8 @@ TEST_CASE("sm_90a attention tiling: 128 query rows, 128-key tiles up to D 128, 6
   CHECK(fp8_128.shared_bytes == sm90_attention_shared_bytes(128, 128, 2, true));
   const AttentionTiling fp8_64 = choose_sm90_attention_tiling(64, 4, /*kv_fp8=*/true);
   CHECK(fp8_64.stages == 3);
-  CHECK(fp8_64.overlap_softmax);
+  CHECK(fp8_64.block_m == 192);
+  CHECK_FALSE(fp8_64.overlap_softmax);
   CHECK_THROWS_AS(choose_sm90_attention_tiling(96, 4), Error);
   CHECK_THROWS_AS(choose_sm90_attention_tiling(192, 4), Error);
   CHECK_THROWS_AS(choose_sm90_attention_tiling(128, 0), Error);
@@ -437,6 +444,20 @@ TEST_CASE("attention spec on sm_90a: the wgmma kernel's stub, launch shape and c
   forced = spec;
   forced.kv_fp8 = true;
   forced.head_dim = forced.value_head_dim = 256;
+  CHECK_THROWS_AS(forced.source(), Error);
+  // Three consumer warpgroups (block_m 192) only at D 64 in series.
+  forced = spec;
+  forced.tiling.block_m = 192;
+  forced.tiling.overlap_softmax = false;
+  CHECK_THROWS_AS(forced.source(), Error);  // D 128
+  forced.head_dim = forced.value_head_dim = 64;
+  CHECK_NOTHROW(forced.source());
+  CHECK(forced.threads() == 512);
+  CHECK(forced.source().render_stub().find("/*consumers=*/3") != std::string::npos);
+  forced.tiling.overlap_softmax = true;
+  CHECK_THROWS_AS(forced.source(), Error);
+  forced.tiling.block_m = 256;
+  forced.tiling.overlap_softmax = false;
   CHECK_THROWS_AS(forced.source(), Error);
 
   // TMA K/V loads where sm90_kv_tma_supported, rendered as the last trait and in the spec (so the cache
@@ -542,6 +563,13 @@ TEST_CASE("sm_90a attention compiles to wgmma without spills", "[plan][attention
     spec.tiling = choose_sm90_attention_tiling(c.head_dim, c.group_size, c.kv_fp8);
     spec.tiling.kv_tma = c.kv_tma;
     specs.push_back(spec);
+    if (spec.tiling.block_m == 192) {  // two consumer warpgroups stay reachable at D 64: compile them too
+      AttentionSpec two = spec;
+      two.tiling.block_m = 128;
+      two.tiling.overlap_softmax = two.tiling.stages >= 3;
+      two.tiling.shared_bytes = two.dynamic_shared_bytes();
+      specs.push_back(two);
+    }
     if (spec.tiling.overlap_softmax) {  // the serial schedule stays reachable: compile it too
       spec.tiling.overlap_softmax = false;
       spec.tiling.ping_pong = false;
@@ -566,13 +594,13 @@ TEST_CASE("sm_90a attention compiles to wgmma without spills", "[plan][attention
     INFO(spec.source().spec.dump());
     INFO(kernels[i].log);
     std::printf(
-        "attention sm_90a wgmma D %3d group %d block %4d bn %3d window %d spans %d sinks %d kv_tma %d "
+        "attention sm_90a wgmma D %3d group %d block %4d bm %3d bn %3d window %d spans %d sinks %d kv_tma %d "
         "fp8 %d stages %d overlap %d ping-pong %d: %3d registers, %d spill bytes, %d stack bytes, %6d "
         "dynamic smem\n",
-        spec.head_dim, spec.group_size, spec.block_size, spec.tiling.block_n, int(spec.has_window),
-        int(spec.has_spans), int(spec.has_sinks), int(spec.tiling.kv_tma), int(spec.kv_fp8),
-        spec.tiling.stages, int(spec.tiling.overlap_softmax), int(spec.tiling.ping_pong), r.registers,
-        r.spill_bytes(), r.stack_bytes, spec.dynamic_shared_bytes());
+        spec.head_dim, spec.group_size, spec.block_size, spec.tiling.block_m, spec.tiling.block_n,
+        int(spec.has_window), int(spec.has_spans), int(spec.has_sinks), int(spec.tiling.kv_tma),
+        int(spec.kv_fp8), spec.tiling.stages, int(spec.tiling.overlap_softmax), int(spec.tiling.ping_pong),
+        r.registers, r.spill_bytes(), r.stack_bytes, spec.dynamic_shared_bytes());
     CHECK(kernels[i].lowered_name.find("attention_sm90_kernel") != std::string::npos);
     CHECK(kernels[i].ptx.find("wgmma.mma_async") != std::string::npos);
     CHECK(kernels[i].ptx.find("setmaxnreg") != std::string::npos);
