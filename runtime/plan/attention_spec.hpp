@@ -99,8 +99,8 @@ int sm90_attention_shared_bytes(int head_dim, int block_n, int stages, bool kv_f
 // 128 registers per consumer thread; a 64-key S keeps the rest under the 224 the consumers get); three
 // stages where they fit sm_90's 227 KiB (D 64 and 128), else two (D 256; D 128 with an fp8 cache); the
 // overlapped softmax schedule with three stages and two consumers (three consumers' 152 registers hold
-// only the serial one); ping-pong consumers always
-// (the fastest schedule at every head dim on the H200: docs/attention-notes.md, v3); heads_per_cta the
+// only the serial one); ping-pong with two consumer warpgroups (the fastest schedule there on the H200:
+// docs/attention-notes.md, v3), none with three (session 12); heads_per_cta the
 // largest divisor of group_size up to 16 (each K/V tile then serves that many query heads; at least 8 tokens
 // per CTA keep the causal band's waste small); a persistent grid. Throws Error(config) for other head dims or
 // group_size < 1.

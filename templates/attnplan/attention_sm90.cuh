@@ -126,8 +126,10 @@ struct AttentionSm90Traits {
   static constexpr bool ping_pong = kPingPong;
   // Of every 8 n8 column tiles of S, how many take their exponentials from polynomial_exp2 on the FMA
   // pipe rather than the MUFU unit: at D 64 the MUFU's 16 ex2 per SM and clock match the tensor cores'
-  // rate exactly (one per 4 D FLOPs), so the softmax waits on it (Nsight Compute: MIO throttle).
-  static constexpr int polynomial_exp_eighths = kHeadDim == 64 ? 2 : 0;
+  // rate exactly (one per 4 D FLOPs), so the softmax waits on it (Nsight Compute: MIO throttle). Measured
+  // (attention-notes.md, sessions 11 and 12): 2 with two consumer warpgroups, 1 with three (whose
+  // softmaxes overlap each other, so the ten-instruction polynomial costs issue slots the MUFU wait hid).
+  static constexpr int polynomial_exp_eighths = kHeadDim == 64 ? (kConsumers == 3 ? 1 : 2) : 0;
   static_assert(polynomial_exp_eighths >= 0 && polynomial_exp_eighths <= 8, "eighths: 0 to 8");
 
   // Consumer warpgroups of 64 query rows each. Three (block_m 192, D 64 only) keep two warpgroups' matrix
