@@ -159,6 +159,7 @@ std::vector<std::uint8_t> every_byte() {
 }  // namespace
 
 TEST_CASE("the pair decodes give the scalar decode's values for every code and scale", "[gpu][pair_decode]") {
+  gpu().context.make_current();  // the scale buffers below live in the device's primary context
   const driver::DeviceBuffer byte_scales = driver::DeviceBuffer::from_host(every_byte());
   // E8M0 scales: every exponent, 2^-127 (subnormal) to 2^127 and NaN, 241 and up past the 2^14 fold's bound.
   check_policy("attnplan::kernels::Mxfp4Weights", byte_scales, 256, 32, {1.0f});
