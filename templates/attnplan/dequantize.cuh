@@ -7,7 +7,9 @@
 // Each CTA stages the packed bytes of a [64 rows, 64 k] tile in shared memory exactly as gemm.cuh's
 // pipeline stages a W slice (16-byte row chunks, or the word tile of a word-copied format), then turns
 // every 8 consecutive k of a row into 8 bf16 with the format's gemm.cuh policy (the same decode and the
-// same one rounding as the mma.sync loaders) and stores them as one 16-byte vector.
+// same one rounding as the mma.sync loaders) and stores them as one 16-byte vector. The decode, not HBM,
+// limits this kernel (Nsight, docs/kernels-notes.md): the E2M1 and e4m3fn policies decode two codes per
+// conversion (code_pair) from one 4- or 8-byte shared load.
 #pragma once
 
 #include "attnplan/gemm.cuh"

@@ -85,6 +85,28 @@ struct E4m3Codes {
     return __half22float2(
         __half2(__nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(pair & 0xFFFFu), __NV_E4M3)));
   }
+  // The mma.sync loaders' and the dequantize kernel's decode: raw holds the 8 codes of W[row, k .. k + 8)
+  // in a staged tile (8-byte aligned: the row chunks are), s their scale. From sm_89 the codes go two per
+  // cvt.f16x2.e4m3x2 from one 8-byte load. Same values as e4m3fn_to_float: both are exact (e4m3fn fits
+  // fp16 and fp16 fits f32), the NaN codes included (NaN either way; the product with s is then the
+  // canonical NaN both ways); -0 stays -0. So each value is code * s with its one f32 rounding, as before.
+  __device__ static void scale_codes(const unsigned char* raw, float s, float (&values)[8]) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+    const uint2 codes = *reinterpret_cast<const uint2*>(raw);
+    const unsigned words[2] = {codes.x, codes.y};
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const float2 pair = code_pair(words[e / 2] >> (16 * (e % 2)));
+      values[2 * e] = pair.x * s;
+      values[2 * e + 1] = pair.y * s;
+    }
+#else
+    // Before sm_89 there is no fp8 conversion instruction: cuda_fp8.hpp's emulation of code_pair branches
+    // and loops per code, no cheaper than e4m3fn_to_float.
+#pragma unroll
+    for (int e = 0; e < 8; ++e) values[e] = e4m3fn_to_float(raw[e]) * s;
+#endif
+  }
 };
 
 // fp8 e4m3fn weights, weight-only (activations stay bf16). kGranularity: 0 one f32 scale for the tensor,
@@ -102,9 +124,7 @@ struct Fp8Weights : E4m3Codes {
   }
   __device__ static void dequantize(const unsigned char* raw, const GemmSegment& segment, int row, int k,
                                     int k_total, float (&values)[8]) {
-    const float s = scale(segment, row, k, k_total);
-#pragma unroll
-    for (int e = 0; e < 8; ++e) values[e] = e4m3fn_to_float(raw[e]) * s;
+    scale_codes(raw, scale(segment, row, k, k_total), values);
   }
   // For gemm_sm90_w4.cuh: one scale per 128 k of a row (block), else one for the whole row (-1).
   static constexpr int group_size = kGranularity == 2 ? 128 : -1;
@@ -122,9 +142,7 @@ struct Mxfp8Weights : E4m3Codes {
   }
   __device__ static void dequantize(const unsigned char* raw, const GemmSegment& segment, int row, int k,
                                     int k_total, float (&values)[8]) {
-    const float s = group_scale(segment, row, k / 32, k_total);
-#pragma unroll
-    for (int e = 0; e < 8; ++e) values[e] = e4m3fn_to_float(raw[e]) * s;
+    scale_codes(raw, group_scale(segment, row, k / 32, k_total), values);
   }
 };
 
@@ -132,7 +150,8 @@ struct Mxfp8Weights : E4m3Codes {
 // say, for the sm_90a mixed-input kernel (gemm_sm90_w4.cuh), how one code becomes a value: value =
 // code_value(code) * group_scale(...) (+ group_offset(...) where has_offset), with one scale per
 // `group_size` consecutive k of a row. The mma.sync loaders below decode through the same functions.
-// code_pair(byte) is the fast form for both codes of a byte: code_value of each times code_pair_unit.
+// code_pair(byte) is the fast form for both codes of a byte: code_value of each times code_pair_unit
+// (the E2M1 loader and so the dequantize kernel decode through it).
 
 // The E2M1 formats' codes and their mma.sync loader; Format supplies group_size and group_scale (CRTP).
 template <class Format>
@@ -142,13 +161,31 @@ struct E2m1Codes {
   static constexpr float code_pair_unit = 0x1p-14f;
   __device__ static float code_value(unsigned code) { return e2m1_to_float(code); }
   __device__ static float2 code_pair(unsigned byte) { return e2m1_pair_to_float2_scaled(byte); }
+  // raw: the 4 bytes of W[row, k .. k + 8) in a staged tile (4-byte aligned: the row chunks are), decoded
+  // a byte (two codes) per code_pair from one 4-byte load. Each value is code_value * s with one f32
+  // rounding, as from code_value: code_pair gives code_value * 2^-14 exactly and s * 2^14 is exact (a
+  // power of two, subnormal s included), so the one product is the same real number, rounded once. Only
+  // |s| > FLT_MAX * 2^-14 (E8M0 exponents 241 and up) would overflow s * 2^14: there the codes take s
+  // unscaled (code * 2^-14 * s is then >= 2^99 unless code is 0 or s infinite: rounded as code * s, at
+  // 2^-14 of its size) and the 2^14 after, exact up to the overflow that code * s meets too. A NaN s
+  // gives NaN either way. (The wgmma_w4 kernel folds 2^14 into its scales unguarded: gemm_sm90_w4.cuh.)
   __device__ static void dequantize(const unsigned char* raw, const GemmSegment& segment, int row, int k,
                                     int k_total, float (&values)[8]) {
+    constexpr float kUnitScale = 1.0f / code_pair_unit;              // 2^14
+    constexpr float kMaxFolded = 0x1.fffffep+127f * code_pair_unit;  // FLT_MAX * 2^-14, exact
     const float s = Format::group_scale(segment, row, k / Format::group_size, k_total);
+    const bool folds = !(fabsf(s) > kMaxFolded);  // NaN folds
+    const float unit_scale = folds ? s * kUnitScale : s;
+    const unsigned codes = *reinterpret_cast<const unsigned*>(raw);
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      values[2 * e] = code_value(raw[e] & 15u) * s;
-      values[2 * e + 1] = code_value(raw[e] >> 4) * s;
+      const float2 pair = code_pair(codes >> (8 * e));
+      values[2 * e] = pair.x * unit_scale;
+      values[2 * e + 1] = pair.y * unit_scale;
+    }
+    if (!folds) {
+#pragma unroll
+      for (int e = 0; e < 8; ++e) values[e] *= kUnitScale;
     }
   }
 };
