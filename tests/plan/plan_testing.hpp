@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 
 #include "compiler/compiler.hpp"
@@ -17,11 +18,18 @@ inline constexpr config::Arch kSm89{8, 9, false};
 inline constexpr config::Arch kSm90a{9, 0, true};
 inline constexpr config::Arch kSm100a{10, 0, true};
 
-// NVRTC over templates/ as checked out (so a template edit is tested without a rebuild of the embedding).
+// NVRTC over templates/ as checked out (so a template edit is tested without a rebuild of the embedding),
+// or over ATTNPLAN_TEMPLATE_DIR when it is set, as test_gpu and attnplan take it: a copy of the templates
+// gets its registers, spills and wgmma checks here before it is timed on a GPU.
 inline const compiler::Compiler& source_tree_compiler() {
-  static const compiler::Compiler instance(
-      compiler::Toolkit::locate({}, {}, {}),
-      compiler::TemplateLibrary::from_directory(std::string(ATTNPLAN_SOURCE_DIR) + "/templates"));
+  static const compiler::Compiler instance = [] {
+    const char* const override_dir = std::getenv("ATTNPLAN_TEMPLATE_DIR");
+    const std::string dir = override_dir != nullptr && *override_dir != '\0'
+                                ? std::string(override_dir)
+                                : std::string(ATTNPLAN_SOURCE_DIR) + "/templates";
+    return compiler::Compiler(compiler::Toolkit::locate({}, {}, {}),
+                              compiler::TemplateLibrary::from_directory(dir));
+  }();
   return instance;
 }
 
