@@ -7,6 +7,9 @@
 #include <algorithm>
 #include <cmath>
 #include <optional>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "check/bench_counts.hpp"
 #include "check/device_batch.hpp"
@@ -116,12 +119,19 @@ DeviceSet upload_set(const check::LayerCase& layer, const plan::PrefillPlan& pla
 }
 
 struct Row {
-  std::string name;    // a stage's name, "layer" or "layer_graph"
+  std::string name;    // a stage's name, "stages_total", "layer" or "layer_graph"
   std::string kernel;  // the plan's kernel for a stage
   check::Spread ms;
   double flops = 0;
   double bytes = 0;
+  std::vector<double> runs_ms;  // each timed run, in the order they ran (drift shows up here)
 };
+
+Row timed_row(std::string name, std::string kernel, std::vector<double> runs_ms, double flops, double bytes) {
+  Row row{std::move(name), std::move(kernel), check::spread(runs_ms), flops, bytes, {}};
+  row.runs_ms = std::move(runs_ms);
+  return row;
+}
 
 std::vector<Row> measure(const plan::PrefillPlan& plan, const std::vector<DeviceSet>& sets,
                          const std::vector<check::StageWork>& work, int iterations, int warmup) {
@@ -159,21 +169,29 @@ std::vector<Row> measure(const plan::PrefillPlan& plan, const std::vector<Device
   for (std::size_t s = 0; s < stages.size(); ++s) {
     std::vector<double> times;
     for (const auto& run_marks : marks) times.push_back(driver::elapsed_ms(run_marks[s], run_marks[s + 1]));
-    Row row{std::string(plan::to_string(stages[s])), plan.compiled().kernel(stages[s]).name,
-            check::spread(times)};
+    double stage_flops = 0, stage_bytes = 0;
     for (const check::StageWork& counted : work) {
       if (counted.stage == stages[s]) {
-        row.flops = counted.flops;
-        row.bytes = counted.bytes;
+        stage_flops = counted.flops;
+        stage_bytes = counted.bytes;
       }
     }
-    rows.push_back(row);
+    rows.push_back(timed_row(std::string(plan::to_string(stages[s])), plan.compiled().kernel(stages[s]).name,
+                             std::move(times), stage_flops, stage_bytes));
   }
   double flops = 0, bytes = 0;
   for (const auto& stage : work) {
     flops += stage.flops;
     bytes += stage.bytes;
   }
+  // The same runs end to end (first mark to last): the layer as the stage pass saw it, to set beside the
+  // "layer" row below, which times the same execute() without the observer, later in the process. Session
+  // 12's tables had the stages summing to 13% less than "layer": this row and runs_ms tell a real cost
+  // between stages from a GPU slowing down over the passes (clocks under sustained load).
+  std::vector<double> totals;
+  for (const auto& run_marks : marks)
+    totals.push_back(driver::elapsed_ms(run_marks.front(), run_marks.back()));
+  rows.push_back(timed_row("stages_total", "", std::move(totals), flops, bytes));
 
   // The whole layer: events around each execute(), without the observer, then each set's execute()
   // captured once as a CUDA graph and replayed.
@@ -193,10 +211,11 @@ std::vector<Row> measure(const plan::PrefillPlan& plan, const std::vector<Device
     std::vector<double> times;
     for (int run = 0; run < iterations; ++run)
       times.push_back(driver::elapsed_ms(starts[std::size_t(run)], stops[std::size_t(run)]));
-    return check::spread(times);
+    return times;
   };
-  rows.push_back({"layer", "", time_runs([&](int run) { plan.execute(set_of(run).args, stream.handle()); }),
-                  flops, bytes});
+  rows.push_back(timed_row("layer", "",
+                           time_runs([&](int run) { plan.execute(set_of(run).args, stream.handle()); }),
+                           flops, bytes));
 
   std::vector<CUgraph> graphs;
   std::vector<CUgraphExec> execs;
@@ -222,11 +241,12 @@ std::vector<Row> measure(const plan::PrefillPlan& plan, const std::vector<Device
       driver::check(cu.cuGraphInstantiateWithFlags(&exec, graph, 0), "cuGraphInstantiateWithFlags");
       execs.push_back(exec);
     }
-    rows.push_back({"layer_graph", "", time_runs([&](int run) {
-                      driver::check(cu.cuGraphLaunch(execs[std::size_t(run) % execs.size()], stream.handle()),
-                                    "cuGraphLaunch");
-                    }),
-                    flops, bytes});
+    rows.push_back(timed_row("layer_graph", "", time_runs([&](int run) {
+                               driver::check(
+                                   cu.cuGraphLaunch(execs[std::size_t(run) % execs.size()], stream.handle()),
+                                   "cuGraphLaunch");
+                             }),
+                             flops, bytes));
   } catch (...) {
     stream.synchronize();
     release_graphs();
@@ -331,6 +351,9 @@ Command bench_command() {
         entry["tflops"] =
             row.flops > 0 ? nlohmann::ordered_json(tflops(row)) : nlohmann::ordered_json(nullptr);
         entry["gbs"] = row.flops == 0 ? nlohmann::ordered_json(gbs(row)) : nlohmann::ordered_json(nullptr);
+        nlohmann::ordered_json runs = nlohmann::ordered_json::array();
+        for (const double ms : row.runs_ms) runs.push_back(std::round(ms * 1e4) / 1e4);  // 0.1 us
+        entry["runs_ms"] = std::move(runs);
         out_rows.push_back(entry);
       }
       nlohmann::ordered_json out = {{"config", config.name},
