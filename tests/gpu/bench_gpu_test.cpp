@@ -2,6 +2,9 @@
 // stage of the plan, positive times in order (min <= median <= max) and the host's work counts.
 #include <nlohmann/json.hpp>
 
+#include <cmath>
+#include <cstddef>
+
 #include "../tools/cli_testing.hpp"
 #include "check/bench_counts.hpp"
 #include "config/parse.hpp"
@@ -49,9 +52,11 @@ TEST_CASE("attnplan bench times every stage and counts the work the host counts"
     }
     const auto work = attnplan::check::stage_work(config, sequences);
     const nlohmann::json& rows = out["rows"];
-    REQUIRE(rows.size() == work.size() + 2);  // every stage, then layer and layer_graph
+    REQUIRE(rows.size() == work.size() + 3);  // every stage, then stages_total, layer and layer_graph
+    const std::size_t iterations = out["iterations"].get<std::size_t>();
     for (std::size_t i = 0; i < rows.size(); ++i) {
       const nlohmann::json& row = rows[i];
+      REQUIRE(row["runs_ms"].size() == iterations);
       CHECK(row["min_ms"].get<double>() > 0);
       CHECK(row["min_ms"].get<double>() <= row["median_ms"].get<double>());
       CHECK(row["median_ms"].get<double>() <= row["max_ms"].get<double>());
@@ -61,7 +66,15 @@ TEST_CASE("attnplan bench times every stage and counts the work the host counts"
         CHECK(row["bytes"].get<double>() == work[i].bytes);
       }
     }
+    CHECK(rows[rows.size() - 3]["stage"] == "stages_total");
     CHECK(rows[rows.size() - 2]["stage"] == "layer");
     CHECK(rows[rows.size() - 1]["stage"] == "layer_graph");
+    // stages_total times each run from its first event to its last: that run's stage times add up to it
+    // (to the 0.1 us the runs are rounded to, per stage).
+    for (std::size_t run = 0; run < iterations; ++run) {
+      double stages = 0;
+      for (std::size_t i = 0; i < work.size(); ++i) stages += rows[i]["runs_ms"][run].get<double>();
+      CHECK(std::abs(stages - rows[work.size()]["runs_ms"][run].get<double>()) <= 1e-4 * (work.size() + 1));
+    }
   }
 }
