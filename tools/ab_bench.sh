@@ -59,6 +59,8 @@ build_attnplan "$BUILD" "$WORK/build.log" || exit 1
 python3 "$ROOT/tools/bench_matrix.py" rows "$WORK" --only "$ONLY" >"$WORK/runs.txt" || exit 1
 echo "== $(wc -l <"$WORK/runs.txt") runs x ${#variants[@]} variants x $ROUNDS rounds"
 
+start_clock_log "$WORK/clocks.csv"
+trap stop_clock_log EXIT
 start=$SECONDS
 for ((round = 1; round <= ROUNDS; ++round)); do
   for ((i = 0; i < ${#variants[@]}; ++i)); do
@@ -80,8 +82,10 @@ for ((round = 1; round <= ROUNDS; ++round)); do
   echo "round $round done ($((SECONDS - start)) s)"
 done
 
+stop_clock_log
 {
   machine_lines
+  clock_summary "$WORK/clocks.csv"
   echo "variants: ${variants[*]}; $ROUNDS rounds of $ITERATIONS runs (attnplan bench medians)"
   echo
   python3 "$ROOT/tools/bench_matrix.py" ab "$WORK" "${names[@]}"

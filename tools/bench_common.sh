@@ -38,3 +38,59 @@ machine_lines() {
   fi
   echo "date: $(date -u '+%Y-%m-%d %H:%M UTC'), commit: $commit"
 }
+
+# start_clock_log FILE: the GPU's SM and memory clocks, power draw, temperature and active clock-limit
+# reasons, sampled every 100 ms into FILE (nvidia-smi CSV) until stop_clock_log. The long rows' medians sit
+# 10-17% above their minima in some calls (performance.md, "run to run"); with the clocks beside the
+# rows' times a slower clock under sustained load can be told from a slower kernel. Does nothing where
+# nvidia-smi is missing.
+start_clock_log() {
+  CLOCK_LOG_PID=""
+  command -v nvidia-smi >/dev/null 2>&1 || return 0
+  local reasons=clocks_event_reasons.active  # clocks_throttle_reasons.active before driver 535
+  nvidia-smi --query-gpu="$reasons" --format=csv,noheader >/dev/null 2>&1 || reasons=clocks_throttle_reasons.active
+  nvidia-smi --query-gpu="timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,$reasons" \
+    --format=csv,nounits -lms 100 >"$1" 2>/dev/null &
+  CLOCK_LOG_PID=$!
+}
+
+stop_clock_log() {
+  [[ -n ${CLOCK_LOG_PID:-} ]] || return 0
+  kill "$CLOCK_LOG_PID" 2>/dev/null
+  wait "$CLOCK_LOG_PID" 2>/dev/null
+  CLOCK_LOG_PID=""
+}
+
+# clock_summary FILE: one line from start_clock_log's CSV: the SM clock (min / median / max) over the busy
+# samples (those without the "GPU idle" reason: the gaps between rows are left out), the highest power
+# draw, and how many busy samples had a clock-limit reason (power, thermal, ...).
+clock_summary() {
+  python3 - "$1" <<'PY'
+import csv, statistics, sys
+try:
+    rows = list(csv.reader(open(sys.argv[1])))[1:]
+except OSError:
+    rows = []
+busy = []
+for row in rows:
+    try:
+        sm, reasons = float(row[1]), int(row[5].strip(), 16)
+    except (IndexError, ValueError):
+        continue
+    try:
+        power = float(row[3])
+    except ValueError:
+        power = float("nan")
+    if not reasons & 1:  # bit 0: the GPU is idle
+        busy.append((sm, power, reasons))
+if not busy:
+    print("clocks: not sampled")
+else:
+    sm = [b[0] for b in busy]
+    powers = [b[1] for b in busy if b[1] == b[1]]
+    limited = sum(1 for b in busy if b[2])
+    print(f"clocks: SM {min(sm):.0f} / {statistics.median(sm):.0f} / {max(sm):.0f} MHz (min / median / max "
+          f"over {len(busy)} busy samples, every 100 ms), power max "
+          f"{max(powers) if powers else float('nan'):.0f} W, {limited} of them with a clock-limit reason")
+PY
+}

@@ -53,6 +53,8 @@ cat "$WORK/header.txt"
 
 python3 "$ROOT/tools/bench_matrix.py" rows "$WORK" $FULL ${ONLY:+--only "$ONLY"} >"$WORK/runs.txt" || exit 1
 echo "== attnplan bench: $(wc -l <"$WORK/runs.txt") runs"
+start_clock_log "$WORK/clocks.csv"
+trap stop_clock_log EXIT
 start=$SECONDS
 while read -r id config rest; do
   # shellcheck disable=SC2086  # rest is the run's own argument list
@@ -74,8 +76,11 @@ echo "== peers (PyTorch)"
 python3 "$ROOT/tools/bench_peers.py" "$WORK/rows.json" "$WORK/peers.json" --iterations "$ITERATIONS" \
   --attnplan "$BUILD/attnplan" --workdir "$WORK/layer" 2>"$WORK/peers.log" || { tail -20 "$WORK/peers.log"; status=1; }
 echo "   $((SECONDS - start)) s so far"
+stop_clock_log
+clock_summary "$WORK/clocks.csv" | tee -a "$WORK/header.txt"
 
 # Non-zero when the layer row's eager peer and `attnplan run` disagree (or the check could not run).
 python3 "$ROOT/tools/bench_matrix.py" table "$WORK" "$WORK/header.txt" || status=1
 cp "$WORK/bench.md" "$WORK/bench.json" "$OUT/" 2>/dev/null || status=1
+cp "$WORK/clocks.csv" "$OUT/" 2>/dev/null
 exit $status
