@@ -231,7 +231,72 @@ def layer_peer(row, iterations, warmup, attention_backend, attnplan, workdir):
         result["agreement"] = agreement(sets[0], forward, config, row, attnplan, workdir)
     except Exception as error:  # noqa: BLE001 - whatever broke, the table reports it and the suite fails
         result["agreement_error"] = f"{type(error).__name__}: {first_line(error)}"
-    return {"eager": result}
+    peers = {"eager": result}
+    try:
+        peers["eager_stages"] = stage_sum(sets, forward_stages(lengths, tokens, hidden, hq, hkv, d, dv, eps, cos64,
+                                                               sin64, slots, attention_backend),
+                                          flops, iterations, warmup)
+    except Exception as error:  # noqa: BLE001 - a diagnostic row: its failure must not cost the table its peers
+        peers["eager_stages"] = {"error": f"{type(error).__name__}: {first_line(error)}"}
+    return peers
+
+
+def forward_stages(lengths, tokens, hidden, hq, hkv, d, dv, eps, cos64, sin64, slots, backend):
+    """The eager layer's six stages as separate functions of a set, each reading what the one before wrote
+    into the set (stage name -> function), in layer order."""
+    cos, sin = cos64.to(torch.bfloat16), sin64.to(torch.bfloat16)
+
+    def rope(x):
+        half = x.shape[-1] // 2
+        return x * cos + torch.cat([-x[..., half:], x[..., :half]], dim=-1) * sin
+
+    def norm(s):
+        s["normed"] = F.rms_norm(s["x"], (hidden,), s["norm"], eps)
+
+    def qkv(s):
+        s["qkv"] = torch.matmul(s["normed"], s["w_qkv"].t())
+
+    def rotary(s):
+        q, k, v = s["qkv"].split([hq * d, hkv * d, hkv * dv], dim=-1)
+        s["q"], s["k"], s["v"] = rope(q.reshape(tokens, hq, d)), rope(k.reshape(tokens, hkv, d)), v.reshape(
+            tokens, hkv, dv)
+
+    def store(s):
+        s["k_cache"].index_copy_(0, slots, s["k"])
+        s["v_cache"].index_copy_(0, slots, s["v"])
+
+    def attention(s):
+        outputs, start = [], 0
+        with sdpa_kernel(backend):
+            for n in lengths:
+                outputs.append(F.scaled_dot_product_attention(
+                    s["q"][start:start + n].transpose(0, 1)[None], s["k"][start:start + n].transpose(0, 1)[None],
+                    s["v"][start:start + n].transpose(0, 1)[None], is_causal=True, enable_gqa=True)[0].transpose(0, 1))
+                start += n
+        s["o"] = torch.cat(outputs) if len(outputs) > 1 else outputs[0]
+
+    def output(s):
+        s["out"] = torch.matmul(s["o"].reshape(tokens, hq * dv), s["w_o"].t())
+
+    return {"input_norm": norm, "qkv_projection": qkv, "rope": rotary, "kv_store": store, "attention": attention,
+            "output_projection": output}
+
+
+def stage_sum(sets, stages, flops, iterations, warmup):
+    """Issue 6's second layer target: the layer against the sum of the best peer kernel per stage. Each stage
+    of the eager layer timed alone (median of `iterations`, rotating the sets) on inputs the stages before it
+    left in the set: cuBLAS for the projections, the fastest SDPA backend, PyTorch's fused RMSNorm, eager RoPE
+    (several elementwise kernels) and index_copy_ for the store. The sum of the stage medians is the peer."""
+    for s in sets:  # every stage's inputs, once, untimed
+        for run in stages.values():
+            run(s)
+    torch.cuda.synchronize()
+    timings = {name: time_ms(run, sets, iterations, warmup) for name, run in stages.items()}
+    total = {key: sum(t[key] for t in timings.values()) for key in ("median_ms", "min_ms", "max_ms")}
+    parts = ", ".join(f"{name} {t['median_ms']:.3f}" for name, t in timings.items())
+    result = with_rate(total, flops, f"sum of the eager stages' medians ({parts} ms)")
+    result["stages"] = timings
+    return result
 
 
 def agreement(s, forward, config, row, attnplan, workdir):

@@ -92,7 +92,9 @@ class Table(unittest.TestCase):
         self.peers = {"proj-Llama-3.1-8B-awq-qkv-512": {"cublas_bf16": {"median_ms": 0.06, "min_ms": 0.05,
                                                                           "tflops": 400}},
                       "layer-Llama-3.1-8B-8k": {"eager": {"median_ms": 4.0, "tflops": 200,
-                                                          "agreement": {"rel_l2": 3e-3, "bf16_rel_l2": 4e-3}}}}
+                                                          "agreement": {"rel_l2": 3e-3, "bf16_rel_l2": 4e-3}},
+                                                "eager_stages": {"median_ms": 2.7, "tflops": 370,
+                                                                 "note": "sum of the eager stages' medians"}}}
 
     def tearDown(self):
         self.directory.cleanup()
@@ -123,6 +125,11 @@ class Table(unittest.TestCase):
         self.assertIsNone(refused["ours"])
         self.assertIn("refused at planning: /projection/format: affine not supported", refused["note"])
         self.assertIn("rel L2 3.0e-03", rows["layer-Llama-3.1-8B-8k (graph)|eager"]["note"])
+        # Issue 6's second layer target: against the sum of the stages' peers, the 15% bound in the note.
+        stages = rows["layer-Llama-3.1-8B-8k|eager_stages"]
+        self.assertAlmostEqual(stages["ours_over_peer"], 2.7 / 3.0)
+        self.assertIn("within 15% of the sum (ours/peer >= 0.87)", stages["note"])
+        self.assertNotIn("rel L2", stages["note"])
         # The layer's stages follow it, ours only: a memory-bound one with its GB/s, a GEMM with TFLOP/s.
         norm = rows["layer-Llama-3.1-8B-8k / input_norm|none"]
         self.assertAlmostEqual(norm["ours"]["median_ms"], 0.05)
