@@ -1200,6 +1200,8 @@ TEST_CASE("attention speed of both kernels", "[.attention_speed][gpu]") {
                                                          {wgmma_sm90, 2, false, true},
                                                          {wgmma_sm90, 2, false, true, true}};
       variants.insert(variants.end(), sm90.begin(), sm90.end());
+      if (shape.head_dim == 64 && shape.sinks)  // gpt-oss's shape: the plan (three warpgroups) against two
+        variants.push_back(Variant{wgmma_sm90, 3, true, true, true, 2});
       if (shape.head_dim == 64 && !shape.sinks) {  // three consumer warpgroups (serial) beside the two
         for (const Variant three :
              {Variant{wgmma_sm90, 3, false, true, false, 3}, Variant{wgmma_sm90, 3, false, false, true, 3},
