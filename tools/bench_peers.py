@@ -191,32 +191,18 @@ def layer_peer(row, iterations, warmup, attention_backend, attnplan, workdir):
             "v_cache": torch.empty(sum(blocks_per_seq) * block, hkv, dv, device="cuda", dtype=torch.bfloat16),
         }
 
+    def stages(dtype, backend):
+        return layer_stages(lengths, tokens, hidden, hq, hkv, d, dv, eps, cos64, sin64, slots, dtype, backend)
+
     def forward(s, dtype=torch.bfloat16, backend=attention_backend):
-        """The layer in `dtype` (bf16: the timed peer; float32: the agreement reference, math SDPA)."""
-        cos, sin = cos64.to(dtype), sin64.to(dtype)
-
-        def rope(x):
-            half = x.shape[-1] // 2
-            return x * cos + torch.cat([-x[..., half:], x[..., :half]], dim=-1) * sin
-
-        x = F.rms_norm(s["x"].to(dtype), (hidden,), s["norm"].to(dtype), eps)
-        qkv = torch.matmul(x, s["w_qkv"].to(dtype).t())
-        q, k, v = qkv.split([hq * d, hkv * d, hkv * dv], dim=-1)
-        q = rope(q.reshape(tokens, hq, d))
-        k = rope(k.reshape(tokens, hkv, d))
-        v = v.reshape(tokens, hkv, dv)
-        if dtype == torch.bfloat16:
-            s["k_cache"].index_copy_(0, slots, k)
-            s["v_cache"].index_copy_(0, slots, v)
-        outputs, start = [], 0
-        with sdpa_kernel(backend):
-            for n in lengths:
-                outputs.append(F.scaled_dot_product_attention(
-                    q[start:start + n].transpose(0, 1)[None], k[start:start + n].transpose(0, 1)[None],
-                    v[start:start + n].transpose(0, 1)[None], is_causal=True, enable_gqa=True)[0].transpose(0, 1))
-                start += n
-        o = torch.cat(outputs) if len(outputs) > 1 else outputs[0]
-        return torch.matmul(o.reshape(tokens, hq * dv), s["w_o"].to(dtype).t())
+        """The layer in `dtype` (bf16: the timed peer, which also stores K/V into the pool; float32: the
+        agreement reference, math SDPA). The stages write into a copy of the set, so nothing stays alive."""
+        state = dict(s) if dtype == torch.bfloat16 else {key: s[key].to(dtype) for key in ("x", "norm", "w_qkv",
+                                                                                            "w_o")}
+        for name, run in stages(dtype, backend).items():
+            if name != "kv_store" or dtype == torch.bfloat16:
+                run(state)
+        return state["out"]
 
     set_bytes = (tokens * hidden * 2 + qkv_width * hidden + hidden * hq * dv + tokens * qkv_width * 2) * 2
     sets = [make_set() for _ in range(rotation_sets(set_bytes))]
@@ -233,18 +219,18 @@ def layer_peer(row, iterations, warmup, attention_backend, attnplan, workdir):
         result["agreement_error"] = f"{type(error).__name__}: {first_line(error)}"
     peers = {"eager": result}
     try:
-        peers["eager_stages"] = stage_sum(sets, forward_stages(lengths, tokens, hidden, hq, hkv, d, dv, eps, cos64,
-                                                               sin64, slots, attention_backend),
-                                          flops, iterations, warmup)
+        peers["eager_stages"] = stage_sum(sets, stages(torch.bfloat16, attention_backend), flops, iterations,
+                                          warmup)
     except Exception as error:  # noqa: BLE001 - a diagnostic row: its failure must not cost the table its peers
         peers["eager_stages"] = {"error": f"{type(error).__name__}: {first_line(error)}"}
     return peers
 
 
-def forward_stages(lengths, tokens, hidden, hq, hkv, d, dv, eps, cos64, sin64, slots, backend):
-    """The eager layer's six stages as separate functions of a set, each reading what the one before wrote
-    into the set (stage name -> function), in layer order."""
-    cos, sin = cos64.to(torch.bfloat16), sin64.to(torch.bfloat16)
+def layer_stages(lengths, tokens, hidden, hq, hkv, d, dv, eps, cos64, sin64, slots, dtype, backend):
+    """The eager layer's six stages (stage name -> function, in layer order), each a function of a state
+    holding x, norm, w_qkv, w_o and the K/V pools in `dtype` and reading what the stage before it wrote
+    there: the eager layer runs them in turn, stage_sum times each alone."""
+    cos, sin = cos64.to(dtype), sin64.to(dtype)
 
     def rope(x):
         half = x.shape[-1] // 2
