@@ -49,8 +49,12 @@ start_clock_log() {
   command -v nvidia-smi >/dev/null 2>&1 || return 0
   local reasons=clocks_event_reasons.active  # clocks_throttle_reasons.active before driver 535
   nvidia-smi --query-gpu="$reasons" --format=csv,noheader >/dev/null 2>&1 || reasons=clocks_throttle_reasons.active
-  nvidia-smi --query-gpu="timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,$reasons" \
-    --format=csv,nounits -lms 100 >"$1" 2>/dev/null &
+  # The instantaneous draw and the enforced limit (older drivers lack them: then the first six alone).
+  # power.draw is a one-second average, far below what a kernel draws while it runs.
+  local fields="timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,$reasons"
+  nvidia-smi --query-gpu="$fields,power.draw.instant,enforced.power.limit" --format=csv >/dev/null 2>&1 &&
+    fields="$fields,power.draw.instant,enforced.power.limit"
+  nvidia-smi --query-gpu="$fields" --format=csv,nounits -lms 100 >"$1" 2>/dev/null &
   CLOCK_LOG_PID=$!
 }
 
@@ -77,20 +81,28 @@ for row in rows:
         sm, reasons = float(row[1]), int(row[5].strip(), 16)
     except (IndexError, ValueError):
         continue
-    try:
-        power = float(row[3])
+    try:  # the instantaneous draw where the driver gives it, else the one-second average
+        power = float(row[6]) if len(row) > 6 else float(row[3])
     except ValueError:
         power = float("nan")
+    try:
+        limit = float(row[7])
+    except (IndexError, ValueError):
+        limit = float("nan")
     if not reasons & 1:  # bit 0: the GPU is idle
-        busy.append((sm, power, reasons))
+        busy.append((sm, power, reasons, limit))
 if not busy:
     print("clocks: not sampled")
 else:
     sm = [b[0] for b in busy]
     powers = [b[1] for b in busy if b[1] == b[1]]
     limited = sum(1 for b in busy if b[2])
+    capped = sum(1 for b in busy if b[2] & 0x4)  # bit 2: software power cap
+    limits = [b[3] for b in busy if b[3] == b[3]]
     print(f"clocks: SM {min(sm):.0f} / {statistics.median(sm):.0f} / {max(sm):.0f} MHz (min / median / max "
           f"over {len(busy)} busy samples, every 100 ms), power max "
-          f"{max(powers) if powers else float('nan'):.0f} W, {limited} of them with a clock-limit reason")
+          f"{max(powers) if powers else float('nan'):.0f} W"
+          f"{f' (limit {max(limits):.0f} W)' if limits else ''}, {limited} of them with a clock-limit reason "
+          f"({capped} the power cap)")
 PY
 }

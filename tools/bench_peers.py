@@ -26,6 +26,9 @@ Choices (docs/performance.md says the same):
   (llama3 scaling for Llama-3.1), so both compute the same function.
 - Inputs: random normal from --seed, never zeros; enough copies rotated that they span twice the L2 (50 MB on
   an H200), like attnplan bench.
+- Warm-up: at least --warmup runs and at least 300 ms of back-to-back work before each timing, like attnplan
+  bench: the timed runs see the clocks a sustained load gets (the H200 falls from 1980 MHz to ~1600 under its
+  700 W limit after ~35 ms of attention or GEMM work; docs/performance.md, "Sustained clocks").
 """
 
 import argparse
@@ -52,10 +55,31 @@ def rotation_sets(set_bytes):
     return max(2, min(64, math.ceil(2 * L2_BYTES / max(set_bytes, 1))))
 
 
+# Untimed work before each timing, ms: the H200 drops from its top clock to its power-limited one after
+# ~35 ms of back-to-back work, so a timing from an idle GPU mixes the two (attnplan bench does the same;
+# docs/performance.md, "Sustained clocks").
+WARMUP_MS = 300.0
+
+
+def warm_up(run, sets, warmup, warmup_ms=WARMUP_MS):
+    """Runs `run` back to back, at least `warmup` times and for at least `warmup_ms` of GPU time."""
+    done, elapsed, batch = 0, 0.0, 1 if warmup > 0 or warmup_ms > 0 else 0
+    while batch > 0:
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for i in range(done, done + batch):
+            run(sets[i % len(sets)])
+        stop.record()
+        stop.synchronize()
+        done += batch
+        elapsed += start.elapsed_time(stop)
+        for_time = math.ceil((warmup_ms - elapsed) / (elapsed / done)) if elapsed < warmup_ms else 0
+        batch = max(warmup - done, for_time)
+
+
 def time_ms(run, sets, iterations, warmup):
-    """Median, min and max of `run(set)` over `iterations` runs, rotating through `sets`."""
-    for i in range(warmup):
-        run(sets[i % len(sets)])
+    """Median, min and max of `run(set)` over `iterations` runs, rotating through `sets`, after warm_up."""
+    warm_up(run, sets, warmup)
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(iterations)]
     stops = [torch.cuda.Event(enable_timing=True) for _ in range(iterations)]
     for i in range(iterations):

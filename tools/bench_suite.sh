@@ -47,7 +47,7 @@ build_attnplan "$BUILD" "$WORK/build.log" || exit 1
 {
   machine_lines
   echo "torch: $(python3 -c 'import torch; print(torch.__version__, "cuDNN", torch.backends.cudnn.version())' 2>/dev/null || echo 'not importable')"
-  echo "attnplan bench: median of $ITERATIONS runs after 5 warm-up, inputs rotated over > 2x L2"
+  echo "attnplan bench and peers: median of $ITERATIONS runs after >= 5 warm-up runs and >= 300 ms of work (sustained clocks), inputs rotated over > 2x L2"
 } >"$WORK/header.txt"
 cat "$WORK/header.txt"
 

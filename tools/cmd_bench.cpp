@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <optional>
 #include <string>
 #include <utility>
@@ -31,6 +32,13 @@ namespace attnplan::cli {
 
 namespace {
 
+// The H200 holds its top clock for only the first ~35 ms of back-to-back work; then its power limit
+// (clock-limit reason "software power cap") takes the long kernels 5-15% slower, a step visible in
+// runs_ms (docs/performance.md, "Sustained clocks"). Timing from an idle GPU mixed the two states
+// within one row's runs, so medians flipped between them from run to run. Each timed pass now starts
+// after this much work, where a serving engine's prefills run, and so do the peers' (bench_peers.py).
+constexpr int kDefaultWarmupMs = 300;
+
 // What the command line asks for, checked against the config before any device work.
 struct BenchRequest {
   config::AttentionConfig config;
@@ -40,6 +48,7 @@ struct BenchRequest {
   bool bidirectional = false;  // one span over each sequence's whole chunk: non-causal attention
   int iterations = 0;
   int warmup = 0;
+  double warmup_ms = 0;  // and at least this much back-to-back work before each timed pass
   std::uint64_t seed = 1;
 };
 
@@ -79,6 +88,7 @@ BenchRequest parse_request(const Arguments& args) {
   }
   request.iterations = int_option(args, "--iterations", 50, 1);
   request.warmup = int_option(args, "--warmup", 5, 0);
+  request.warmup_ms = int_option(args, "--warmup-ms", kDefaultWarmupMs, 0);
   request.seed = static_cast<std::uint64_t>(int_option(args, "--seed", 1, 0));
   return request;
 }
@@ -133,14 +143,36 @@ Row timed_row(std::string name, std::string kernel, std::vector<double> runs_ms,
   return row;
 }
 
+// Enqueues enqueue(0), enqueue(1), ... until at least `runs` of them and at least `ms` of GPU time have
+// run back to back; timed in batches, each sized from the time per run so far.
+void warm_up(const std::function<void(int)>& enqueue, int runs, double ms, CUstream stream) {
+  int done = 0;
+  double elapsed = 0;
+  int batch = runs > 0 || ms > 0 ? 1 : 0;  // the first run alone: its time sizes the next batch
+  while (batch > 0) {
+    driver::Event start = driver::Event::create(), stop = driver::Event::create();
+    start.record(stream);
+    for (int run = 0; run < batch; ++run) enqueue(done + run);
+    stop.record(stream);
+    stop.synchronize();
+    done += batch;
+    elapsed += driver::elapsed_ms(start, stop);
+    const double per_run = elapsed / done;
+    const int for_time = elapsed < ms ? static_cast<int>(std::ceil((ms - elapsed) / per_run)) : 0;
+    batch = std::max(runs - done, for_time);
+  }
+}
+
 std::vector<Row> measure(const plan::PrefillPlan& plan, const std::vector<DeviceSet>& sets,
-                         const std::vector<check::StageWork>& work, int iterations, int warmup) {
+                         const std::vector<check::StageWork>& work, int iterations, int warmup,
+                         double warmup_ms) {
   const driver::CudaApi& cu = driver::api();
   driver::Stream stream = driver::Stream::create();
   auto set_of = [&](int run) -> const DeviceSet& {
     return sets[static_cast<std::size_t>(run) % sets.size()];
   };
-  for (int run = 0; run < warmup; ++run) plan.execute(set_of(run).args, stream.handle());
+  warm_up([&](int run) { plan.execute(set_of(run).args, stream.handle()); }, warmup, warmup_ms,
+          stream.handle());
 
   // Per stage: an event before the first stage and one after each (the observer runs right after a
   // stage is enqueued). Every run is enqueued before any is read, so the device never waits on the host.
@@ -196,7 +228,7 @@ std::vector<Row> measure(const plan::PrefillPlan& plan, const std::vector<Device
   // The whole layer: events around each execute(), without the observer, then each set's execute()
   // captured once as a CUDA graph and replayed.
   auto time_runs = [&](const std::function<void(int)>& enqueue) {
-    for (int run = 0; run < warmup; ++run) enqueue(run);
+    warm_up(enqueue, warmup, warmup_ms, stream.handle());
     std::vector<driver::Event> starts, stops;
     for (int run = 0; run < iterations; ++run) {
       starts.push_back(driver::Event::create());
@@ -270,10 +302,12 @@ Command bench_command() {
   command.name = "bench";
   command.synopsis =
       "bench CONFIG [--tokens N] [--seqs S] [--prefix P] [--block-size B] [--mask M] [--iterations I] "
-      "[--warmup W] [--json]";
+      "[--warmup W] [--warmup-ms T] [--json]";
   command.description =
-      "Times each stage of the config's prefill plan on the GPU (CUDA events; warm-up runs first, then the\n"
-      "median, min and max over --iterations runs), rotating among enough copies of the inputs, weights and\n"
+      "Times each stage of the config's prefill plan on the GPU (CUDA events; warm-up runs first, at least "
+      "W\n"
+      "and at least T ms of back-to-back work so the GPU runs at its sustained clocks, then the median, min\n"
+      "and max over --iterations runs), rotating among enough copies of the inputs, weights and\n"
       "KV pool to exceed twice the L2. Random bf16 data; S sequences of unequal lengths share N new tokens,\n"
       "each with P tokens already cached. Reports ms, TFLOP/s for the GEMMs and attention (attention FLOPs\n"
       "over allowed (query, key) pairs only) and GB/s for the memory-bound stages, then the whole layer as\n"
@@ -285,7 +319,8 @@ Command bench_command() {
       {"--block-size", "B", "KV page size in tokens (default: the config's)"},
       {"--mask", "M", "causal (default) or bidirectional (one span over each chunk; prefix 0)"},
       {"--iterations", "I", "timed runs (default 50)"},
-      {"--warmup", "W", "untimed runs first (default 5)"},
+      {"--warmup", "W", "untimed runs first, at least (default 5)"},
+      {"--warmup-ms", "T", "untimed work first, at least, ms (default 300; 0: W runs only)"},
       {"--seed", "X", "random seed (default 1)"},
       {"--arch", "A", "compile for A instead of the device's arch"},
       kCacheDirOption,
@@ -337,7 +372,8 @@ Command bench_command() {
     while (static_cast<int>(sets.size()) < set_count) sets.push_back(upload_set(layer, plan, batch));
     driver::check(driver::api().cuCtxSynchronize(), "cuCtxSynchronize");
 
-    const std::vector<Row> rows = measure(plan, sets, work, request.iterations, request.warmup);
+    const std::vector<Row> rows =
+        measure(plan, sets, work, request.iterations, request.warmup, request.warmup_ms);
 
     std::vector<int> lengths;
     for (const auto& sequence : request.sequences) lengths.push_back(sequence.chunk_len);
@@ -369,6 +405,7 @@ Command bench_command() {
                                     {"window", config.sliding_window.value_or(0)},
                                     {"iterations", request.iterations},
                                     {"warmup", request.warmup},
+                                    {"warmup_ms", request.warmup_ms},
                                     {"rotation_sets", sets.size()},
                                     {"set_bytes", sets.front().bytes()},
                                     {"l2_bytes", device.l2_bytes},
@@ -380,9 +417,10 @@ Command bench_command() {
                  request.tokens, lengths.size(), fmt::join(lengths, " "), request.prefix,
                  config.kv_cache.block_size, request.bidirectional ? "bidirectional" : "causal",
                  config.sliding_window ? fmt::format(", window {}", *config.sliding_window) : "");
-      fmt::print("{} runs after {} warm-up, rotating {} sets of {:.1f} MB (L2 {:.1f} MB)\n\n",
-                 request.iterations, request.warmup, sets.size(), double(sets.front().bytes()) / 1e6,
-                 double(device.l2_bytes) / 1e6);
+      fmt::print(
+          "{} runs after >= {} warm-up runs and >= {} ms, rotating {} sets of {:.1f} MB (L2 {:.1f} MB)\n\n",
+          request.iterations, request.warmup, request.warmup_ms, sets.size(),
+          double(sets.front().bytes()) / 1e6, double(device.l2_bytes) / 1e6);
       fmt::print("{:<18} {:<20} {:>10} {:>10} {:>10} {:>10} {:>9}\n", "stage", "kernel", "median ms",
                  "min ms", "max ms", "TFLOP/s", "GB/s");
       for (const Row& row : rows) {

@@ -16,8 +16,8 @@ namespace {
 using namespace attnplan::cli_testing;
 
 nlohmann::json bench_json(const attnplan::testing::TempDir& scratch, std::vector<std::string> args) {
-  args.insert(args.begin(),
-              {"bench", plan_path("qwen3-8b.json"), "--iterations", "5", "--warmup", "2", "--json"});
+  args.insert(args.begin(), {"bench", plan_path("qwen3-8b.json"), "--iterations", "5", "--warmup", "2",
+                             "--warmup-ms", "20", "--json"});
   const Result result =
       run_cli(scratch.path(), args, {"ATTNPLAN_CACHE_DIR=" + (scratch.path() / "cache").string()});
   INFO(result.err);
@@ -38,6 +38,8 @@ TEST_CASE("attnplan bench times every stage and counts the work the host counts"
     INFO(out.dump(1));
     CHECK(out["chunk_lens"] == std::vector<int>{50, 100, 150});
     CHECK(out["block_size"] == 64);
+    CHECK(out["warmup"] == 2);
+    CHECK(out["warmup_ms"] == 20);
     CHECK(out["rotation_sets"].get<int>() >= 2);
     CHECK(out["rotation_sets"].get<double>() * out["set_bytes"].get<double>() >=
           2 * out["l2_bytes"].get<double>());

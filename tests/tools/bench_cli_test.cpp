@@ -34,6 +34,7 @@ TEST_CASE("bench rejects bad input with exit 1 and names the option", "[cli][ben
       {{"--mask", "sideways"}, "--mask sideways: expected causal or bidirectional"},
       {{"--mask", "bidirectional", "--prefix", "16"}, "--mask bidirectional: needs --prefix 0"},
       {{"--iterations", "0"}, "--iterations 0: expected an integer >= 1"},
+      {{"--warmup-ms", "-5"}, "--warmup-ms -5: expected an integer >= 0"},
   };
   for (const Case& c : cases) {
     INFO(c.args.front() << " " << c.args.back());
@@ -61,7 +62,7 @@ TEST_CASE("bench --help lists its options", "[cli][bench]") {
   attnplan::testing::TempDir scratch;
   const Result result = run_cli(scratch.path(), {"bench", "--help"});
   CHECK(result.exit_code == 0);
-  for (const char* option :
-       {"--tokens", "--seqs", "--prefix", "--block-size", "--iterations", "--warmup", "--json"})
+  for (const char* option : {"--tokens", "--seqs", "--prefix", "--block-size", "--iterations", "--warmup",
+                             "--warmup-ms", "--json"})
     CHECK(contains(result.out, option));
 }
