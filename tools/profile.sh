@@ -72,7 +72,7 @@ profile() {
       --launch-count "$count" --section SpeedOfLight --section ComputeWorkloadAnalysis \
       --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy --section LaunchStats \
       --section SourceCounters --section SchedulerStats \
-      "$BUILD/attnplan" bench "$@" --iterations 2 --warmup 2 >"$DIR/$name.log" 2>&1; then
+      "$BUILD/attnplan" bench "$@" --iterations 2 --warmup 2 --warmup-ms 0 >"$DIR/$name.log" 2>&1; then
     echo "$name: ncu failed (see $DIR/$name.log)"
     tail -5 "$DIR/$name.log"
     status=1

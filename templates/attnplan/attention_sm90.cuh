@@ -657,6 +657,19 @@ __global__ void __launch_bounds__(Traits::threads, 1)
           tile = following;
         }
       }
+      // The next item's Q into L2, now that this item's tiles are all issued and the producer would only
+      // wait for the consumers to finish with Q: at the item boundary its copy then starts from L2 rather
+      // than device memory. A token's kHeads rows are contiguous: one bulk prefetch each. TMA K/V only: the
+      // gathering producer has no register left for it at 56 (ptxas spills).
+      if (const int upcoming = Traits::kv_tma ? next_round(round + 1) : rounds; upcoming < rounds) {
+        const Place next = locate(item_of_round(upcoming));
+        const int next_rows = min(kTokens, next.query_len - next.row_begin);
+        for (int t = threadIdx.x; t < next_rows; t += Traits::producer_threads) {
+          const long long token = next.query_start + next.row_begin + t;
+          prefetch_l2(params.query + token * params.query_row_stride + next.first_head * kHeadDim,
+                      kHeads * kHeadDim * 2);
+        }
+      }
       base += tile_count;
       ++items_begun;
     }

@@ -364,6 +364,21 @@ __device__ __forceinline__ void mbarrier_wait_parity(unsigned barrier, unsigned 
 // must live in kernel-parameter, constant or global memory: pass it inside a `__grid_constant__ const`
 // Params and give its address here.
 
+// Asks L2 for `bytes` of global memory from `source` (both multiples of 16) and returns at once (PTX
+// cp.async.bulk.prefetch.L2): a hint, which no barrier counts and nothing waits on; a later copy of the same
+// bytes then starts from L2 instead of device memory.
+__device__ __forceinline__ void prefetch_l2(const void* source, unsigned bytes) {
+#if ATTNPLAN_SM90A_ENABLED
+  asm volatile(
+      "cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(reinterpret_cast<unsigned long long>(source)),
+      "r"(bytes)
+      : "memory");
+#else
+  (void)source;
+  (void)bytes;
+#endif
+}
+
 // Fetches the tensor map into the TMA unit's cache ahead of the first load (one thread).
 __device__ __forceinline__ void prefetch_tensor_map(const void* map) {
 #if ATTNPLAN_SM90A_ENABLED
