@@ -1,0 +1,119 @@
+#!/usr/bin/env python3
+"""Host tests of tools/bench_peers.py's timing (no GPU, no torch: a stand-in torch module whose CUDA events read
+a simulated GPU clock that each run advances): the warm-up runs for at least --warmup runs and at least
+WARMUP_MS of work, sizes its batches from the time per run, does nothing when asked for neither, and
+time_ms reports the median, min and max of the timed runs only.
+
+  python3 tests/tools/bench_peers_test.py
+"""
+import contextlib
+import os
+import sys
+import types
+import unittest
+
+
+class Gpu:
+    """The simulated device: `now` is its clock in ms; each run advances it by the run's duration."""
+    now = 0.0
+
+
+class Event:
+    def __init__(self, enable_timing=False):
+        self.at = None
+
+    def record(self):
+        self.at = Gpu.now
+
+    def synchronize(self):
+        pass
+
+    def elapsed_time(self, stop):
+        return stop.at - self.at
+
+
+def install_fake_torch():
+    torch = types.ModuleType("torch")
+    torch.cuda = types.SimpleNamespace(Event=Event, synchronize=lambda: None)
+    nn = types.ModuleType("torch.nn")
+    functional = types.ModuleType("torch.nn.functional")
+    attention = types.ModuleType("torch.nn.attention")
+    attention.SDPBackend = types.SimpleNamespace(CUDNN_ATTENTION="cudnn", FLASH_ATTENTION="flash")
+    attention.sdpa_kernel = lambda backend: contextlib.nullcontext()
+    torch.nn = nn
+    nn.functional = functional
+    nn.attention = attention
+    sys.modules.update({"torch": torch, "torch.nn": nn, "torch.nn.functional": functional,
+                        "torch.nn.attention": attention})
+
+
+install_fake_torch()
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
+import bench_peers  # noqa: E402
+
+
+class Runs:
+    """A peer's run: records which set it got and advances the GPU clock by `ms` (or ms(i) for run i)."""
+
+    def __init__(self, ms):
+        self.ms = ms
+        self.sets = []
+
+    def __call__(self, s):
+        duration = self.ms(len(self.sets)) if callable(self.ms) else self.ms
+        self.sets.append(s)
+        Gpu.now += duration
+
+
+class WarmUpTest(unittest.TestCase):
+    def setUp(self):
+        Gpu.now = 0.0
+
+    def test_runs_for_the_time_asked(self):
+        run = Runs(2.0)
+        bench_peers.warm_up(run, ["a", "b", "c"], warmup=5, warmup_ms=300.0)
+        self.assertGreaterEqual(Gpu.now, 300.0)
+        self.assertLess(Gpu.now, 300.0 + 2 * 2.0)  # sized from the time per run: no batch overshoots much
+        self.assertEqual(len(run.sets), 150)
+        self.assertEqual(run.sets[:4], ["a", "b", "c", "a"])  # rotating through the sets
+
+    def test_at_least_the_runs_asked(self):
+        run = Runs(100.0)  # long runs: the run count, not the time, is the bound
+        bench_peers.warm_up(run, [0], warmup=5, warmup_ms=300.0)
+        self.assertEqual(len(run.sets), 5)
+
+    def test_nothing_when_asked_for_nothing(self):
+        run = Runs(1.0)
+        bench_peers.warm_up(run, [0], warmup=0, warmup_ms=0.0)
+        self.assertEqual(run.sets, [])
+
+    def test_a_slow_first_run_does_not_cut_the_warm_up_short(self):
+        run = Runs(lambda i: 50.0 if i == 0 else 1.0)  # a cold first run (JIT, caches)
+        bench_peers.warm_up(run, [0], warmup=1, warmup_ms=300.0)
+        self.assertGreaterEqual(Gpu.now, 300.0)
+
+    def test_the_default_is_the_documented_300_ms(self):
+        self.assertEqual(bench_peers.WARMUP_MS, 300.0)
+
+
+class TimeTest(unittest.TestCase):
+    def test_median_min_max_of_the_timed_runs_only(self):
+        Gpu.now = 0.0
+        # 1 ms per run until the warm-up's 300 ms are done, then the timed runs' own times
+        timed = [3.0, 1.0, 2.0, 3.0, 1.0]
+        warm = []
+
+        def ms(i):
+            if Gpu.now < bench_peers.WARMUP_MS:
+                warm.append(i)
+                return 1.0
+            return timed[i - len(warm)]
+
+        run = Runs(ms)
+        result = bench_peers.time_ms(run, [0], iterations=5, warmup=5)
+        self.assertEqual(len(run.sets), len(warm) + 5)
+        self.assertEqual(result, {"median_ms": 2.0, "min_ms": 1.0, "max_ms": 3.0})
+
+
+if __name__ == "__main__":
+    unittest.main()
