@@ -45,8 +45,10 @@ inline Result run_cli(const std::filesystem::path& scratch, const std::vector<st
     command += variable.substr(0, equals + 1) + quote(variable.substr(equals + 1)) + " ";
   }
   command += quote(ATTNPLAN_CLI_PATH);
-  for (const std::string& arg : args) command += " " + quote(arg);
-  command += " >" + quote(out.string()) + " 2>" + quote(err.string());
+  // Appended piece by piece: `" " + quote(arg)` trips GCC 12's -Wrestrict (a false positive in
+  // operator+(const char*, std::string&&) at -O2).
+  for (const std::string& arg : args) command.append(" ").append(quote(arg));
+  command.append(" >").append(quote(out.string())).append(" 2>").append(quote(err.string()));
   const int status = std::system(command.c_str());
   Result result;
   result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
