@@ -99,7 +99,9 @@ __global__ void __launch_bounds__(Traits::threads) fp8_quantize_kernel(const Fp8
 
 // kGranularity: the weight scales, as gemm.cuh's Fp8Weights: 0 one f32 per tensor, 1 one f32 per row of W,
 // 2 one f32 per 128x128 block ([ceil(rows / 128), ceil(K / 128)] per segment).
-template <int kStages, int kSegments, bool kHasBias, int kGranularity>
+// kOverlapTiles: the consumers run their tiles' K blocks as one pipeline, so the next tile's first block
+// is in flight through this tile's epilogue (below; when K is a whole even number of blocks).
+template <int kStages, int kSegments, bool kHasBias, int kGranularity, bool kOverlapTiles = false>
 struct GemmSm90Fp8Traits {
   using Params = GemmSm90Fp8Params;
   static constexpr int block_m = kGemmSm90Fp8BlockM;
@@ -109,6 +111,7 @@ struct GemmSm90Fp8Traits {
   static constexpr int segments = kSegments;
   static constexpr bool has_bias = kHasBias;
   static constexpr int granularity = kGranularity;
+  static constexpr bool overlap_tiles = kOverlapTiles;
 
   static constexpr int consumers = 2;
   static constexpr int threads = 128 * (1 + consumers);
@@ -141,6 +144,137 @@ struct GemmSm90Fp8Traits {
   static_assert(producer_registers * 128 + consumer_registers * 128 * consumers <= 65536,
                 "setmaxnreg targets exceed the register file");
 };
+
+// A consumer warpgroup's tiles with kOverlapTiles (K a whole even number of blocks, so every tile ends on
+// an odd block and in partial_b). The per-tile loop of gemm_sm90_fp8_kernel waits for a tile's last block,
+// promotes it and only then runs the epilogue, while neither warpgroup has a wgmma queued: the epilogue
+// (the weight scales, bias, rounding and staging for the TMA stores) held 18% of the stall samples of the
+// Llama q|k|v and o launches at the sustained clocks (Nsight Compute, session 13). Here block g counts
+// across the CTA's tiles (tile g / k_tiles, K block g % k_tiles, ring slot g % stages, as the producer
+// fills them), one pipeline of the same pairs: the first block of tile t + 1 is issued into partial_a
+// before tile t's last block is promoted, so its wgmmas run through tile t's epilogue. Factors and slots
+// as in the per-tile loop, indexed by g.
+template <class Traits>
+__device__ __forceinline__ void overlapped_tiles(const GemmSm90Fp8Params& params, unsigned staging,
+                                                 unsigned full_barriers, unsigned empty_barriers,
+                                                 unsigned ring, int warpgroup, int tiles_m, int tiles_n,
+                                                 int tiles, int k_tiles,
+                                                 float (&accumulator)[Traits::accumulators],
+                                                 float (&partial_a)[Traits::accumulators],
+                                                 float (&partial_b)[Traits::accumulators]) {
+  const GemmParams& gemm = params.gemm;
+  const int thread = threadIdx.x % 128;
+  const int warp = thread / 32;
+  const int lane = thread % 32;
+  const unsigned a_offset = (warpgroup - 1) * Traits::consumer_rows * sm90::kSwizzle128Bytes;
+  // This CTA's tiles blockIdx.x, + gridDim.x, ...: `blocks` K blocks.
+  if (static_cast<int>(blockIdx.x) >= tiles) return;  // the host's grid never exceeds the tiles
+  const int my_tiles = (tiles - 1 - static_cast<int>(blockIdx.x)) / static_cast<int>(gridDim.x) + 1;
+  const int blocks = my_tiles * k_tiles;
+  auto coordinates_of = [&](int ordinal) {
+    return grouped_tile<Traits::group_m>(static_cast<int>(blockIdx.x) + ordinal * static_cast<int>(gridDim.x),
+                                         tiles_m, tiles_n);
+  };
+
+  struct Factors {
+    float row0, row1, weight;
+  };
+  // Block g's promotion factors (g past the last reads the last one's, unused), loaded two blocks ahead.
+  auto factors_at = [&](int g) {
+    g = min(g, blocks - 1);
+    const int ordinal = g / k_tiles;
+    const int k_tile = g - ordinal * k_tiles;
+    const TileCoordinates coordinates = coordinates_of(ordinal);
+    const int row0 =
+        coordinates.m * Traits::block_m + (warpgroup - 1) * Traits::consumer_rows + 16 * warp + lane / 4;
+    const float* a_scales = params.a_scales + k_tile * params.a_scale_ld;
+    // Rows past M hold zero codes; their scale is never read (and their results never stored).
+    Factors factors{__ldg(a_scales + (row0 < gemm.m ? row0 : 0)),
+                    __ldg(a_scales + (row0 + 8 < gemm.m ? row0 + 8 : 0)), 1.0f};
+    if constexpr (Traits::granularity == 2) {
+      const int n0 = coordinates.n * Traits::block_n;
+      const GemmSegment segment = segment_of<Traits::segments>(gemm, n0);
+      factors.weight = __ldg(static_cast<const float*>(segment.scales) +
+                             static_cast<long long>((n0 - segment.n_begin) / 128) * k_tiles + k_tile);
+    }
+    return factors;
+  };
+  auto issue = [&](float(&partial)[Traits::accumulators], int g) {
+    const int slot = g % Traits::stages;
+    sm90::mbarrier_wait_parity(full_barriers + 8 * slot, static_cast<unsigned>(g / Traits::stages) & 1u);
+    const unsigned a_slot = ring + slot * Traits::slot_bytes;
+    const unsigned long long a_descriptor = sm90::kmajor_descriptor(a_slot + a_offset);
+    const unsigned long long b_descriptor = sm90::kmajor_descriptor(a_slot + Traits::a_slot_bytes);
+    sm90::fence_registers(partial);
+    sm90::wgmma_fence();
+#pragma unroll
+    for (int step = 0; step < Traits::k_steps; ++step)
+      sm90::wgmma_ss_fp8_n128(partial, a_descriptor + 2 * step, b_descriptor + 2 * step, step > 0);
+    sm90::wgmma_commit_group();
+  };
+  auto promote = [&](float(&partial)[Traits::accumulators], int g, const Factors& factors) {
+    sm90::fence_registers(partial);
+    const float factor0 = factors.row0 * factors.weight;
+    const float factor1 = factors.row1 * factors.weight;
+    if (lane == 0) sm90::mbarrier_arrive(empty_barriers + 8 * (g % Traits::stages));
+#pragma unroll
+    for (int j = 0; j < Traits::accumulators; ++j)
+      accumulator[j] = fmaf(partial[j], (j / 2) % 2 == 0 ? factor0 : factor1, accumulator[j]);
+  };
+  // Tile `ordinal`'s epilogue (as the per-tile loop's), then a zero accumulator for the next tile.
+  auto finish = [&](int ordinal) {
+    const TileCoordinates coordinates = coordinates_of(ordinal);
+    const int m0 = coordinates.m * Traits::block_m;
+    const int n0 = coordinates.n * Traits::block_n;
+    const GemmSegment segment = segment_of<Traits::segments>(gemm, n0);
+    store_tile<Traits::block_n>(
+        params.c_map, staging, warpgroup, m0, n0, gemm, accumulator,
+        [&](int n, bool pair) {
+          return fp8_column_pair<Traits::granularity, Traits::has_bias>(segment, n, pair);
+        },
+        [](const Fp8ColumnPair& column, float value0, float value1) { return column.apply(value0, value1); });
+#pragma unroll
+    for (int j = 0; j < Traits::accumulators; ++j) accumulator[j] = 0.0f;
+  };
+
+#pragma unroll
+  for (int j = 0; j < Traits::accumulators; ++j) accumulator[j] = 0.0f;
+  // Even blocks in partial_a, odd ones in partial_b, straight-line pairs (see the per-tile loop: a wgmma
+  // issue or wait under a branch serializes them all, C7514); only the epilogue sits under a branch.
+  Factors pending = factors_at(0);
+  Factors ahead = factors_at(1);
+  issue(partial_a, 0);
+  int g = 1;
+  for (; g + 1 < blocks; g += 2) {
+    Factors after = factors_at(g + 1);
+    issue(partial_b, g);
+    sm90::wgmma_wait_group<1>();
+    promote(partial_a, g - 1, pending);
+    pending = ahead;
+    ahead = after;
+    after = factors_at(g + 2);
+    issue(partial_a, g + 1);  // after a tile's last block g: the next tile's first, through the epilogue
+    sm90::wgmma_wait_group<1>();
+    promote(partial_b, g, pending);
+    pending = ahead;
+    ahead = after;
+    if ((g + 1) % k_tiles == 0) finish((g + 1) / k_tiles - 1);
+  }
+  // The last block or two, peeled as in the per-tile loop. blocks is even, so g == blocks - 1 here; the
+  // branch is the per-tile loop's shape all the same: with the pair written unconditionally ptxas
+  // serialized every wgmma of the loop above (C7514, ptxas of CUDA 13.0).
+  if (g < blocks) {
+    issue(partial_b, g);
+    sm90::wgmma_wait_group<1>();
+    promote(partial_a, g - 1, pending);
+    sm90::wgmma_wait_group<0>();
+    promote(partial_b, g, ahead);
+  } else {
+    sm90::wgmma_wait_group<0>();
+    promote(partial_a, g - 1, pending);
+  }
+  finish(my_tiles - 1);
+}
 
 // grid: [min(tiles, SMs)] persistent CTAs, block: [Traits::threads], dynamic shared memory:
 // Traits::dynamic_shared_bytes.
@@ -223,6 +357,15 @@ __global__ void __launch_bounds__(Traits::threads, 1)
   float partial_b[Traits::accumulators];
 #pragma unroll
   for (int j = 0; j < Traits::accumulators; ++j) partial_a[j] = partial_b[j] = 0.0f;
+
+  if constexpr (Traits::overlap_tiles) {
+    if (k_tiles % 2 == 0) {
+      overlapped_tiles<Traits>(params, staging, full_barriers, empty_barriers, ring, warpgroup, tiles_m,
+                               tiles_n, tiles, k_tiles, accumulator, partial_a, partial_b);
+      if (thread == 0) sm90::bulk_wait_group<0>();
+      return;
+    }
+  }
 
   int slot_use = 0;
   for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
