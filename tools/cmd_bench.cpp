@@ -33,7 +33,7 @@ namespace attnplan::cli {
 namespace {
 
 // The H200 holds its top clock for only the first ~35 ms of back-to-back work; then its power limit
-// (clock-limit reason "software power cap") takes the long kernels 5-15% slower, a step visible in
+// (clock-limit reason "software power cap") takes the long kernels 10-20% slower, a step visible in
 // runs_ms (docs/performance.md, "Sustained clocks"). Timing from an idle GPU mixed the two states
 // within one row's runs, so medians flipped between them from run to run. Each timed pass now starts
 // after this much work, where a serving engine's prefills run, and so do the peers' (bench_peers.py).
@@ -217,9 +217,9 @@ std::vector<Row> measure(const plan::PrefillPlan& plan, const std::vector<Device
     bytes += stage.bytes;
   }
   // The same runs end to end (first mark to last): the layer as the stage pass saw it, to set beside the
-  // "layer" row below, which times the same execute() without the observer, later in the process. Session
-  // 12's tables had the stages summing to 13% less than "layer": this row and runs_ms tell a real cost
-  // between stages from a GPU slowing down over the passes (clocks under sustained load).
+  // "layer" row below, which times the same execute() without the observer. Session 12's tables had the
+  // stages summing to 13% less than "layer": this row and runs_ms showed it was the power cap engaging
+  // between the passes (kDefaultWarmupMs above), not a cost between stages.
   std::vector<double> totals;
   for (const auto& run_marks : marks)
     totals.push_back(driver::elapsed_ms(run_marks.front(), run_marks.back()));
@@ -304,11 +304,10 @@ Command bench_command() {
       "bench CONFIG [--tokens N] [--seqs S] [--prefix P] [--block-size B] [--mask M] [--iterations I] "
       "[--warmup W] [--warmup-ms T] [--json]";
   command.description =
-      "Times each stage of the config's prefill plan on the GPU (CUDA events; warm-up runs first, at least "
-      "W\n"
-      "and at least T ms of back-to-back work so the GPU runs at its sustained clocks, then the median, min\n"
-      "and max over --iterations runs), rotating among enough copies of the inputs, weights and\n"
-      "KV pool to exceed twice the L2. Random bf16 data; S sequences of unequal lengths share N new tokens,\n"
+      "Times each stage of the config's prefill plan on the GPU (CUDA events; first at least W warm-up runs\n"
+      "and T ms of back-to-back work, so the GPU runs at its sustained clocks; then the median, min and max\n"
+      "over --iterations runs), rotating among enough copies of the inputs, weights and KV pool to exceed\n"
+      "twice the L2. Random bf16 data; S sequences of unequal lengths share N new tokens,\n"
       "each with P tokens already cached. Reports ms, TFLOP/s for the GEMMs and attention (attention FLOPs\n"
       "over allowed (query, key) pairs only) and GB/s for the memory-bound stages, then the whole layer as\n"
       "one execute() and as a replayed CUDA graph. Exit 1 for bad input or when no CUDA device is usable.";
