@@ -72,8 +72,11 @@ def warm_up(run, sets, warmup, warmup_ms=WARMUP_MS):
         stop.record()
         stop.synchronize()
         done += batch
-        elapsed += start.elapsed_time(stop)
-        for_time = math.ceil((warmup_ms - elapsed) / (elapsed / done)) if elapsed < warmup_ms else 0
+        took = start.elapsed_time(stop)
+        elapsed += took
+        # A batch too short for the events to time (they resolve ~0.5 us) cannot size the next one: the
+        # run count alone then bounds the warm-up.
+        for_time = math.ceil((warmup_ms - elapsed) / (elapsed / done)) if 0 < took and elapsed < warmup_ms else 0
         batch = max(warmup - done, for_time)
 
 

@@ -156,9 +156,12 @@ void warm_up(const std::function<void(int)>& enqueue, int runs, double ms, CUstr
     stop.record(stream);
     stop.synchronize();
     done += batch;
-    elapsed += driver::elapsed_ms(start, stop);
-    const double per_run = elapsed / done;
-    const int for_time = elapsed < ms ? static_cast<int>(std::ceil((ms - elapsed) / per_run)) : 0;
+    const double took = driver::elapsed_ms(start, stop);
+    elapsed += took;
+    // A batch too short for the events to time (they resolve ~0.5 us) cannot size the next one: the run
+    // count alone then bounds the warm-up.
+    const int for_time =
+        took > 0 && elapsed < ms ? static_cast<int>(std::ceil((ms - elapsed) / (elapsed / done))) : 0;
     batch = std::max(runs - done, for_time);
   }
 }

@@ -92,6 +92,11 @@ class WarmUpTest(unittest.TestCase):
         bench_peers.warm_up(run, [0], warmup=1, warmup_ms=300.0)
         self.assertGreaterEqual(Gpu.now, 300.0)
 
+    def test_runs_too_short_to_time_still_end(self):
+        run = Runs(0.0)  # events that read 0 ms: the batch is sized from a floor, not a division by zero
+        bench_peers.warm_up(run, [0], warmup=5, warmup_ms=1.0)
+        self.assertGreaterEqual(len(run.sets), 5)
+
     def test_the_default_is_the_documented_300_ms(self):
         self.assertEqual(bench_peers.WARMUP_MS, 300.0)
 
