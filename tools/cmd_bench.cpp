@@ -160,8 +160,8 @@ void warm_up(const std::function<void(int)>& enqueue, int runs, double ms, CUstr
     elapsed += took;
     // A batch too short for the events to time (they resolve ~0.5 us) cannot size the next one: the run
     // count alone then bounds the warm-up.
-    const int for_time =
-        took > 0 && elapsed < ms ? static_cast<int>(std::ceil((ms - elapsed) / (elapsed / done))) : 0;
+    const double wanted = took > 0 && elapsed < ms ? std::ceil((ms - elapsed) / (elapsed / done)) : 0;
+    const int for_time = static_cast<int>(std::min(wanted, 1e6));  // a batch at a time, in int range
     batch = std::max(runs - done, for_time);
   }
 }

@@ -93,7 +93,7 @@ class WarmUpTest(unittest.TestCase):
         self.assertGreaterEqual(Gpu.now, 300.0)
 
     def test_runs_too_short_to_time_still_end(self):
-        run = Runs(0.0)  # events that read 0 ms: the batch is sized from a floor, not a division by zero
+        run = Runs(0.0)  # events that read 0 ms cannot size a batch: the run count alone bounds it
         bench_peers.warm_up(run, [0], warmup=5, warmup_ms=1.0)
         self.assertGreaterEqual(len(run.sets), 5)
 
