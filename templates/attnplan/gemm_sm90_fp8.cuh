@@ -145,6 +145,106 @@ struct GemmSm90Fp8Traits {
                 "setmaxnreg targets exceed the register file");
 };
 
+// What a K block's promotion multiplies by: the activation scales of a consumer thread's two rows and,
+// block-scaled, the weight block's scale (1 otherwise: tensor and channel scales wait for the epilogue).
+struct Fp8BlockFactors {
+  float row0, row1, weight;
+};
+
+// A consumer warpgroup's K blocks base .. base + count - 1 into `accumulator`: block i sits in ring slot
+// (base + i) % stages (as the producer fills them); its 4 wgmma k32 go into a fresh partial (the first
+// overwrites: no zeroing between blocks), and once they complete the slot is freed and the partial, times
+// its factors, added to the accumulator. Blocks in pairs, so each partial is a fixed register array: even
+// blocks in partial_a, odd ones in partial_b; wait_group 1 leaves only the block just issued in flight.
+// Straight-line pairs with the last block or two peeled: with the pair's second half under a branch inside
+// the loop, ptxas could not tell which partial was still in flight and serialized every wgmma (C7514); the
+// peel keeps its branch even where the count is known to be even (written unconditionally, it too made
+// ptxas serialize the loop, CUDA 13.0).
+//
+// factors_at(i): block i's factors (i may pass the last; the caller clamps), asked for two blocks before
+// the promotion that multiplies by them: loaded as the block itself was issued, an L2 round trip outlasted
+// the block's wgmmas and the promotion's FFMAs waited on it (Nsight Compute, session 11: 28% of the stall
+// samples, long scoreboard). after_odd(i): called once odd block i is promoted inside the loop, with block
+// i + 1 already in flight (overlapped_tiles' epilogue; a no-op for the per-tile loop).
+template <class Traits, class FactorsAt, class AfterOdd>
+__device__ __forceinline__ void consume_blocks(int base, int count, unsigned ring, unsigned full_barriers,
+                                               unsigned empty_barriers, unsigned a_offset, int lane,
+                                               float (&accumulator)[Traits::accumulators],
+                                               float (&partial_a)[Traits::accumulators],
+                                               float (&partial_b)[Traits::accumulators],
+                                               FactorsAt&& factors_at, AfterOdd&& after_odd) {
+  auto issue = [&](float(&partial)[Traits::accumulators], int i) {
+    const int slot = (base + i) % Traits::stages;
+    const unsigned phase = ((base + i) / Traits::stages) & 1u;
+    sm90::mbarrier_wait_parity(full_barriers + 8 * slot, phase);
+    const unsigned a_slot = ring + slot * Traits::slot_bytes;
+    const unsigned long long a_descriptor = sm90::kmajor_descriptor(a_slot + a_offset);
+    const unsigned long long b_descriptor = sm90::kmajor_descriptor(a_slot + Traits::a_slot_bytes);
+    sm90::fence_registers(partial);
+    sm90::wgmma_fence();
+#pragma unroll
+    for (int step = 0; step < Traits::k_steps; ++step) {
+      // k32 of e4m3 = 32 bytes along the row: +2 in the descriptor's >> 4 address field.
+      sm90::wgmma_ss_fp8_n128(partial, a_descriptor + 2 * step, b_descriptor + 2 * step, step > 0);
+    }
+    sm90::wgmma_commit_group();
+  };
+  auto promote = [&](float(&partial)[Traits::accumulators], int i, const Fp8BlockFactors& factors) {
+    sm90::fence_registers(partial);
+    const float factor0 = factors.row0 * factors.weight;
+    const float factor1 = factors.row1 * factors.weight;
+    if (lane == 0) sm90::mbarrier_arrive(empty_barriers + 8 * ((base + i) % Traits::stages));
+#pragma unroll
+    for (int j = 0; j < Traits::accumulators; ++j) {
+      accumulator[j] = fmaf(partial[j], (j / 2) % 2 == 0 ? factor0 : factor1, accumulator[j]);
+    }
+  };
+  // `pending`: the factors of the block in flight; `ahead`: the next block's.
+  Fp8BlockFactors pending = factors_at(0);
+  Fp8BlockFactors ahead = factors_at(1);
+  issue(partial_a, 0);
+  int i = 1;
+  for (; i + 1 < count; i += 2) {
+    Fp8BlockFactors after = factors_at(i + 1);
+    issue(partial_b, i);
+    sm90::wgmma_wait_group<1>();
+    promote(partial_a, i - 1, pending);
+    pending = ahead;
+    ahead = after;
+    after = factors_at(i + 2);
+    issue(partial_a, i + 1);
+    sm90::wgmma_wait_group<1>();
+    promote(partial_b, i, pending);
+    pending = ahead;
+    ahead = after;
+    after_odd(i);
+  }
+  if (i < count) {  // an even number of blocks: the last one is odd
+    issue(partial_b, i);
+    sm90::wgmma_wait_group<1>();
+    promote(partial_a, i - 1, pending);
+    sm90::wgmma_wait_group<0>();
+    promote(partial_b, i, ahead);
+  } else {
+    sm90::wgmma_wait_group<0>();
+    promote(partial_a, i - 1, pending);
+  }
+}
+
+// A consumer warpgroup's epilogue for the tile at (m0, n0), whose columns lie in `segment` (store_tile):
+// tensor / channel weight scale, bias, one rounding, TMA stores.
+template <class Traits>
+__device__ __forceinline__ void store_fp8_tile(const GemmSm90Fp8Params& params, unsigned staging,
+                                               int warpgroup, int m0, int n0, const GemmSegment& segment,
+                                               const float (&accumulator)[Traits::accumulators]) {
+  store_tile<Traits::block_n>(
+      params.c_map, staging, warpgroup, m0, n0, params.gemm, accumulator,
+      [&](int n, bool pair) {
+        return fp8_column_pair<Traits::granularity, Traits::has_bias>(segment, n, pair);
+      },
+      [](const Fp8ColumnPair& column, float value0, float value1) { return column.apply(value0, value1); });
+}
+
 // A consumer warpgroup's tiles with kOverlapTiles (K a whole even number of blocks, so every tile ends on
 // an odd block and in partial_b). The per-tile loop of gemm_sm90_fp8_kernel waits for a tile's last block,
 // promotes it and only then runs the epilogue, while neither warpgroup has a wgmma queued: the epilogue
@@ -152,8 +252,8 @@ struct GemmSm90Fp8Traits {
 // Llama q|k|v and o launches at the sustained clocks (Nsight Compute, session 13). Here block g counts
 // across the CTA's tiles (tile g / k_tiles, K block g % k_tiles, ring slot g % stages, as the producer
 // fills them), one pipeline of the same pairs: the first block of tile t + 1 is issued into partial_a
-// before tile t's last block is promoted, so its wgmmas run through tile t's epilogue. Factors and slots
-// as in the per-tile loop, indexed by g.
+// before tile t's last block is promoted, so its wgmmas run through tile t's epilogue (consume_blocks'
+// after_odd). Factors as in the per-tile loop, indexed by g.
 template <class Traits>
 __device__ __forceinline__ void overlapped_tiles(const GemmSm90Fp8Params& params, unsigned staging,
                                                  unsigned full_barriers, unsigned empty_barriers,
@@ -176,10 +276,7 @@ __device__ __forceinline__ void overlapped_tiles(const GemmSm90Fp8Params& params
                                          tiles_m, tiles_n);
   };
 
-  struct Factors {
-    float row0, row1, weight;
-  };
-  // Block g's promotion factors (g past the last reads the last one's, unused), loaded two blocks ahead.
+  // Block g's promotion factors (g past the last reads the last one's, unused).
   auto factors_at = [&](int g) {
     g = min(g, blocks - 1);
     const int ordinal = g / k_tiles;
@@ -189,8 +286,8 @@ __device__ __forceinline__ void overlapped_tiles(const GemmSm90Fp8Params& params
         coordinates.m * Traits::block_m + (warpgroup - 1) * Traits::consumer_rows + 16 * warp + lane / 4;
     const float* a_scales = params.a_scales + k_tile * params.a_scale_ld;
     // Rows past M hold zero codes; their scale is never read (and their results never stored).
-    Factors factors{__ldg(a_scales + (row0 < gemm.m ? row0 : 0)),
-                    __ldg(a_scales + (row0 + 8 < gemm.m ? row0 + 8 : 0)), 1.0f};
+    Fp8BlockFactors factors{__ldg(a_scales + (row0 < gemm.m ? row0 : 0)),
+                            __ldg(a_scales + (row0 + 8 < gemm.m ? row0 + 8 : 0)), 1.0f};
     if constexpr (Traits::granularity == 2) {
       const int n0 = coordinates.n * Traits::block_n;
       const GemmSegment segment = segment_of<Traits::segments>(gemm, n0);
@@ -199,80 +296,23 @@ __device__ __forceinline__ void overlapped_tiles(const GemmSm90Fp8Params& params
     }
     return factors;
   };
-  auto issue = [&](float(&partial)[Traits::accumulators], int g) {
-    const int slot = g % Traits::stages;
-    sm90::mbarrier_wait_parity(full_barriers + 8 * slot, static_cast<unsigned>(g / Traits::stages) & 1u);
-    const unsigned a_slot = ring + slot * Traits::slot_bytes;
-    const unsigned long long a_descriptor = sm90::kmajor_descriptor(a_slot + a_offset);
-    const unsigned long long b_descriptor = sm90::kmajor_descriptor(a_slot + Traits::a_slot_bytes);
-    sm90::fence_registers(partial);
-    sm90::wgmma_fence();
-#pragma unroll
-    for (int step = 0; step < Traits::k_steps; ++step)
-      sm90::wgmma_ss_fp8_n128(partial, a_descriptor + 2 * step, b_descriptor + 2 * step, step > 0);
-    sm90::wgmma_commit_group();
-  };
-  auto promote = [&](float(&partial)[Traits::accumulators], int g, const Factors& factors) {
-    sm90::fence_registers(partial);
-    const float factor0 = factors.row0 * factors.weight;
-    const float factor1 = factors.row1 * factors.weight;
-    if (lane == 0) sm90::mbarrier_arrive(empty_barriers + 8 * (g % Traits::stages));
-#pragma unroll
-    for (int j = 0; j < Traits::accumulators; ++j)
-      accumulator[j] = fmaf(partial[j], (j / 2) % 2 == 0 ? factor0 : factor1, accumulator[j]);
-  };
   // Tile `ordinal`'s epilogue (as the per-tile loop's), then a zero accumulator for the next tile.
   auto finish = [&](int ordinal) {
     const TileCoordinates coordinates = coordinates_of(ordinal);
-    const int m0 = coordinates.m * Traits::block_m;
     const int n0 = coordinates.n * Traits::block_n;
-    const GemmSegment segment = segment_of<Traits::segments>(gemm, n0);
-    store_tile<Traits::block_n>(
-        params.c_map, staging, warpgroup, m0, n0, gemm, accumulator,
-        [&](int n, bool pair) {
-          return fp8_column_pair<Traits::granularity, Traits::has_bias>(segment, n, pair);
-        },
-        [](const Fp8ColumnPair& column, float value0, float value1) { return column.apply(value0, value1); });
+    store_fp8_tile<Traits>(params, staging, warpgroup, coordinates.m * Traits::block_m, n0,
+                           segment_of<Traits::segments>(gemm, n0), accumulator);
 #pragma unroll
     for (int j = 0; j < Traits::accumulators; ++j) accumulator[j] = 0.0f;
   };
 
 #pragma unroll
   for (int j = 0; j < Traits::accumulators; ++j) accumulator[j] = 0.0f;
-  // Even blocks in partial_a, odd ones in partial_b, straight-line pairs (see the per-tile loop: a wgmma
-  // issue or wait under a branch serializes them all, C7514); only the epilogue sits under a branch.
-  Factors pending = factors_at(0);
-  Factors ahead = factors_at(1);
-  issue(partial_a, 0);
-  int g = 1;
-  for (; g + 1 < blocks; g += 2) {
-    Factors after = factors_at(g + 1);
-    issue(partial_b, g);
-    sm90::wgmma_wait_group<1>();
-    promote(partial_a, g - 1, pending);
-    pending = ahead;
-    ahead = after;
-    after = factors_at(g + 2);
-    issue(partial_a, g + 1);  // after a tile's last block g: the next tile's first, through the epilogue
-    sm90::wgmma_wait_group<1>();
-    promote(partial_b, g, pending);
-    pending = ahead;
-    ahead = after;
-    if ((g + 1) % k_tiles == 0) finish((g + 1) / k_tiles - 1);
-  }
-  // The last block or two, peeled as in the per-tile loop. blocks is even, so g == blocks - 1 here; the
-  // branch is the per-tile loop's shape all the same: with the pair written unconditionally ptxas
-  // serialized every wgmma of the loop above (C7514, ptxas of CUDA 13.0).
-  if (g < blocks) {
-    issue(partial_b, g);
-    sm90::wgmma_wait_group<1>();
-    promote(partial_a, g - 1, pending);
-    sm90::wgmma_wait_group<0>();
-    promote(partial_b, g, ahead);
-  } else {
-    sm90::wgmma_wait_group<0>();
-    promote(partial_a, g - 1, pending);
-  }
+  // Every tile ends on an odd block; the pipeline has the next tile's first in flight when it says so.
+  consume_blocks<Traits>(0, blocks, ring, full_barriers, empty_barriers, a_offset, lane, accumulator,
+                         partial_a, partial_b, factors_at, [&](int g) {
+                           if ((g + 1) % k_tiles == 0) finish((g + 1) / k_tiles - 1);
+                         });
   finish(my_tiles - 1);
 }
 
@@ -384,94 +424,19 @@ __global__ void __launch_bounds__(Traits::threads, 1)
 #pragma unroll
     for (int j = 0; j < Traits::accumulators; ++j) accumulator[j] = 0.0f;
 
-    // What K block k_tile's promotion multiplies by (a block past the last reads the last one's, unused):
-    // the activation scales of this thread's two rows and, block-scaled, the weight block's scale. Loaded
-    // two blocks before the promotion that uses them and multiplied only there: loaded as the block itself
-    // was issued, an L2 round trip outlasted the block's wgmmas and the promotion's FFMAs waited on it
-    // (Nsight Compute, session 11: 28% of the stall samples, long scoreboard).
-    struct Factors {
-      float row0, row1, weight;
-    };
+    // K block k_tile's promotion factors (a block past the last reads the last one's, unused).
     auto load_factors = [&](int k_tile) {
       k_tile = min(k_tile, k_tiles - 1);
       const float* a_scales = params.a_scales + k_tile * params.a_scale_ld;
-      Factors factors{__ldg(a_scales + scale_row0), __ldg(a_scales + scale_row1), 1.0f};
+      Fp8BlockFactors factors{__ldg(a_scales + scale_row0), __ldg(a_scales + scale_row1), 1.0f};
       if constexpr (Traits::granularity == 2) factors.weight = __ldg(w_block_scales + k_tile);
       return factors;
     };
-    // Waits for K block k_tile's slot and issues its 4 wgmma k32 into `partial` (the first overwrites: no
-    // zeroing between blocks).
-    auto issue = [&](float(&partial)[Traits::accumulators], int k_tile) {
-      const int slot = (slot_use + k_tile) % Traits::stages;
-      const unsigned phase = ((slot_use + k_tile) / Traits::stages) & 1u;
-      sm90::mbarrier_wait_parity(full_barriers + 8 * slot, phase);
-      const unsigned a_slot = ring + slot * Traits::slot_bytes;
-      const unsigned long long a_descriptor = sm90::kmajor_descriptor(a_slot + a_offset);
-      const unsigned long long b_descriptor = sm90::kmajor_descriptor(a_slot + Traits::a_slot_bytes);
-      sm90::fence_registers(partial);
-      sm90::wgmma_fence();
-#pragma unroll
-      for (int step = 0; step < Traits::k_steps; ++step) {
-        // k32 of e4m3 = 32 bytes along the row: +2 in the descriptor's >> 4 address field.
-        sm90::wgmma_ss_fp8_n128(partial, a_descriptor + 2 * step, b_descriptor + 2 * step, step > 0);
-      }
-      sm90::wgmma_commit_group();
-    };
-    // Once block k_tile's wgmmas have completed: frees its slot and adds its partial, scaled, to the
-    // accumulator.
-    auto promote = [&](float(&partial)[Traits::accumulators], int k_tile, const Factors& factors) {
-      sm90::fence_registers(partial);
-      const float factor0 = factors.row0 * factors.weight;
-      const float factor1 = factors.row1 * factors.weight;
-      if (lane == 0) sm90::mbarrier_arrive(empty_barriers + 8 * ((slot_use + k_tile) % Traits::stages));
-#pragma unroll
-      for (int j = 0; j < Traits::accumulators; ++j) {
-        accumulator[j] = fmaf(partial[j], (j / 2) % 2 == 0 ? factor0 : factor1, accumulator[j]);
-      }
-    };
-    // Blocks in pairs, so each partial is a fixed register array: even blocks in partial_a, odd ones in
-    // partial_b; wait_group 1 leaves only the block just issued in flight. Straight-line pairs with the
-    // last block or two peeled: with the pair's second half under a branch inside the loop, ptxas could not
-    // tell which partial was still in flight and serialized every wgmma (C7514).
-    // `pending`: the factors of the block in flight; `ahead`: the next block's; each block's are loaded as
-    // the block before it is issued.
-    Factors pending = load_factors(0);
-    Factors ahead = load_factors(1);
-    issue(partial_a, 0);
-    int k_tile = 1;
-    for (; k_tile + 1 < k_tiles; k_tile += 2) {
-      Factors after = load_factors(k_tile + 1);
-      issue(partial_b, k_tile);
-      sm90::wgmma_wait_group<1>();
-      promote(partial_a, k_tile - 1, pending);
-      pending = ahead;
-      ahead = after;
-      after = load_factors(k_tile + 2);
-      issue(partial_a, k_tile + 1);
-      sm90::wgmma_wait_group<1>();
-      promote(partial_b, k_tile, pending);
-      pending = ahead;
-      ahead = after;
-    }
-    if (k_tile < k_tiles) {  // an even number of blocks: the last one is odd
-      issue(partial_b, k_tile);
-      sm90::wgmma_wait_group<1>();
-      promote(partial_a, k_tile - 1, pending);
-      sm90::wgmma_wait_group<0>();
-      promote(partial_b, k_tile, ahead);
-    } else {
-      sm90::wgmma_wait_group<0>();
-      promote(partial_a, k_tile - 1, pending);
-    }
+    consume_blocks<Traits>(slot_use, k_tiles, ring, full_barriers, empty_barriers, a_offset, lane,
+                           accumulator, partial_a, partial_b, load_factors, [](int) {});
     slot_use += k_tiles;
 
-    // Epilogue (store_tile): tensor / channel weight scale, bias, one rounding, TMA stores.
-    store_tile<Traits::block_n>(
-        params.c_map, staging, warpgroup, m0, n0, gemm, accumulator,
-        [&](int n, bool pair) {
-          return fp8_column_pair<Traits::granularity, Traits::has_bias>(segment, n, pair);
-        },
-        [](const Fp8ColumnPair& column, float value0, float value1) { return column.apply(value0, value1); });
+    store_fp8_tile<Traits>(params, staging, warpgroup, m0, n0, segment, accumulator);
   }
   // The staging boxes must outlive their stores' reads (shared memory goes with the CTA).
   if (thread == 0) sm90::bulk_wait_group<0>();
