@@ -94,8 +94,6 @@ compiler::KernelSource GemmFp8Spec::source() const {
                       {"segments", std::to_string(segments)},
                       {"has_bias", has_bias ? "true" : "false"},
                       {"granularity", std::to_string(static_cast<int>(granularity))}};
-  // Only when on, so the stubs and cache keys of the default kernels stay what they were.
-  if (wgmma && overlap_tiles) source.arguments.push_back({"overlap_tiles", "true"});
   source.spec = {{"family", source.family},
                  {"block_m", wgmma ? kGemmSm90Fp8BlockM : kGemmSm89Fp8BlockM},
                  {"block_n", wgmma ? kGemmSm90Fp8BlockN : kGemmSm89Fp8BlockN},
@@ -107,7 +105,6 @@ compiler::KernelSource GemmFp8Spec::source() const {
                  {"activation", "fp8"},
                  {"dynamic_shared_bytes", dynamic_shared_bytes()}};
   if (!wgmma) source.spec["kernel"] = gemm_fp8_kernel_name(kernel);
-  if (wgmma && overlap_tiles) source.spec["overlap_tiles"] = true;
   return source;
 }
 

@@ -50,11 +50,6 @@ struct GemmFp8Spec {
   int stages = 6;
   config::Fp8ScaleGranularity granularity = config::Fp8ScaleGranularity::block;
   GemmFp8Kernel kernel = GemmFp8Kernel::wgmma;
-  // wgmma only: the consumers' K blocks as one pipeline across their tiles, so the next tile's first block
-  // runs through this tile's epilogue (gemm_sm90_fp8.cuh, overlapped_tiles; K a whole even number of
-  // 128-blocks, else the per-tile loop). Built in session 13 without a GPU: compile-checked, not yet run,
-  // so choose_fp8_gemm leaves it off until the GPU tests and an A/B say otherwise (kernels-notes.md).
-  bool overlap_tiles = false;
 
   compiler::KernelSource source() const;
   int threads() const {

@@ -99,9 +99,7 @@ __global__ void __launch_bounds__(Traits::threads) fp8_quantize_kernel(const Fp8
 
 // kGranularity: the weight scales, as gemm.cuh's Fp8Weights: 0 one f32 per tensor, 1 one f32 per row of W,
 // 2 one f32 per 128x128 block ([ceil(rows / 128), ceil(K / 128)] per segment).
-// kOverlapTiles: the consumers run their tiles' K blocks as one pipeline, so the next tile's first block
-// is in flight through this tile's epilogue (below; when K is a whole even number of blocks).
-template <int kStages, int kSegments, bool kHasBias, int kGranularity, bool kOverlapTiles = false>
+template <int kStages, int kSegments, bool kHasBias, int kGranularity>
 struct GemmSm90Fp8Traits {
   using Params = GemmSm90Fp8Params;
   static constexpr int block_m = kGemmSm90Fp8BlockM;
@@ -111,7 +109,6 @@ struct GemmSm90Fp8Traits {
   static constexpr int segments = kSegments;
   static constexpr bool has_bias = kHasBias;
   static constexpr int granularity = kGranularity;
-  static constexpr bool overlap_tiles = kOverlapTiles;
 
   static constexpr int consumers = 2;
   static constexpr int threads = 128 * (1 + consumers);
@@ -157,22 +154,19 @@ struct Fp8BlockFactors {
 // its factors, added to the accumulator. Blocks in pairs, so each partial is a fixed register array: even
 // blocks in partial_a, odd ones in partial_b; wait_group 1 leaves only the block just issued in flight.
 // Straight-line pairs with the last block or two peeled: with the pair's second half under a branch inside
-// the loop, ptxas could not tell which partial was still in flight and serialized every wgmma (C7514); the
-// peel keeps its branch even where the count is known to be even (written unconditionally, it too made
-// ptxas serialize the loop, CUDA 13.0).
+// the loop, ptxas could not tell which partial was still in flight and serialized every wgmma (C7514).
 //
 // factors_at(i): block i's factors (i may pass the last; the caller clamps), asked for two blocks before
 // the promotion that multiplies by them: loaded as the block itself was issued, an L2 round trip outlasted
 // the block's wgmmas and the promotion's FFMAs waited on it (Nsight Compute, session 11: 28% of the stall
-// samples, long scoreboard). after_odd(i): called once odd block i is promoted inside the loop, with block
-// i + 1 already in flight (overlapped_tiles' epilogue; a no-op for the per-tile loop).
-template <class Traits, class FactorsAt, class AfterOdd>
+// samples, long scoreboard).
+template <class Traits, class FactorsAt>
 __device__ __forceinline__ void consume_blocks(int base, int count, unsigned ring, unsigned full_barriers,
                                                unsigned empty_barriers, unsigned a_offset, int lane,
                                                float (&accumulator)[Traits::accumulators],
                                                float (&partial_a)[Traits::accumulators],
                                                float (&partial_b)[Traits::accumulators],
-                                               FactorsAt&& factors_at, AfterOdd&& after_odd) {
+                                               FactorsAt&& factors_at) {
   auto issue = [&](float(&partial)[Traits::accumulators], int i) {
     const int slot = (base + i) % Traits::stages;
     const unsigned phase = ((base + i) / Traits::stages) & 1u;
@@ -217,7 +211,6 @@ __device__ __forceinline__ void consume_blocks(int base, int count, unsigned rin
     promote(partial_b, i, pending);
     pending = ahead;
     ahead = after;
-    after_odd(i);
   }
   if (i < count) {  // an even number of blocks: the last one is odd
     issue(partial_b, i);
@@ -243,77 +236,6 @@ __device__ __forceinline__ void store_fp8_tile(const GemmSm90Fp8Params& params, 
         return fp8_column_pair<Traits::granularity, Traits::has_bias>(segment, n, pair);
       },
       [](const Fp8ColumnPair& column, float value0, float value1) { return column.apply(value0, value1); });
-}
-
-// A consumer warpgroup's tiles with kOverlapTiles (K a whole even number of blocks, so every tile ends on
-// an odd block and in partial_b). The per-tile loop of gemm_sm90_fp8_kernel waits for a tile's last block,
-// promotes it and only then runs the epilogue, while neither warpgroup has a wgmma queued: the epilogue
-// (the weight scales, bias, rounding and staging for the TMA stores) held 18% of the stall samples of the
-// Llama q|k|v and o launches at the sustained clocks (Nsight Compute, session 13). Here block g counts
-// across the CTA's tiles (tile g / k_tiles, K block g % k_tiles, ring slot g % stages, as the producer
-// fills them), one pipeline of the same pairs: the first block of tile t + 1 is issued into partial_a
-// before tile t's last block is promoted, so its wgmmas run through tile t's epilogue (consume_blocks'
-// after_odd). Factors as in the per-tile loop, indexed by g.
-template <class Traits>
-__device__ __forceinline__ void overlapped_tiles(const GemmSm90Fp8Params& params, unsigned staging,
-                                                 unsigned full_barriers, unsigned empty_barriers,
-                                                 unsigned ring, int warpgroup, int tiles_m, int tiles_n,
-                                                 int tiles, int k_tiles,
-                                                 float (&accumulator)[Traits::accumulators],
-                                                 float (&partial_a)[Traits::accumulators],
-                                                 float (&partial_b)[Traits::accumulators]) {
-  const GemmParams& gemm = params.gemm;
-  const int thread = threadIdx.x % 128;
-  const int warp = thread / 32;
-  const int lane = thread % 32;
-  const unsigned a_offset = (warpgroup - 1) * Traits::consumer_rows * sm90::kSwizzle128Bytes;
-  // This CTA's tiles blockIdx.x, + gridDim.x, ...: `blocks` K blocks.
-  if (static_cast<int>(blockIdx.x) >= tiles) return;  // the host's grid never exceeds the tiles
-  const int my_tiles = (tiles - 1 - static_cast<int>(blockIdx.x)) / static_cast<int>(gridDim.x) + 1;
-  const int blocks = my_tiles * k_tiles;
-  auto coordinates_of = [&](int ordinal) {
-    return grouped_tile<Traits::group_m>(static_cast<int>(blockIdx.x) + ordinal * static_cast<int>(gridDim.x),
-                                         tiles_m, tiles_n);
-  };
-
-  // Block g's promotion factors (g past the last reads the last one's, unused).
-  auto factors_at = [&](int g) {
-    g = min(g, blocks - 1);
-    const int ordinal = g / k_tiles;
-    const int k_tile = g - ordinal * k_tiles;
-    const TileCoordinates coordinates = coordinates_of(ordinal);
-    const int row0 =
-        coordinates.m * Traits::block_m + (warpgroup - 1) * Traits::consumer_rows + 16 * warp + lane / 4;
-    const float* a_scales = params.a_scales + k_tile * params.a_scale_ld;
-    // Rows past M hold zero codes; their scale is never read (and their results never stored).
-    Fp8BlockFactors factors{__ldg(a_scales + (row0 < gemm.m ? row0 : 0)),
-                            __ldg(a_scales + (row0 + 8 < gemm.m ? row0 + 8 : 0)), 1.0f};
-    if constexpr (Traits::granularity == 2) {
-      const int n0 = coordinates.n * Traits::block_n;
-      const GemmSegment segment = segment_of<Traits::segments>(gemm, n0);
-      factors.weight = __ldg(static_cast<const float*>(segment.scales) +
-                             static_cast<long long>((n0 - segment.n_begin) / 128) * k_tiles + k_tile);
-    }
-    return factors;
-  };
-  // Tile `ordinal`'s epilogue (as the per-tile loop's), then a zero accumulator for the next tile.
-  auto finish = [&](int ordinal) {
-    const TileCoordinates coordinates = coordinates_of(ordinal);
-    const int n0 = coordinates.n * Traits::block_n;
-    store_fp8_tile<Traits>(params, staging, warpgroup, coordinates.m * Traits::block_m, n0,
-                           segment_of<Traits::segments>(gemm, n0), accumulator);
-#pragma unroll
-    for (int j = 0; j < Traits::accumulators; ++j) accumulator[j] = 0.0f;
-  };
-
-#pragma unroll
-  for (int j = 0; j < Traits::accumulators; ++j) accumulator[j] = 0.0f;
-  // Every tile ends on an odd block; the pipeline has the next tile's first in flight when it says so.
-  consume_blocks<Traits>(0, blocks, ring, full_barriers, empty_barriers, a_offset, lane, accumulator,
-                         partial_a, partial_b, factors_at, [&](int g) {
-                           if ((g + 1) % k_tiles == 0) finish((g + 1) / k_tiles - 1);
-                         });
-  finish(my_tiles - 1);
 }
 
 // grid: [min(tiles, SMs)] persistent CTAs, block: [Traits::threads], dynamic shared memory:
@@ -398,15 +320,6 @@ __global__ void __launch_bounds__(Traits::threads, 1)
 #pragma unroll
   for (int j = 0; j < Traits::accumulators; ++j) partial_a[j] = partial_b[j] = 0.0f;
 
-  if constexpr (Traits::overlap_tiles) {
-    if (k_tiles % 2 == 0) {
-      overlapped_tiles<Traits>(params, staging, full_barriers, empty_barriers, ring, warpgroup, tiles_m,
-                               tiles_n, tiles, k_tiles, accumulator, partial_a, partial_b);
-      if (thread == 0) sm90::bulk_wait_group<0>();
-      return;
-    }
-  }
-
   int slot_use = 0;
   for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
     const TileCoordinates coordinates = grouped_tile<Traits::group_m>(tile, tiles_m, tiles_n);
@@ -433,7 +346,7 @@ __global__ void __launch_bounds__(Traits::threads, 1)
       return factors;
     };
     consume_blocks<Traits>(slot_use, k_tiles, ring, full_barriers, empty_barriers, a_offset, lane,
-                           accumulator, partial_a, partial_b, load_factors, [](int) {});
+                           accumulator, partial_a, partial_b, load_factors);
     slot_use += k_tiles;
 
     store_fp8_tile<Traits>(params, staging, warpgroup, m0, n0, segment, accumulator);

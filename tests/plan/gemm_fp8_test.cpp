@@ -23,37 +23,22 @@ TEST_CASE("fp8-activation kernels compile for sm_80 and sm_90a", "[plan][gemm][g
   UNSCOPED_INFO(arch.name() << " fp8_quantize: " << quantize.resources.registers << " registers");
   for (auto granularity : {config::Fp8ScaleGranularity::tensor, config::Fp8ScaleGranularity::channel,
                            config::Fp8ScaleGranularity::block}) {
-    for (const bool overlap_tiles : {false, true}) {
-      plan::GemmFp8Spec spec;
-      spec.segments = 3;
-      spec.has_bias = true;
-      spec.granularity = granularity;
-      spec.overlap_tiles = overlap_tiles;
-      const auto source = spec.source();
-      INFO(source.render_stub());
-      const auto kernel = testing::test_compiler().compile(source, compiler::CompileOptions{arch});
-      INFO(kernel.log);
-      CHECK(kernel.resources.spill_bytes() == 0);
-      // Two partials in flight: a loop whose second half-pair sat under a branch had ptxas serialize them.
-      plan_testing::check_wgmma_asynchronous(kernel);
-      // 384 threads x 168 = 64512: the kernel-wide budget setmaxnreg redistributes (40 / 232).
-      CHECK(kernel.resources.registers <= 168);
-      UNSCOPED_INFO(arch.name() << " " << source.render_stub() << ": " << kernel.resources.registers
-                                << " registers, " << spec.dynamic_shared_bytes() << " B shared");
-    }
+    plan::GemmFp8Spec spec;
+    spec.segments = 3;
+    spec.has_bias = true;
+    spec.granularity = granularity;
+    const auto source = spec.source();
+    INFO(source.render_stub());
+    const auto kernel = testing::test_compiler().compile(source, compiler::CompileOptions{arch});
+    INFO(kernel.log);
+    CHECK(kernel.resources.spill_bytes() == 0);
+    // Two partials in flight: a loop whose second half-pair sat under a branch had ptxas serialize them.
+    plan_testing::check_wgmma_asynchronous(kernel);
+    // 384 threads x 168 = 64512: the kernel-wide budget setmaxnreg redistributes (40 / 232).
+    CHECK(kernel.resources.registers <= 168);
+    UNSCOPED_INFO(arch.name() << " " << source.render_stub() << ": " << kernel.resources.registers
+                              << " registers, " << spec.dynamic_shared_bytes() << " B shared");
   }
-}
-
-TEST_CASE("the fp8 GEMM's tile overlap is its own stub only when on", "[plan][gemm][gemm_fp8]") {
-  plan::GemmFp8Spec spec;
-  const std::string plain = spec.source().render_stub();
-  CHECK(plain.find("overlap") == std::string::npos);
-  spec.overlap_tiles = true;
-  const compiler::KernelSource overlapped = spec.source();
-  CHECK(overlapped.render_stub() != plain);
-  CHECK(overlapped.render_stub().find("/*overlap_tiles=*/true>") != std::string::npos);
-  CHECK(overlapped.spec["overlap_tiles"] == true);
-  CHECK_FALSE(plan::choose_fp8_gemm(testing::kSm90a).overlap_tiles);  // off until run on a GPU
 }
 
 // The sm_89 kernel (mma.sync m16n8k32 e4m3) for sm_89 and for sm_90a, where the GPU tests force it.
