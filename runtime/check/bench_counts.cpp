@@ -68,15 +68,15 @@ std::vector<StageWork> stage_work(const config::AttentionConfig& config,
   const double qkv_width = q_width + k_width + v_width, attention_width = hq * dv;
 
   std::vector<StageWork> work;
-  // RMSNorm: read the input, write the normed rows (the [hidden] weight is noise).
-  work.push_back({plan::StageKind::input_norm, 0, tokens * hidden * 2 * kBf16 + hidden * kBf16});
-  // fp8 activations: the quantizer reads the bf16 rows once and writes 1-byte codes plus an f32 scale per
-  // token and 128 channels.
-  const auto quantize = [&](plan::StageKind stage, const config::WeightEncoding& encoding, double k) {
-    if (!plan::uses_fp8_activations(encoding)) return;
-    work.push_back({stage, 0, tokens * k * (kBf16 + 1) + tokens * std::ceil(k / 128) * 4});
-  };
-  quantize(plan::StageKind::qkv_quantize, config.projection.qkv, hidden);
+  // fp8 codes: 1 byte per channel plus an f32 scale per token and 128 channels.
+  const auto code_bytes = [&](double k) { return tokens * k + tokens * std::ceil(k / 128) * 4; };
+  // RMSNorm: read the input, write the normed rows (the [hidden] weight is noise), or instead the q|k|v
+  // projection's fp8 codes where it takes fp8 activations (RmsNormSpec::fp8_codes).
+  const bool norm_codes = plan::uses_fp8_activations(config.projection.qkv);
+  work.push_back({plan::StageKind::input_norm, 0,
+                  tokens * hidden * kBf16 + (norm_codes ? code_bytes(hidden) : tokens * hidden * kBf16) +
+                      hidden * kBf16});
+
   // GEMMs: A [T, K] and C [T, N] once, the weight [N, K] once.
   work.push_back({plan::StageKind::qkv_projection, 2 * tokens * qkv_width * hidden,
                   (tokens * hidden + qkv_width * hidden + tokens * qkv_width) * kBf16});
@@ -89,7 +89,11 @@ std::vector<StageWork> stage_work(const config::AttentionConfig& config,
   // The store reads the chunk's k and v rows and writes them to their slots.
   work.push_back({plan::StageKind::kv_store, 0, tokens * (k_width + v_width) * 2 * kBf16});
   work.push_back({plan::StageKind::attention, 2 * (d + dv) * hq * pairs, 0});
-  quantize(plan::StageKind::output_quantize, config.projection.output, attention_width);
+  // fp8 activations on the output projection: the quantizer reads the bf16 rows once and writes the codes.
+  if (plan::uses_fp8_activations(config.projection.output)) {
+    work.push_back({plan::StageKind::output_quantize, 0,
+                    tokens * attention_width * kBf16 + code_bytes(attention_width)});
+  }
   work.push_back({plan::StageKind::output_projection, 2 * tokens * hidden * attention_width,
                   (tokens * attention_width + hidden * attention_width + tokens * hidden) * kBf16});
   return work;

@@ -41,9 +41,10 @@ struct StageWork {
 };
 
 // Every stage of the plan for this batch, in execute order (qkv_postprocess only when the config has
-// RoPE or q/k/v norms; qkv_quantize / output_quantize only before a projection with fp8 activations,
-// memory-bound). GEMMs: 2 M N K. Attention: 2 (D + Dv) per allowed pair per query head.
-// Bytes assume bf16 activations and weights (quantized weights move fewer; the FLOPs are the same).
+// RoPE or q/k/v norms; output_quantize only before an output projection with fp8 activations,
+// memory-bound; the input norm writes fp8 codes instead of bf16 rows for a q|k|v projection with them).
+// GEMMs: 2 M N K. Attention: 2 (D + Dv) per allowed pair per query head. Bytes assume bf16 activations and
+// weights (quantized weights move fewer; the FLOPs are the same).
 std::vector<StageWork> stage_work(const config::AttentionConfig& config,
                                   const std::vector<SequenceShape>& batch);
 

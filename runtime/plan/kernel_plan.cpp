@@ -10,8 +10,6 @@ std::string_view to_string(StageKind stage) {
   switch (stage) {
     case StageKind::input_norm:
       return "input_norm";
-    case StageKind::qkv_quantize:
-      return "qkv_quantize";
     case StageKind::qkv_projection:
       return "qkv_projection";
     case StageKind::qkv_postprocess:
@@ -226,11 +224,17 @@ KernelPlan plan_kernels(const config::AttentionConfig& config, const config::Arc
   if (uses_fp8_activations(config.projection.qkv)) plan.qkv_projection_fp8 = fp8_spec(plan.qkv_projection);
   if (uses_fp8_activations(config.projection.output))
     plan.output_projection_fp8 = fp8_spec(plan.output_projection);
+  // The q|k|v projection's input is the input norm's output: the norm writes the codes itself, so no
+  // quantizer reads its rows again (nor, unobserved, are they written in bf16). require_supported's
+  // K % 16 rule gives the norm the 8-channel vectors the codes need (RmsNormTraits' static_assert).
+  plan.input_norm.fp8_codes = plan.qkv_projection_fp8.has_value();
   // An fp8-activation projection has no small-launch specialization: its GemmSpec is never the bf16
   // wgmma kernel (choose_projection_kernel keeps fp8 weights off it), so small_specialization gave none.
-  const auto add_projection = [&](StageKind quantize_stage, StageKind stage, const std::string& name,
-                                  const GemmSpec& spec, const std::optional<GemmFp8Spec>& fp8,
-                                  const std::optional<GemmSpec>& small, std::string_view small_name,
+  // quantize_stage: the quantizer's stage before an fp8-activation GEMM (none: its input comes as codes).
+  const auto add_projection = [&](std::optional<StageKind> quantize_stage, StageKind stage,
+                                  const std::string& name, const GemmSpec& spec,
+                                  const std::optional<GemmFp8Spec>& fp8, const std::optional<GemmSpec>& small,
+                                  std::string_view small_name,
                                   const std::optional<KernelPlan::Dequantized>& dequantized,
                                   std::string_view dequantize_name, std::string_view dequantized_name) {
     if (!fp8) {
@@ -245,13 +249,15 @@ KernelPlan plan_kernels(const config::AttentionConfig& config, const config::Arc
       }
       return;
     }
-    plan.kernels.push_back(
-        {quantize_stage, std::string(to_string(quantize_stage)), plan.activation_quantize.source(), 0});
+    if (quantize_stage) {
+      plan.kernels.push_back(
+          {*quantize_stage, std::string(to_string(*quantize_stage)), plan.activation_quantize.source(), 0});
+    }
     plan.kernels.push_back({stage, name, fp8->source(), fp8->dynamic_shared_bytes()});
   };
 
   plan.kernels.push_back({StageKind::input_norm, "input_rmsnorm", plan.input_norm.source(), 0});
-  add_projection(StageKind::qkv_quantize, StageKind::qkv_projection, "qkv_projection", plan.qkv_projection,
+  add_projection(std::nullopt, StageKind::qkv_projection, "qkv_projection", plan.qkv_projection,
                  plan.qkv_projection_fp8, plan.qkv_projection_small, kQkvProjectionSmallName,
                  plan.qkv_projection_dequantized, kQkvDequantizeName, kQkvProjectionDequantizedName);
   if (plan.qkv_postprocess.has_work()) {

@@ -17,11 +17,11 @@
 
 namespace attnplan::plan {
 
-// The plan's stages in launch order (design.md, spec sections 1-7). qkv_quantize / output_quantize run
-// only before a projection with fp8 activations: its bf16 input -> e4m3 codes + scales in the workspace.
+// The plan's stages in launch order (design.md, spec sections 1-7). output_quantize runs only before an
+// output projection with fp8 activations: its bf16 input -> e4m3 codes + scales in the workspace. A q|k|v
+// projection with fp8 activations reads codes the input norm wrote (RmsNormSpec::fp8_codes).
 enum class StageKind {
   input_norm,
-  qkv_quantize,
   qkv_projection,
   qkv_postprocess,
   kv_store,
@@ -46,11 +46,12 @@ struct KernelPlan {
   KvStoreSpec kv_store;
   AttentionSpec attention;
   GemmSpec output_projection;  // [T, Hq * Dv] x [hidden, Hq * Dv]^T
-  // fp8 activations (fp8 weights with activation "fp8", sm_89 and later): the projection runs as the
-  // quantizer (its stage *_quantize) and this e4m3 GEMM instead of the GemmSpec above. Empty otherwise.
+  // fp8 activations (fp8 weights with activation "fp8", sm_89 and later): this e4m3 GEMM instead of the
+  // GemmSpec above, on codes the input norm (q|k|v) or the quantizer (output_quantize) wrote. Empty
+  // otherwise.
   std::optional<GemmFp8Spec> qkv_projection_fp8;
   std::optional<GemmFp8Spec> output_projection_fp8;
-  Fp8QuantizeSpec activation_quantize;  // the quantizer of both (K is a launch argument)
+  Fp8QuantizeSpec activation_quantize;  // output_quantize's quantizer
   // The projections' kSmallLaunchTokens specializations (wgmma, another block_n), planned only when their
   // tiling differs from the max_tokens one; each launch picks one by choose_gemm_variant.
   std::optional<GemmSpec> qkv_projection_small, output_projection_small;

@@ -24,6 +24,11 @@ compiler::KernelSource RmsNormSpec::source() const {
   source.spec = {{"family", source.family},    {"hidden_size", hidden_size},
                  {"unit_offset", unit_offset}, {"threads", tiling.threads},
                  {"vector", tiling.vector},    {"vectors_per_thread", tiling.vectors_per_thread}};
+  // Only when on, so the stubs and cache keys of the plain norms stay what they were.
+  if (fp8_codes) {
+    source.arguments.push_back({"fp8_codes", cxx_bool(true)});
+    source.spec["fp8_codes"] = true;
+  }
   return source;
 }
 

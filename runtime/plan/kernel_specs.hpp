@@ -12,6 +12,9 @@ namespace attnplan::plan {
 struct RmsNormSpec {
   int hidden_size = 0;
   bool unit_offset = false;  // weight_offset == 1 (Gemma)
+  // Also the fp8 codes + scales of an fp8-activation q|k|v projection (rmsnorm.cuh; needs tiling.vector
+  // 8, which hidden_size % 16 == 0 gives), so the plan runs no quantizer before that projection.
+  bool fp8_codes = false;
   RmsNormTiling tiling;
 
   compiler::KernelSource source() const;

@@ -35,8 +35,8 @@ struct PrefillPlan::Loaded {
       output_projection_dequantized;
   driver::DeviceBuffer rope_frequencies;  // [rotary_dim / 2] doubles, uploaded once at load
   double rope_attention_factor = 1.0;
-  int multiprocessors = 0;  // the device's SMs: the persistent grids of the wgmma GEMM and attention
-  driver::Function qkv_quantize, output_quantize;  // fp8 activations only
+  int multiprocessors = 0;           // the device's SMs: the persistent grids of the wgmma GEMM and attention
+  driver::Function output_quantize;  // fp8 activations on the output projection only
 };
 
 namespace {
@@ -212,7 +212,8 @@ void PrefillPlan::check_weights(const LayerWeightsView& w) const {
     require_absent(w.sinks, "weights.sinks", "sinks is false");
 }
 
-void PrefillPlan::execute(const ExecuteArgs& args, CUstream stream, const StageObserver& observer) const {
+void PrefillPlan::execute(const ExecuteArgs& args, CUstream stream, const StageObserver& observer,
+                          Observation observation) const {
   const config::AttentionConfig& config = compiled_.config;
   const KernelPlan& kernels = compiled_.kernels_planned;
   const BatchDescription& batch = args.batch;
@@ -363,14 +364,25 @@ void PrefillPlan::execute(const ExecuteArgs& args, CUstream stream, const StageO
   auto notify = [&](StageKind stage) {
     if (observer) observer(stage, layout);
   };
-  enqueue_input_norm(norm, stream);
+  // With fp8 codes from the norm (RmsNormSpec::fp8_codes) the q|k|v projection's quantized input is
+  // written here; the bf16 rows only for an observer that reads them (the GEMM reads the codes).
+  if (kernels.input_norm.fp8_codes) {
+    const Fp8ActivationBuffers buffers =
+        fp8_activation_buffers(at<void>(args.workspace, layout.fp8_activations), tokens, hidden);
+    check_fp8_activation_buffers(projection, buffers);
+    InputNormArgs quantizing = norm;
+    if (!observer || observation == Observation::timing) quantizing.output = nullptr;
+    enqueue_input_norm(quantizing, stream, &buffers);
+  } else {
+    enqueue_input_norm(norm, stream);
+  }
   notify(StageKind::input_norm);
-  // A projection with fp8 activations: the quantizer into the workspace (its own stage), then the e4m3
-  // GEMM over the codes. A long launch of a weight-only quantized one: W dequantized into the workspace,
-  // then the bf16 GEMM. Otherwise the GEMM variant chosen for this launch's M.
-  auto project = [&](StageKind quantize_stage, const driver::Function& quantize, StageKind stage,
-                     const driver::Function& gemm, const GemmSpec& spec,
-                     const std::optional<GemmFp8Spec>& fp8, const GemmParams& params,
+  // A projection with fp8 activations: the quantizer into the workspace (its own stage; `quantize` null:
+  // the codes are there already, from the input norm), then the e4m3 GEMM over the codes. A long launch of a
+  // weight-only quantized one: W dequantized into the workspace, then the bf16 GEMM. Otherwise the GEMM
+  // variant chosen for this launch's M.
+  auto project = [&](const driver::Function* quantize, StageKind stage, const driver::Function& gemm,
+                     const GemmSpec& spec, const std::optional<GemmFp8Spec>& fp8, const GemmParams& params,
                      const std::optional<Dequantized>& dequantized, const driver::Function& dequantize,
                      const driver::Function& dequantized_gemm) {
     if (dequantized) {
@@ -380,17 +392,18 @@ void PrefillPlan::execute(const ExecuteArgs& args, CUstream stream, const StageO
     } else if (fp8) {
       const Fp8ActivationBuffers buffers =
           fp8_activation_buffers(at<void>(args.workspace, layout.fp8_activations), params.m, params.k);
-      launch_fp8_quantize(quantize, params, buffers, stream);
-      notify(quantize_stage);
+      if (quantize != nullptr) {
+        launch_fp8_quantize(*quantize, params, buffers, stream);
+        notify(StageKind::output_quantize);
+      }
       launch_gemm_fp8_codes(gemm, *fp8, params, buffers, stream, loaded.multiprocessors);
     } else {
       launch_gemm(gemm, spec, params, stream, loaded.multiprocessors);
     }
     notify(stage);
   };
-  project(StageKind::qkv_quantize, loaded.qkv_quantize, StageKind::qkv_projection, *qkv_function, *qkv_spec,
-          kernels.qkv_projection_fp8, projection, qkv_dequantized, loaded.qkv_dequantize,
-          loaded.qkv_projection_dequantized);
+  project(nullptr, StageKind::qkv_projection, *qkv_function, *qkv_spec, kernels.qkv_projection_fp8,
+          projection, qkv_dequantized, loaded.qkv_dequantize, loaded.qkv_projection_dequantized);
   if (kernels.has(StageKind::qkv_postprocess)) {
     driver::launch(loaded.qkv_postprocess,
                    driver::LaunchShape{
@@ -403,8 +416,8 @@ void PrefillPlan::execute(const ExecuteArgs& args, CUstream stream, const StageO
   launch_attention(loaded.attention, kernels.attention, attend, config.query_heads, stream,
                    loaded.multiprocessors);
   notify(StageKind::attention);
-  project(StageKind::output_quantize, loaded.output_quantize, StageKind::output_projection, *output_function,
-          *output_spec, kernels.output_projection_fp8, output, output_dequantized, loaded.output_dequantize,
+  project(&loaded.output_quantize, StageKind::output_projection, *output_function, *output_spec,
+          kernels.output_projection_fp8, output, output_dequantized, loaded.output_dequantize,
           loaded.output_projection_dequantized);
 }
 
@@ -423,13 +436,20 @@ void PrefillPlan::launch_input_norm(const InputNormArgs& args, CUstream stream) 
   enqueue_input_norm(args, stream);
 }
 
-void PrefillPlan::enqueue_input_norm(const InputNormArgs& args, CUstream stream) const {
+void PrefillPlan::enqueue_input_norm(const InputNormArgs& args, CUstream stream,
+                                     const Fp8ActivationBuffers* codes) const {
   RmsNormParams params{};
   params.input = static_cast<const bf16_bits*>(args.input);
   params.weight = static_cast<const bf16_bits*>(args.weight);
   params.output = static_cast<bf16_bits*>(args.output);
   params.num_tokens = args.num_tokens;
   params.epsilon = static_cast<float>(compiled_.config.input_norm.epsilon);
+  if (codes != nullptr) {
+    params.codes = codes->codes;
+    params.scales = codes->scales;
+    params.ld_codes = compiled_.config.hidden_size;  // fp8_activation_buffers: row stride K bytes
+    params.scale_ld = codes->scale_ld;
+  }
   // One block per token row.
   const unsigned threads = unsigned(compiled_.kernels_planned.input_norm.tiling.threads);
   driver::launch(loaded_->input_norm,
@@ -550,9 +570,6 @@ plan::PrefillPlan Runtime::load(const plan::CompiledPlan& compiled) {
     switch (kernel.stage) {
       case plan::StageKind::input_norm:
         loaded->input_norm = function;
-        break;
-      case plan::StageKind::qkv_quantize:
-        loaded->qkv_quantize = function;
         break;
       case plan::StageKind::output_quantize:
         loaded->output_quantize = function;

@@ -110,6 +110,11 @@ struct ExecuteArgs {
 // stream and read the workspace. Never used on the hot path.
 using StageObserver = std::function<void(StageKind stage, const WorkspaceLayout& layout)>;
 
+// What an observer does. `workspace`: it reads the stages' results, so the plan writes each where the
+// layout says even when the next stage reads another form (the normed bf16 rows beside the fp8 codes the
+// q|k|v projection reads). `timing`: it only records events, and the stages run exactly as unobserved.
+enum class Observation { workspace, timing };
+
 // Stage entry points for engines that run a stage on its own, and for tests.
 struct InputNormArgs {
   const void* input = nullptr;   // [num_tokens, hidden_size]
@@ -143,7 +148,8 @@ class PrefillPlan {
   // The whole layer (spec sections 1-7) for one chunk. Checks every argument and the whole batch against
   // the plan first (Error(input) naming the field; nothing is launched then), then enqueues the stages
   // on `stream`.
-  void execute(const ExecuteArgs& args, CUstream stream, const StageObserver& observer = {}) const;
+  void execute(const ExecuteArgs& args, CUstream stream, const StageObserver& observer = {},
+               Observation observation = Observation::workspace) const;
 
   void launch_input_norm(const InputNormArgs& args, CUstream stream) const;
   void launch_kv_store(const KvStoreArgs& args, CUstream stream) const;
@@ -155,7 +161,10 @@ class PrefillPlan {
   void check_weights(const LayerWeightsView& weights) const;
   // Fill the stage's Params and launch it; execute() and the launch_* entry points share them. The
   // arguments are already checked, the context is current, and `args` strides are resolved (non-zero).
-  void enqueue_input_norm(const InputNormArgs& args, CUstream stream) const;
+  // With `codes` (a plan whose norm writes fp8 codes) also the q|k|v projection's e4m3 input; args.output
+  // may then be null.
+  void enqueue_input_norm(const InputNormArgs& args, CUstream stream,
+                          const Fp8ActivationBuffers* codes = nullptr) const;
   void enqueue_kv_store(const KvStoreArgs& args, CUstream stream) const;
   CompiledPlan compiled_;
   std::unique_ptr<Loaded> loaded_;

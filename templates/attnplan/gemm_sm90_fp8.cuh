@@ -16,9 +16,8 @@
 // is a multiple of 16 (16-byte rows of codes) work.
 #pragma once
 
-#include <cuda_fp8.h>
-
 #include "attnplan/common.cuh"
+#include "attnplan/fp8_activation.cuh"
 #include "attnplan/gemm.cuh"
 #include "attnplan/gemm_fp8_epilogue.cuh"
 #include "attnplan/gemm_sm90_epilogue.cuh"
@@ -41,8 +40,10 @@ struct Fp8QuantizeTraits {
   static constexpr int lanes_per_group = 32 / kFp8QuantizeGroupsPerWarp;
   static constexpr int groups_per_block = threads / lanes_per_group;  // (token, group) items per CTA
   static constexpr int per_lane = group / lanes_per_group;
-  static_assert(per_lane == 8, "the loads and stores below move 8 channels per lane");
-  static_assert(group == kFp8ActivationGroup, "the GEMM reads one scale per 128 channels");
+  static_assert(per_lane == kFp8ChannelsPerLane && lanes_per_group == kFp8GroupLanes,
+                "the loads and stores below move 8 channels per lane, 16 lanes per group");
+  static_assert(group == kFp8ActivationGroup && kFp8GroupLanes * kFp8ChannelsPerLane == kFp8ActivationGroup,
+                "the GEMM reads one scale per 128 channels");
 };
 
 // grid: [ceil(M * ceil(K / 128) / groups_per_block)], block: [Traits::threads]. K a multiple of 16, lda a
@@ -75,21 +76,9 @@ __global__ void __launch_bounds__(Traits::threads) fp8_quantize_kernel(const Fp8
   float amax = 0.0f;
 #pragma unroll
   for (int i = 0; i < Traits::per_lane; ++i) amax = fmaxf(amax, fabsf(values[i]));
-    // Offsets below 16 stay inside the half-warp.
-#pragma unroll
-  for (int offset = Traits::lanes_per_group / 2; offset > 0; offset /= 2)
-    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, offset));
-  // IEEE divisions (__fdiv_rn), whatever the compile options say about fast math: the reference repeats them.
-  const float scale = amax > 0.0f ? __fdiv_rn(amax, 448.0f) : 1.0f;
+  const float scale = fp8_activation_scale(half_warp_max(amax));
   if (inside) {
-    unsigned packed[2] = {0u, 0u};
-#pragma unroll
-    for (int i = 0; i < Traits::per_lane; ++i) {
-      const unsigned code = static_cast<unsigned char>(
-          __nv_cvt_float_to_fp8(__fdiv_rn(values[i], scale), __NV_SATFINITE, __NV_E4M3));
-      packed[i / 4] |= code << (8 * (i % 4));
-    }
-    *reinterpret_cast<uint2*>(params.codes + m * params.ld_codes + k0) = make_uint2(packed[0], packed[1]);
+    *reinterpret_cast<uint2*>(params.codes + m * params.ld_codes + k0) = fp8_activation_codes(values, scale);
   }
   if (valid && lane == 0) params.scales[group * params.scale_ld + m] = scale;
 }

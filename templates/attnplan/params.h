@@ -21,9 +21,15 @@ struct alignas(2) bf16_bits {
 struct RmsNormParams {
   const bf16_bits* input;   // [num_tokens, hidden_size], rows contiguous
   const bf16_bits* weight;  // [hidden_size]
-  bf16_bits* output;        // [num_tokens, hidden_size]
+  bf16_bits* output;        // [num_tokens, hidden_size]; with fp8 codes, may be null (not written)
   int num_tokens;
   float epsilon;
+  // The kernel with fp8 codes (RmsNormTraits::fp8_codes) also writes the rows `output` would hold as an
+  // fp8-activation projection's input (Fp8QuantizeParams' layout); null codes: none. Others ignore these.
+  unsigned char* codes;  // [num_tokens, hidden_size] e4m3fn, row stride ld_codes bytes
+  float* scales;         // [ceil(hidden_size / 128), scale_ld]: token t, group g at g * scale_ld + t
+  long long ld_codes;
+  long long scale_ld;
 };
 
 // Paged KV store: the chunk's k and v rows written to their cache slots (NHD layout). With an fp8 cache

@@ -1,17 +1,24 @@
 // Input RMSNorm over one [num_tokens, hidden_size] bf16 activation: one block per token row, the row
 // held in registers between the sum-of-squares pass and the scaling pass, 16-byte accesses.
+//
+// With kFp8Codes (a plan whose q|k|v projection takes fp8 activations) the kernel also rounds the
+// normalized row to the projection's e4m3 codes and scales itself (fp8_activation.cuh: the quantizer's
+// rule, of the same bf16 values), so the plan runs no separate quantizer over it: the quantizer's read
+// of the bf16 row and, when the bf16 row is not wanted (output null), its write are saved.
 #pragma once
 
 #include "attnplan/common.cuh"
+#include "attnplan/fp8_activation.cuh"
 
 namespace attnplan::kernels {
 
-template <int kHiddenSize, int kThreads, bool kUnitOffset>
+template <int kHiddenSize, int kThreads, bool kUnitOffset, bool kFp8Codes = false>
 struct RmsNormTraits {
   using Params = RmsNormParams;
   static constexpr int hidden_size = kHiddenSize;
   static constexpr int threads = kThreads;
   static constexpr bool unit_offset = kUnitOffset;  // Gemma: scale by (1 + w)
+  static constexpr bool fp8_codes = kFp8Codes;      // also the e4m3 codes + scales (params.codes)
   static constexpr int vector = vector_width_for(kHiddenSize);
   static constexpr int vectors_per_row = kHiddenSize / vector;
   static constexpr int vectors_per_thread = (vectors_per_row + kThreads - 1) / kThreads;
@@ -19,6 +26,10 @@ struct RmsNormTraits {
   static_assert(kHiddenSize > 0, "hidden_size must be positive");
   static_assert(kThreads % 32 == 0 && kThreads <= 1024, "threads must be whole warps, at most 1024");
   static_assert(vectors_per_thread <= 16, "a row must fit in registers: raise threads");
+  // Vector v of the row is held by thread v % threads, so with 8-channel vectors and whole half-warps an
+  // activation group (16 consecutive vectors) is one half-warp's.
+  static_assert(!kFp8Codes || (vector == kFp8ChannelsPerLane && kThreads % kFp8GroupLanes == 0),
+                "fp8 codes need 8-channel vectors (hidden_size a multiple of 8)");
 };
 
 // grid: [num_tokens], block: [Traits::threads]
@@ -49,16 +60,38 @@ __global__ void __launch_bounds__(Traits::threads) rmsnorm_kernel(const RmsNormP
 #pragma unroll
   for (int i = 0; i < Traits::vectors_per_thread; ++i) {
     const int v = threadIdx.x + i * Traits::threads;
-    if (v < Traits::vectors_per_row) {
+    const bool inside = v < Traits::vectors_per_row;
+    Vector out;
+    if (inside) {
       const Vector weight = Vector::load(params.weight, v * Traits::vector);
-      Vector out;
 #pragma unroll
       for (int e = 0; e < Traits::vector; ++e) {
         float w = __bfloat162float(weight.values[e]);
         if constexpr (Traits::unit_offset) w += 1.0f;
         out.values[e] = __float2bfloat16(__bfloat162float(cached[i].values[e]) * inverse_rms * w);
       }
-      out.store(params.output, row + v * Traits::vector);
+      if (!Traits::fp8_codes || params.output != nullptr) out.store(params.output, row + v * Traits::vector);
+    }
+    if constexpr (Traits::fp8_codes) {
+      // Every lane of the half-warp joins the amax (the row's last group may be short: lanes past it
+      // count 0); params.codes is the same for the whole block.
+      if (params.codes != nullptr) {
+        float values[kFp8ChannelsPerLane] = {};
+        float amax = 0.0f;
+        if (inside) {
+#pragma unroll
+          for (int e = 0; e < kFp8ChannelsPerLane; ++e) {
+            values[e] = __bfloat162float(out.values[e]);
+            amax = fmaxf(amax, fabsf(values[e]));
+          }
+        }
+        const float scale = fp8_activation_scale(half_warp_max(amax));
+        if (inside) {
+          *reinterpret_cast<uint2*>(params.codes + token * params.ld_codes + v * kFp8ChannelsPerLane) =
+              fp8_activation_codes(values, scale);
+          if (v % kFp8GroupLanes == 0) params.scales[v / kFp8GroupLanes * params.scale_ld + token] = scale;
+        }
+      }
     }
   }
 }

@@ -102,22 +102,22 @@ TEST_CASE("stage_work: GEMM FLOPs 2 M N K, attention 2 (D + Dv) per allowed pair
   CHECK(without[3].flops == 2.0 * 256 * 32 * (136 + (16 * 3 + 136)));
 }
 
-TEST_CASE("stage_work: fp8 activations add a memory-bound quantize stage before each projection",
+TEST_CASE("stage_work: fp8 activations, codes from the norm for q|k|v and a quantize stage before o",
           "[check][bench][fp8_activation]") {
   using attnplan::plan::StageKind;
   const attnplan::config::AttentionConfig config = attnplan::config::load_file(
       std::string(ATTNPLAN_SOURCE_DIR) + "/plans/qwen3-8b-fp8-block-fp8act.json");  // 4096, 32/8, D 128
   const std::vector<attnplan::check::StageWork> work = attnplan::check::stage_work(config, {{0, 1000, {}}});
-  REQUIRE(work.size() == 8);
-  CHECK(work[1].stage == StageKind::qkv_quantize);
-  CHECK(work[1].flops == 0);
-  // bf16 read, e4m3 written, one f32 scale per token and 128 channels.
-  CHECK(work[1].bytes == 1000.0 * 4096 * 3 + 1000.0 * 32 * 4);
-  CHECK(work[2].stage == StageKind::qkv_projection);
-  CHECK(work[2].flops == 2.0 * 1000 * 6144 * 4096);
-  CHECK(work[6].stage == StageKind::output_quantize);
-  CHECK(work[6].bytes == 1000.0 * 4096 * 3 + 1000.0 * 32 * 4);
-  CHECK(work[7].stage == StageKind::output_projection);
+  REQUIRE(work.size() == 7);
+  // The norm: bf16 read, e4m3 written, one f32 scale per token and 128 channels (and the weight).
+  CHECK(work[0].stage == StageKind::input_norm);
+  CHECK(work[0].bytes == 1000.0 * 4096 * 3 + 1000.0 * 32 * 4 + 4096 * 2);
+  CHECK(work[1].stage == StageKind::qkv_projection);
+  CHECK(work[1].flops == 2.0 * 1000 * 6144 * 4096);
+  CHECK(work[5].stage == StageKind::output_quantize);
+  CHECK(work[5].flops == 0);
+  CHECK(work[5].bytes == 1000.0 * 4096 * 3 + 1000.0 * 32 * 4);
+  CHECK(work[6].stage == StageKind::output_projection);
 }
 
 TEST_CASE("spread and rotation_sets", "[check][bench]") {

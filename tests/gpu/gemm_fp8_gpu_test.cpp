@@ -8,8 +8,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <map>
-#include <memory>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -34,28 +32,6 @@ using namespace attnplan;
 using namespace attnplan::gpu_testing;
 
 namespace {
-
-struct LoadedKernel {
-  driver::Module module;
-  driver::Function function;
-};
-
-// Compiles and loads `source` once per process, allowing `shared_bytes` of dynamic shared memory.
-const driver::Function& fp8_function(const compiler::KernelSource& source, int shared_bytes) {
-  static std::map<std::string, std::unique_ptr<LoadedKernel>> loaded;
-  const std::string key = source.render_stub();
-  auto found = loaded.find(key);
-  if (found == loaded.end()) {
-    const compiler::CompiledKernel kernel =
-        gpu().runtime.compiler().compile(source, gpu().runtime.compile_options(device_arch()));
-    driver::Module module = driver::Module::load(kernel.cubin);
-    driver::Function function = module.function(kernel.lowered_name);
-    if (shared_bytes > 48 * 1024) function.set_max_dynamic_shared_bytes(shared_bytes);
-    found =
-        loaded.emplace(key, std::make_unique<LoadedKernel>(LoadedKernel{std::move(module), function})).first;
-  }
-  return found->second->function;
-}
 
 // The wgmma kernel needs sm_90a; the mma.sync one any arch from sm_89 (so the H200 runs both).
 bool fp8_gemm_here(plan::GemmFp8Kernel kernel) {
@@ -116,8 +92,8 @@ void check_fp8_gemm(plan::GemmFp8Kernel kernel, config::Fp8ScaleGranularity gran
   // Named sources: GCC 13 flags a reference returned for a temporary argument (the kernels live in a map).
   const compiler::KernelSource quantize_source = plan::Fp8QuantizeSpec{}.source();
   const compiler::KernelSource gemm_source = spec.source();
-  const driver::Function& quantize = fp8_function(quantize_source, 0);
-  const driver::Function& gemm = fp8_function(gemm_source, spec.dynamic_shared_bytes());
+  const driver::Function& quantize = kernel_function(quantize_source, 0);
+  const driver::Function& gemm = kernel_function(gemm_source, spec.dynamic_shared_bytes());
   d_c.fill_bytes_async(kPoisonByte, stream.handle());
   d_activations.fill_bytes_async(kPoisonByte, stream.handle());
   plan::launch_gemm_fp8(quantize, gemm, spec, params, activations, stream.handle(), device_multiprocessors());
@@ -241,8 +217,8 @@ TEST_CASE("fp8-activation GEMM speed at 8192x6144x4096", "[.gemm_fp8_speed][gpu]
   // Named sources: GCC 13 flags a reference returned for a temporary argument (the kernels live in a map).
   const compiler::KernelSource quantize_source = plan::Fp8QuantizeSpec{}.source();
   const compiler::KernelSource gemm_source = spec.source();
-  const driver::Function& quantize = fp8_function(quantize_source, 0);
-  const driver::Function& gemm = fp8_function(gemm_source, spec.dynamic_shared_bytes());
+  const driver::Function& quantize = kernel_function(quantize_source, 0);
+  const driver::Function& gemm = kernel_function(gemm_source, spec.dynamic_shared_bytes());
   const int sms = device_multiprocessors();
   const auto time_ms = [&](const auto& enqueue) {
     for (int i = 0; i < 5; ++i) enqueue();

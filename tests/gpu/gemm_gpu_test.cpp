@@ -7,8 +7,6 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
-#include <map>
-#include <memory>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -82,30 +80,8 @@ std::vector<plan::GemmSpec> specs_for(int segments, bool has_bias, const std::ve
   return specs;
 }
 
-struct LoadedGemm {
-  driver::Module module;
-  driver::Function function;
-};
-
-// Compiles and loads `source` once per process (NVRTC takes seconds), with `shared_bytes` of dynamic shared
-// memory allowed.
-const driver::Function& loaded_function(const compiler::KernelSource& source, int shared_bytes) {
-  static std::map<std::string, std::unique_ptr<LoadedGemm>> loaded;
-  const std::string key = source.render_stub();
-  auto found = loaded.find(key);
-  if (found == loaded.end()) {
-    const compiler::CompiledKernel kernel =
-        gpu().runtime.compiler().compile(source, gpu().runtime.compile_options(device_arch()));
-    driver::Module module = driver::Module::load(kernel.cubin);
-    driver::Function function = module.function(kernel.lowered_name);
-    if (shared_bytes > 0) function.set_max_dynamic_shared_bytes(shared_bytes);
-    found = loaded.emplace(key, std::make_unique<LoadedGemm>(LoadedGemm{std::move(module), function})).first;
-  }
-  return found->second->function;
-}
-
 const driver::Function& gemm_function(const plan::GemmSpec& spec) {
-  return loaded_function(spec.source(), spec.dynamic_shared_bytes());
+  return kernel_function(spec.source(), spec.dynamic_shared_bytes());
 }
 
 struct Case {
@@ -406,7 +382,7 @@ void check_dequantized_gemm(const config::WeightEncoding& weights, int m, int k,
   INFO(encoding_name(weights) << ": M " << m << " N " << n << " K " << k);
   d_w.fill_bytes_async(kPoisonByte, stream.handle());
   d_c.fill_bytes_async(kPoisonByte, stream.handle());
-  plan::launch_dequantize(loaded_function(dequantize.source(), 0), dequantize, params, stream.handle());
+  plan::launch_dequantize(kernel_function(dequantize.source(), 0), dequantize, params, stream.handle());
   stream.synchronize();
   const std::vector<double> got_w = checked_output(d_w.download_all<std::uint16_t>(), n, k, k);
   const double w_error = reference::relative_l2_error(problem.w.data.weight.data, got_w);
@@ -793,7 +769,7 @@ TEST_CASE("quantized weight GEMM speed: wgmma_w4 and the dequantized path vs bf1
         dequantize.check(dequantize_params);
         const GemmParams on_dequantized = plan::dequantized_gemm_params(params, dequantize_params.weight);
         bf16.check(on_dequantized);
-        const driver::Function& dequantize_function = loaded_function(dequantize.source(), 0);
+        const driver::Function& dequantize_function = kernel_function(dequantize.source(), 0);
         const driver::Function& gemm = gemm_function(bf16);
         d_c.fill_bytes_async(kPoisonByte, stream.handle());
         const double ms = median_ms(

@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <memory>
 #include <optional>
 
 #include "config/parse.hpp"
@@ -50,6 +52,25 @@ Gpu& gpu() {
   static Gpu instance;
   instance.context.make_current();
   return instance;
+}
+
+const driver::Function& kernel_function(const compiler::KernelSource& source, int shared_bytes) {
+  struct Loaded {
+    driver::Module module;
+    driver::Function function;
+  };
+  static std::map<std::string, std::unique_ptr<Loaded>> loaded;
+  const std::string key = source.render_stub();
+  auto found = loaded.find(key);
+  if (found == loaded.end()) {
+    const compiler::CompiledKernel kernel =
+        gpu().runtime.compiler().compile(source, gpu().runtime.compile_options(device_arch()));
+    driver::Module module = driver::Module::load(kernel.cubin);
+    driver::Function function = module.function(kernel.lowered_name);
+    if (shared_bytes > 0) function.set_max_dynamic_shared_bytes(shared_bytes);
+    found = loaded.emplace(key, std::make_unique<Loaded>(Loaded{std::move(module), function})).first;
+  }
+  return found->second->function;
 }
 
 int device_multiprocessors() {

@@ -14,10 +14,12 @@
 #include "check/device_batch.hpp"
 #include "check/device_weights.hpp"
 #include "check/layer_check.hpp"
+#include "compiler/kernel_source.hpp"
 #include "config/attention_config.hpp"
 #include "config/target.hpp"
 #include "driver/context.hpp"
 #include "driver/memory.hpp"
+#include "driver/module.hpp"
 #include "plan/runtime.hpp"
 #include "reference/tensor.hpp"
 #include "support/temp_dir.hpp"
@@ -49,6 +51,10 @@ config::Arch device_arch();
 // A config with the given shapes and defaults for everything else (validated).
 config::AttentionConfig make_config(int hidden_size, int query_heads, int kv_heads, int head_dim,
                                     int value_head_dim, int block_size);
+
+// `source` compiled for this device and loaded, once per process (kept until exit), allowing
+// `shared_bytes` of dynamic shared memory: a kernel launched on its own, outside a plan.
+const driver::Function& kernel_function(const compiler::KernelSource& source, int shared_bytes = 0);
 
 // A small layer (hidden 512, 8 query heads, 2 KV heads, head_dim 64, max_tokens 4096) with `patch`
 // merged over it (JSON merge patch; `{}` changes nothing), validated.

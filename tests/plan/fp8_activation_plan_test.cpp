@@ -1,7 +1,7 @@
-// fp8 activations in the plan (kernel_plan.hpp, prefill_plan.hpp's plan_workspace): from sm_89 a quantize
-// stage before each projection and an e4m3 GEMM (wgmma on sm_90a, mma.sync elsewhere), the workspace grown
-// by the quantized rows; before sm_89 a refusal that names the field, the arch and the rule. Host only
-// (plus one NVRTC compile for sm_89).
+// fp8 activations in the plan (kernel_plan.hpp, prefill_plan.hpp's plan_workspace): from sm_89 an e4m3
+// GEMM (wgmma on sm_90a, mma.sync elsewhere) fed by the input norm's own codes (q|k|v) or a quantize stage
+// (the output projection), the workspace grown by the quantized rows; before sm_89 a refusal that names
+// the field, the arch and the rule. Host only (plus one NVRTC compile for sm_89).
 #include <string>
 #include <vector>
 
@@ -42,7 +42,8 @@ bool contains(const std::string& text, const std::string& part) {
 
 }  // namespace
 
-TEST_CASE("fp8 activations on sm_90a: a quantize stage before each e4m3 GEMM", "[plan][fp8_activation]") {
+TEST_CASE("fp8 activations on sm_90a: the norm's codes or a quantize stage before each e4m3 GEMM",
+          "[plan][fp8_activation]") {
   const config::AttentionConfig config = fp8act();
   const plan::KernelPlan kernels = plan::plan_kernels(config, kSm90a);
   std::vector<std::string> names;
@@ -51,11 +52,13 @@ TEST_CASE("fp8 activations on sm_90a: a quantize stage before each e4m3 GEMM", "
     names.push_back(kernel.name);
     stages.push_back(kernel.stage);
   }
-  CHECK(names == std::vector<std::string>{"input_rmsnorm", "qkv_quantize", "qkv_projection",
-                                          "qkv_postprocess", "kv_store", "attention", "output_quantize",
-                                          "output_projection"});
-  CHECK(stages == std::vector<plan::StageKind>{plan::StageKind::input_norm, plan::StageKind::qkv_quantize,
-                                               plan::StageKind::qkv_projection,
+  // The norm writes the q|k|v projection's codes (8-channel vectors: hidden is a multiple of 16).
+  CHECK(kernels.input_norm.fp8_codes);
+  CHECK(kernels.input_norm.tiling.vector == 8);
+  CHECK(contains(kernels.kernels[0].source.render_stub(), "/*fp8_codes=*/true"));
+  CHECK(names == std::vector<std::string>{"input_rmsnorm", "qkv_projection", "qkv_postprocess", "kv_store",
+                                          "attention", "output_quantize", "output_projection"});
+  CHECK(stages == std::vector<plan::StageKind>{plan::StageKind::input_norm, plan::StageKind::qkv_projection,
                                                plan::StageKind::qkv_postprocess, plan::StageKind::kv_store,
                                                plan::StageKind::attention, plan::StageKind::output_quantize,
                                                plan::StageKind::output_projection});
@@ -70,7 +73,7 @@ TEST_CASE("fp8 activations on sm_90a: a quantize stage before each e4m3 GEMM", "
   CHECK_FALSE(kernels.output_projection_small.has_value());
   for (const auto& kernel : kernels.kernels) {
     INFO(kernel.name);
-    if (kernel.stage == plan::StageKind::qkv_quantize || kernel.stage == plan::StageKind::output_quantize) {
+    if (kernel.stage == plan::StageKind::output_quantize) {
       CHECK(kernel.source.family == "fp8_quantize");
       CHECK(kernel.dynamic_shared_bytes == 0);
     }
@@ -81,16 +84,15 @@ TEST_CASE("fp8 activations on sm_90a: a quantize stage before each e4m3 GEMM", "
       CHECK(kernel.dynamic_shared_bytes == kernels.qkv_projection_fp8->dynamic_shared_bytes());
     }
   }
-  // Both quantizers are one kernel (K is a launch argument): one cache entry.
-  CHECK(kernels.kernels[1].source.render_stub() == kernels.kernels[6].source.render_stub());
-
-  // Only the output projection on fp8 activations: one quantize stage.
+  // Only the output projection on fp8 activations: one quantize stage, a plain norm.
   config::AttentionConfig output_only = config;
   output_only.projection.qkv.activation = config::ActivationType::bf16;
   const plan::KernelPlan partial = plan::plan_kernels(output_only, kSm90a);
   CHECK_FALSE(partial.qkv_projection_fp8.has_value());
   CHECK(partial.output_projection_fp8.has_value());
-  CHECK_FALSE(partial.has(plan::StageKind::qkv_quantize));
+  CHECK_FALSE(partial.input_norm.fp8_codes);
+  CHECK_FALSE(contains(partial.kernels[0].source.render_stub(), "fp8_codes"));
+  CHECK(partial.kernels[1].stage == plan::StageKind::qkv_projection);
   CHECK(partial.has(plan::StageKind::output_quantize));
 }
 
@@ -137,9 +139,9 @@ TEST_CASE("fp8 activations: the mma.sync e4m3 GEMM from sm_89, wgmma on sm_90a, 
     CHECK(kernels.qkv_projection_fp8->stages == 4);
     CHECK(kernels.qkv_projection_fp8->threads() == 256);
     CHECK(kernels.qkv_projection_fp8->dynamic_shared_bytes() == 4 * 256 * 80);  // inside sm_89's 99 KiB
-    CHECK(kernels.kernels[1].stage == plan::StageKind::qkv_quantize);
-    CHECK(kernels.kernels[2].source.family == "gemm_sm89_fp8");
-    CHECK(kernels.kernels[2].dynamic_shared_bytes == 4 * 256 * 80);
+    CHECK(kernels.input_norm.fp8_codes);  // the norm writes the codes on every arch
+    CHECK(kernels.kernels[1].source.family == "gemm_sm89_fp8");
+    CHECK(kernels.kernels[1].dynamic_shared_bytes == 4 * 256 * 80);
     CHECK(kernels.output_projection_fp8->kernel == plan::GemmFp8Kernel::mma_sync);
   }
   CHECK(plan::plan_kernels(config, kSm90a).qkv_projection_fp8->kernel == plan::GemmFp8Kernel::wgmma);
@@ -176,7 +178,7 @@ TEST_CASE("the fp8-activation plan compiles for sm_89 with no spills", "[plan][f
   options.arch = kSm89;
   Runtime runtime(options, [](const std::string&) {});
   const plan::CompiledPlan compiled = runtime.compile(fp8act());
-  CHECK(compiled.kernels.size() == 8);
+  CHECK(compiled.kernels.size() == 7);  // no quantizer before q|k|v: the norm writes its codes
   for (const plan::PlanKernel& kernel : compiled.kernels) {
     INFO(kernel.name);
     CHECK(kernel.resources.registers > 0);
