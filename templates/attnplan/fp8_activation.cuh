@@ -14,18 +14,17 @@ namespace attnplan::kernels {
 inline constexpr int kFp8GroupLanes = 16;
 inline constexpr int kFp8ChannelsPerLane = 8;
 
-// The maximum of `value` over the lane's half-warp (offsets below 16 stay inside it). Every lane of the
-// warp must call it.
-__device__ __forceinline__ float half_warp_max(float value) {
+// The scale of the group whose 8 channels this lane holds (zeros for channels past the row): amax over
+// the half-warp (offsets below 16 stay inside it), / 448, or 1 when it is 0. IEEE divisions (__fdiv_rn)
+// here and below, whatever the compile options say about fast math: the reference repeats them. Every lane
+// of the warp must call it.
+__device__ __forceinline__ float fp8_activation_scale(const float (&values)[kFp8ChannelsPerLane]) {
+  float amax = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kFp8ChannelsPerLane; ++i) amax = fmaxf(amax, fabsf(values[i]));
 #pragma unroll
   for (int offset = kFp8GroupLanes / 2; offset > 0; offset /= 2)
-    value = fmaxf(value, __shfl_xor_sync(0xffffffffu, value, offset));
-  return value;
-}
-
-// A group's scale from its amax. IEEE divisions (__fdiv_rn) here and below, whatever the compile options
-// say about fast math: the reference repeats them.
-__device__ __forceinline__ float fp8_activation_scale(float amax) {
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, offset));
   return amax > 0.0f ? __fdiv_rn(amax, 448.0f) : 1.0f;
 }
 

@@ -73,10 +73,7 @@ __global__ void __launch_bounds__(Traits::threads) fp8_quantize_kernel(const Fp8
       values[2 * i + 1] = __high2float(pair);
     }
   }
-  float amax = 0.0f;
-#pragma unroll
-  for (int i = 0; i < Traits::per_lane; ++i) amax = fmaxf(amax, fabsf(values[i]));
-  const float scale = fp8_activation_scale(half_warp_max(amax));
+  const float scale = fp8_activation_scale(values);
   if (inside) {
     *reinterpret_cast<uint2*>(params.codes + m * params.ld_codes + k0) = fp8_activation_codes(values, scale);
   }

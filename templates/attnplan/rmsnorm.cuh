@@ -77,15 +77,11 @@ __global__ void __launch_bounds__(Traits::threads) rmsnorm_kernel(const RmsNormP
       // count 0); params.codes is the same for the whole block.
       if (params.codes != nullptr) {
         float values[kFp8ChannelsPerLane] = {};
-        float amax = 0.0f;
         if (inside) {
 #pragma unroll
-          for (int e = 0; e < kFp8ChannelsPerLane; ++e) {
-            values[e] = __bfloat162float(out.values[e]);
-            amax = fmaxf(amax, fabsf(values[e]));
-          }
+          for (int e = 0; e < kFp8ChannelsPerLane; ++e) values[e] = __bfloat162float(out.values[e]);
         }
-        const float scale = fp8_activation_scale(half_warp_max(amax));
+        const float scale = fp8_activation_scale(values);
         if (inside) {
           *reinterpret_cast<uint2*>(params.codes + token * params.ld_codes + v * kFp8ChannelsPerLane) =
               fp8_activation_codes(values, scale);
