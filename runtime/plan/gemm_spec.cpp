@@ -84,10 +84,16 @@ std::string cxx_bool(bool value) {
   return value ? "true" : "false";
 }
 
-// Every width but the last is a whole number of `block_n` tiles: no tile of C straddles two segments.
-bool segments_fit(std::span<const int> widths, int block_n) {
+// Weight rows every segment but the last must be a multiple of under the wgmma kernel's `block_n`: whole
+// tiles (no tile of C straddles two segments), or whole 32-row W pieces where tiles may straddle.
+int wgmma_segment_multiple(int block_n) {
+  return gemm_sm90_tiles_straddle(block_n) ? kGemmSm90WPieceRows : block_n;
+}
+
+// Every width but the last is a whole number of `multiple` rows.
+bool segments_fit(std::span<const int> widths, int multiple) {
   for (std::size_t s = 0; s + 1 < widths.size(); ++s) {
-    if (widths[s] % block_n != 0) return false;
+    if (widths[s] % multiple != 0) return false;
   }
   return true;
 }
@@ -213,18 +219,25 @@ GemmKernelChoice choose_gemm_kernel(config::Arch arch, int m_hint, int n, int k,
   GemmKernelChoice choice;
   if (arch.sm() != 90 || !arch.arch_specific) return choice;  // wgmma exists only in sm_90a
   if (n <= 0 || k <= 0 || segment_widths.empty()) return choice;
-  constexpr GemmSm90Tiling kWide{.block_n = 256, .stages = 4};
-  constexpr GemmSm90Tiling kNarrow{.block_n = 128, .stages = 6};
-  if (!segments_fit(segment_widths, kNarrow.block_n)) return choice;
-  choice.kernel = GemmKernel::wgmma;
-  choice.sm90 = kNarrow;
-  if (!segments_fit(segment_widths, kWide.block_n)) return choice;
+  // Widest first: a tie keeps the wider tile (fewer tile ends). 192 fits 4 slots (5 would need 233 KiB).
+  constexpr GemmSm90Tiling kCandidates[] = {
+      {.block_n = 256, .stages = 4}, {.block_n = 192, .stages = 4}, {.block_n = 128, .stages = 6}};
   const int sms = typical_sm_count(arch);
-  if (gemm_sm90_cost(m_hint, n, kWide, sms) <= gemm_sm90_cost(m_hint, n, kNarrow, sms)) choice.sm90 = kWide;
+  double best = 0;
+  for (const GemmSm90Tiling& tiling : kCandidates) {
+    if (!segments_fit(segment_widths, wgmma_segment_multiple(tiling.block_n))) continue;
+    const double cost = gemm_sm90_cost(m_hint, n, tiling, sms);
+    if (choice.kernel == GemmKernel::wgmma && cost >= best) continue;
+    choice.kernel = GemmKernel::wgmma;
+    choice.sm90 = tiling;
+    best = cost;
+  }
   return choice;
 }
 
 double gemm_sm90_cost(int m, int n, const GemmSm90Tiling& tiling, int sms) {
+  // Narrower tiles re-read A per tile and spend a larger share on their epilogue: the speed test puts a
+  // 128- and a 192-wide tile alike at ~1.05-1.12x a 256-wide one's time per column (kernels-notes.md).
   const double per_column = tiling.block_n < 256 ? 1.1 : 1.0;
   const std::int64_t row_tiles = ceil_div(std::max(m, 1), kGemmSm90BlockM);
   const std::int64_t tiles = row_tiles * ceil_div(std::max(n, 1), tiling.block_n);
@@ -556,10 +569,19 @@ void GemmSpec::check(const GemmParams& params) const {
   }
   if (kernel != GemmKernel::mma_sync) {
     require(params.k > 0, "K = 0: the wgmma kernel needs K > 0 (TMA dimensions are positive)");
-    // Weight rows per tile: wgmma_w4 tiles always span 128.
+    // Weight rows per tile: wgmma_w4 tiles always span 128. 192-wide wgmma tiles may straddle segments,
+    // whose boundaries must then fall between 32-row W pieces.
+    const bool straddles = kernel == GemmKernel::wgmma && gemm_sm90_tiles_straddle(sm90.block_n);
     const int tile_rows = kernel == GemmKernel::wgmma ? sm90.block_n : kGemmSm90W4BlockRows;
     for (int s = 0; s + 1 < segments; ++s) {
       const int width = params.segments[s].n_end - params.segments[s].n_begin;
+      if (straddles) {
+        require(width % kGemmSm90WPieceRows == 0,
+                fmt::format("segments[{}] is {} wide, not a multiple of the wgmma kernel's {}-row W pieces "
+                            "(a piece would straddle two segments)",
+                            s, width, kGemmSm90WPieceRows));
+        continue;
+      }
       require(
           width % tile_rows == 0,
           fmt::format("segments[{}] is {} wide, not a multiple of the {} kernel's {} weight rows per tile "
@@ -592,7 +614,8 @@ GemmSm90Params make_gemm_sm90_params(const GemmSpec& spec, const GemmParams& par
     // Each CTA of a cluster loads its share of the W slice (gemm_sm90.cuh).
     encode_tensor_map(sm90.w_maps[s], CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, segment.weight, params.k,
                       segment.n_end - segment.n_begin, params.k, kGemmSm90BlockK,
-                      spec.sm90.block_n / spec.sm90.cluster_m, fmt::format("gemm segments[{}].weight", s));
+                      gemm_sm90_w_box_rows(spec.sm90.block_n, spec.sm90.cluster_m, spec.segments),
+                      fmt::format("gemm segments[{}].weight", s));
   }
   encode_gemm_c_map(sm90.c_map, params);
   return sm90;

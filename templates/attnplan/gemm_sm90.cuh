@@ -21,8 +21,10 @@
 //
 // Tails: TMA writes zeros for rows past M or past a segment's end and for K past K, so any M, any N and any
 // K that is a multiple of 8 (16-byte global rows, a TMA requirement) work. Segments: one tensor map per
-// segment; a tile must not straddle a segment boundary, so every segment but the last must be a multiple
-// of block_n wide (plan::GemmSpec checks it; the heuristic falls back to gemm.cuh otherwise).
+// segment. A 128- or 256-wide tile must not straddle a segment boundary, so every segment but the last must
+// be a multiple of block_n wide (plan::GemmSpec checks it; the heuristic falls back to gemm.cuh otherwise).
+// A 192-wide tile may: its W slice comes in 32-row pieces, each from its own segment's map, and the bias
+// is looked up per column (every segment but the last a multiple of 32; gemm_sm90_tiles_straddle).
 //
 // Compiles for every target; its body exists only for sm_90a (ATTNPLAN_SM90A_ENABLED) and traps elsewhere.
 #pragma once
@@ -55,6 +57,10 @@ struct GemmSm90Traits {
   static constexpr int a_slot_bytes = block_m * block_k * 2;  // [128, 64] bf16
   static constexpr int b_slot_bytes = block_n * block_k * 2;  // [block_n, 64] bf16
   static constexpr int b_rows_per_cta = block_n / cluster_m;  // W rows each CTA of a cluster loads
+  // Whether a tile may straddle two weight segments, and the W rows of one TMA box: the CTA's whole share,
+  // or a 32-row piece inside one segment when tiles straddle.
+  static constexpr bool straddles = kSegments > 1 && gemm_sm90_tiles_straddle(kBlockN);
+  static constexpr int w_box_rows = gemm_sm90_w_box_rows(kBlockN, kClusterM, kSegments);
   static constexpr int slot_bytes = a_slot_bytes + b_slot_bytes;
   static constexpr int ring_bytes = stages * slot_bytes;
   static constexpr int dynamic_shared_bytes = gemm_sm90_dynamic_shared_bytes(block_n, stages);
@@ -68,7 +74,11 @@ struct GemmSm90Traits {
 
   static constexpr int group_m = 8;  // tile rows per rasterization group (grouped_tile)
 
-  static_assert(block_n == 128 || block_n == 256, "block_n is 128 or 256 (wgmma N, TMA box <= 256 rows)");
+  static_assert(block_n == 128 || block_n == 192 || block_n == 256,
+                "block_n is 128, 192 or 256 (wgmma N, TMA box <= 256 rows)");
+  static_assert(b_rows_per_cta % w_box_rows == 0 &&
+                    (w_box_rows * block_k * 2) % sm90::kSwizzle128AtomBytes == 0,
+                "a CTA's share of W is whole boxes, each starting on a swizzle atom");
   static_assert(stages >= 2, "the ring needs at least two slots");
   static_assert(kSegments >= 1 && kSegments <= kMaxGemmSegments, "1 to 3 weight segments");
   static_assert(cluster_m == 1 || cluster_m == 2, "clusters of 1 or 2 CTAs along M");
@@ -184,9 +194,29 @@ __global__ void __launch_bounds__(Traits::threads, 1)
       produce_ring<Traits::stages, Traits::slot_bytes, Traits::segments, Traits::group_m, Traits::cluster_m>(
           params, ring, full_barriers, empty_barriers, tiles_m, tiles_n, k_tiles,
           [&](TileCoordinates coordinates, int k_tile, unsigned a_slot, unsigned full) {
-            const SegmentTile w_tile =
-                segment_tile<Traits::segments>(params, coordinates.n * Traits::block_n);
-            if constexpr (clustered) {
+            const int n0 = coordinates.n * Traits::block_n;
+            if constexpr (Traits::straddles) {
+              // The A slice, then this CTA's share of the W slice in 32-row pieces, each read through the
+              // map of the segment it lies in (a piece past N reads zeros; clusters as below).
+              const int m_tile = clustered ? min(coordinates.m, tiles_m - 1) : coordinates.m;
+              sm90::tma_load_2d(a_slot, &params.a_map, full, k_tile * Traits::block_k,
+                                m_tile * Traits::block_m);
+              const int share = static_cast<int>(rank) * Traits::b_rows_per_cta;
+#pragma unroll
+              for (int piece = 0; piece < Traits::b_rows_per_cta; piece += Traits::w_box_rows) {
+                const SegmentTile w_piece = segment_tile<Traits::segments>(params, n0 + share + piece);
+                const unsigned destination =
+                    a_slot + Traits::a_slot_bytes + (share + piece) * sm90::kSwizzle128Bytes;
+                if constexpr (clustered) {
+                  sm90::tma_load_2d_multicast(destination, w_piece.map, full, k_tile * Traits::block_k,
+                                              w_piece.row,
+                                              static_cast<unsigned short>((1u << Traits::cluster_m) - 1u));
+                } else {
+                  sm90::tma_load_2d(destination, w_piece.map, full, k_tile * Traits::block_k, w_piece.row);
+                }
+              }
+            } else if constexpr (clustered) {
+              const SegmentTile w_tile = segment_tile<Traits::segments>(params, n0);
               // The second CTA's tile past M (odd row tiles) reads the last tile's rows: any bytes do,
               // nothing of it is stored.
               const int m_tile = min(coordinates.m, tiles_m - 1);
@@ -199,6 +229,7 @@ __global__ void __launch_bounds__(Traits::threads, 1)
                                           w_tile.row + static_cast<int>(share),
                                           static_cast<unsigned short>((1u << Traits::cluster_m) - 1u));
             } else {
+              const SegmentTile w_tile = segment_tile<Traits::segments>(params, n0);
               sm90::tma_load_2d(a_slot, &params.a_map, full, k_tile * Traits::block_k,
                                 coordinates.m * Traits::block_m);
               sm90::tma_load_2d(a_slot + Traits::a_slot_bytes, w_tile.map, full, k_tile * Traits::block_k,
@@ -269,8 +300,9 @@ __global__ void __launch_bounds__(Traits::threads, 1)
     // Epilogue (store_tile): bias in fp32, one rounding to bf16, TMA stores through the staging boxes.
     // The producer meanwhile already fills the ring for the next tile.
     const GemmSegment segment = segment_of<Traits::segments>(gemm, n0);
-    // The tile (and so n, n + 1 < N) lies in one segment: every segment but the last is a whole number
-    // of tiles wide.
+    // Without straddling the tile (and so n, n + 1 < N) lies in one segment: every segment but the last
+    // is a whole number of tiles wide. With it, each column pair looks up its own (segment boundaries are
+    // even, so n and n + 1 share one).
     const __nv_bfloat16* bias = Traits::has_bias && segment.bias != nullptr
                                     ? reinterpret_cast<const __nv_bfloat16*>(segment.bias) - segment.n_begin
                                     : nullptr;
@@ -278,7 +310,14 @@ __global__ void __launch_bounds__(Traits::threads, 1)
         params.c_map, staging, warpgroup, m0, n0, gemm, accumulator,
         [&](int n, bool pair) {
           float2 terms = make_float2(0.0f, 0.0f);
-          if constexpr (Traits::has_bias) {
+          if constexpr (Traits::has_bias && Traits::straddles) {
+            const GemmSegment own = segment_of<Traits::segments>(gemm, n);
+            if (own.bias != nullptr) {
+              const __nv_bfloat16* own_bias = reinterpret_cast<const __nv_bfloat16*>(own.bias) - own.n_begin;
+              terms.x = __bfloat162float(own_bias[n]);
+              if (pair) terms.y = __bfloat162float(own_bias[n + 1]);
+            }
+          } else if constexpr (Traits::has_bias) {
             if (bias != nullptr) {
               terms.x = __bfloat162float(bias[n]);
               if (pair) terms.y = __bfloat162float(bias[n + 1]);

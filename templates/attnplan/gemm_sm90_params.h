@@ -10,15 +10,31 @@
 namespace attnplan {
 
 // The CTA tile of the sm_90a kernel along M and K: two consumer warpgroups of 64 rows each, and 64 bf16
-// of K per stage (one 128-byte swizzled row). block_n is a trait (128 or 256).
+// of K per stage (one 128-byte swizzled row). block_n is a trait (128, 192 or 256).
 inline constexpr int kGemmSm90BlockM = 128;
 inline constexpr int kGemmSm90BlockK = 64;
+
+// Whether tiles of `block_n` columns may straddle two weight segments. 128 and 256 may not: every segment
+// but the last is a whole number of tiles wide (q | k | v widths are multiples of 128 heads' rows), and a
+// CTA loads its share of a W slice with one TMA box. 192 may (it exists for N = 5120 and 6144 at few
+// tokens, where 4096-wide q segments are not multiples of it): the share comes in 32-row pieces, each inside
+// one segment, so only every segment but the last must be a multiple of 32.
+ATTNPLAN_HOST_DEVICE constexpr bool gemm_sm90_tiles_straddle(int block_n) {
+  return block_n % 128 != 0;
+}
+inline constexpr int kGemmSm90WPieceRows = 32;
+
+// Rows of one W TMA box (the weight tensor maps' box height): a CTA's whole share of the slice, or one
+// 32-row piece when a tile may straddle segments (with one segment nothing straddles).
+ATTNPLAN_HOST_DEVICE constexpr int gemm_sm90_w_box_rows(int block_n, int cluster_m, int segments) {
+  return segments > 1 && gemm_sm90_tiles_straddle(block_n) ? kGemmSm90WPieceRows : block_n / cluster_m;
+}
 
 struct GemmSm90Params {
   // A [M, K] (row stride lda): dims {K, M}, box {block_k, block_m}, 128-byte swizzle, zero fill.
   TensorMap a_map;
-  // Segment s of W, [n_end - n_begin, K] (row stride K): dims {K, rows}, box {block_k, block_n}. Entries
-  // past the traits' segment count are unused.
+  // Segment s of W, [n_end - n_begin, K] (row stride K): dims {K, rows}, box {block_k,
+  // gemm_sm90_w_box_rows(...)}. Entries past the traits' segment count are unused.
   TensorMap w_maps[kMaxGemmSegments];
   // C [M, N] (row stride ldc): dims {N, M}, box {64, 64}, 128-byte swizzle: the epilogue's TMA stores
   // (gemm_sm90_epilogue.cuh). Unused by the other kernels that take these Params (gemm_sm90_w4.cuh).

@@ -56,20 +56,31 @@ std::string spec_name(const plan::GemmSpec& spec) {
          (spec.sm90.cluster_m > 1 ? " x" + std::to_string(spec.sm90.cluster_m) : "");
 }
 
-// The specs a case runs: every mma.sync tiling; on sm_90a also the wgmma tilings whose block_n the
-// segments allow, each without and with clusters of 2, and the heuristic's own pick.
+// The wgmma tilings the tests run, each without and with clusters of 2.
+const plan::GemmSm90Tiling kSm90Tilings[] = {{256, 4},    {256, 4, 2}, {192, 4},
+                                             {192, 4, 2}, {128, 6},    {128, 6, 2}};
+
+// Whether `tiling` may run with these segment widths: every width but the last a whole number of tiles,
+// or of 32-row W pieces for the 192-wide tiles that straddle segments.
+bool sm90_tiling_fits(const plan::GemmSm90Tiling& tiling, const std::vector<int>& widths) {
+  const int multiple = gemm_sm90_tiles_straddle(tiling.block_n) ? kGemmSm90WPieceRows : tiling.block_n;
+  for (std::size_t s = 0; s + 1 < widths.size(); ++s) {
+    if (widths[s] % multiple != 0) return false;
+  }
+  return true;
+}
+
+// The specs a case runs: every mma.sync tiling; on sm_90a also the wgmma tilings the segments allow and
+// the heuristic's own pick.
 std::vector<plan::GemmSpec> specs_for(int segments, bool has_bias, const std::vector<int>& widths, int m,
                                       int k) {
   std::vector<plan::GemmSpec> specs;
   for (const plan::GemmTiling& tiling : kTilings) specs.push_back({segments, has_bias, tiling});
   const config::Arch arch = device_arch();
   if (arch.sm() == 90 && arch.arch_specific) {
-    for (const plan::GemmSm90Tiling tiling :
-         {plan::GemmSm90Tiling{256, 4}, plan::GemmSm90Tiling{256, 4, 2}, plan::GemmSm90Tiling{128, 6},
-          plan::GemmSm90Tiling{128, 6, 2}}) {
-      bool fits = true;
-      for (std::size_t s = 0; s + 1 < widths.size(); ++s) fits = fits && widths[s] % tiling.block_n == 0;
-      if (fits) specs.push_back({segments, has_bias, kTilings[0], plan::GemmKernel::wgmma, tiling});
+    for (const plan::GemmSm90Tiling& tiling : kSm90Tilings) {
+      if (sm90_tiling_fits(tiling, widths))
+        specs.push_back({segments, has_bias, kTilings[0], plan::GemmKernel::wgmma, tiling});
     }
   }
   const int n = std::accumulate(widths.begin(), widths.end(), 0);
@@ -185,9 +196,12 @@ TEST_CASE("projection GEMM matches the reference", "[gpu][gemm]") {
       {"K tail", 200, 1000, {264, 136}, true},  // K not a multiple of any block_k
       // For the wgmma kernel (sm_90a): M, N, K no tile multiple, 3 segments, bias, strided A and C.
       {"sm90 ragged", 333, 4104, {512, 256, 200}, true, 8, 24, true},
-      {"sm90 narrow", 259, 1032, {384, 128, 72}, true, 0, 8},  // only 128-wide tiles fit the segments
-      {"sm90 many", 1500, 1024, {2048, 512, 512}, true},       // 144 tiles: some CTAs take two
-      {"sm90 K 8", 130, 8, {256, 256, 8}, false, 8, 8},        // one partial K slice
+      {"sm90 narrow", 259, 1032, {384, 128, 72}, true, 0, 8},  // 128-wide tiles fit, 192 straddle
+      // Boundaries at multiples of 32, not 64: only 192-wide tiles (straddling, in 32-row W pieces) fit.
+      {"sm90 pieces", 200, 264, {160, 96, 200}, true, 0, 8, true},
+      {"gpt-oss qkv", 512, 2880, {4096, 512, 512}, true},  // 27 tiles of 192 per row, q | k inside one
+      {"sm90 many", 1500, 1024, {2048, 512, 512}, true},   // 144 tiles: some CTAs take two
+      {"sm90 K 8", 130, 8, {256, 256, 8}, false, 8, 8},    // one partial K slice
       {"sm90 one row", 1, 64, {256}, true},
       // 11 row tiles (a cluster's second tile past M) and more tile pairs than clusters.
       {"sm90 odd pairs", 1400, 512, {2048, 1024, 1024}, true, 0, 8},
@@ -544,43 +558,58 @@ double median_launch_ms(const plan::GemmSpec& spec, const GemmParams& params, co
 
 }  // namespace
 
-// The numbers issue #6 is about: Llama-3.1-8B's q|k|v (N 6144 in q | k | v segments) and o (N 4096)
-// products, K 4096, at 512, 2048 and 8192 tokens, each wgmma tiling without and with clusters of 2 (W
-// multicast); "<-" marks the plan's pick. Median of 20 CUDA-event timings after 5 warm-up launches. Every
-// output is compared with the first tiling's (which `[gemm]` checks against the reference; a CPU reference
-// of this size is too slow). Run: test_gpu "[.gemm_speed]".
+// The numbers issue #6 is about: the q|k|v (in q | k | v segments) and o products of Llama-3.1-8B (K 4096)
+// at 512, 2048 and 8192 tokens, and of the N = 5120 shapes (gpt-oss-20b q|k|v, Qwen3-32B o) and Qwen3-32B
+// q|k|v at 512 and 2048, each wgmma tiling the segments allow without and with clusters of 2 (W multicast);
+// "<-" marks the plan's pick. Median of 20 CUDA-event timings after 5 warm-up launches. Every output is
+// compared with the first tiling's (which `[gemm]` checks against the reference; a CPU reference of this
+// size is too slow). Run: test_gpu "[.gemm_speed]".
 TEST_CASE("projection GEMM speed: wgmma tilings with and without clusters", "[.gemm_speed][gpu][gemm]") {
   const config::Arch arch = device_arch();
   if (arch.sm() != 90 || !arch.arch_specific) {
     WARN("the wgmma kernel needs sm_90a; " << arch.name() << " skips it");
     return;
   }
-  constexpr int k = 4096;
+  struct Shape {
+    const char* name;
+    std::vector<int> widths;
+    int k;
+    std::vector<int> tokens;
+  };
+  const std::vector<Shape> shapes = {
+      {"Llama-3.1-8B q|k|v", {4096, 1024, 1024}, 4096, {512, 2048, 8192}},
+      {"Llama-3.1-8B o", {4096}, 4096, {512, 2048, 8192}},
+      {"gpt-oss-20b q|k|v", {4096, 512, 512}, 2880, {512, 2048}},
+      {"Qwen3-32B o", {5120}, 8192, {512, 2048}},
+      {"Qwen3-32B q|k|v", {8192, 1024, 1024}, 5120, {512, 2048}},
+  };
+  constexpr std::size_t kMaxM = 8192, kMaxN = 10240, kMaxK = 8192;
   gpu().context.make_current();
   std::mt19937_64 rng(11);
-  const driver::DeviceBuffer d_a =
-      driver::DeviceBuffer::from_host(random_bf16(std::size_t(8192) * k, rng, 0.1, 1.0));
+  const driver::DeviceBuffer d_a = driver::DeviceBuffer::from_host(random_bf16(kMaxM * kMaxK, rng, 0.1, 1.0));
   const driver::DeviceBuffer d_w =
-      driver::DeviceBuffer::from_host(random_bf16(std::size_t(6144) * k, rng, 0.0, 1.0 / std::sqrt(k)));
-  driver::DeviceBuffer d_c(std::size_t(8192) * 6144 * 2);
-  const std::vector<plan::GemmSm90Tiling> tilings = {{256, 4}, {256, 4, 2}, {128, 6}, {128, 6, 2}};
+      driver::DeviceBuffer::from_host(random_bf16(kMaxN * kMaxK, rng, 0.0, 1.0 / std::sqrt(4096.0)));
+  driver::DeviceBuffer d_c(kMaxM * kMaxN * 2);
   driver::Stream stream = driver::Stream::create();
   gpu().context.synchronize();
-  std::printf("\n%-17s %-24s %10s %10s\n", "shape (M N K)", "kernel", "median ms", "TFLOP/s");
-  for (const int m : {512, 2048, 8192}) {
-    for (const std::vector<int>& widths : {std::vector<int>{4096, 1024, 1024}, std::vector<int>{4096}}) {
-      const int n = std::accumulate(widths.begin(), widths.end(), 0);
+  std::printf("\n%-19s %-17s %-24s %10s %10s\n", "shape", "M N K", "kernel", "median ms", "TFLOP/s");
+  for (const Shape& shape : shapes) {
+    for (const int m : shape.tokens) {
+      const int n = std::accumulate(shape.widths.begin(), shape.widths.end(), 0);
+      const int k = shape.k;
       GemmParams params = dense_gemm_params(d_a, d_c, m, n, k, n);
       int n_begin = 0;
-      for (std::size_t s = 0; s < widths.size(); ++s) {
+      for (std::size_t s = 0; s < shape.widths.size(); ++s) {
         params.segments[s] = {d_w.data<const bf16_bits>() + std::size_t(n_begin) * k, nullptr, n_begin,
-                              n_begin + widths[s]};
-        n_begin += widths[s];
+                              n_begin + shape.widths[s]};
+        n_begin += shape.widths[s];
       }
-      const plan::GemmKernelChoice choice = plan::choose_gemm_kernel(arch, m, n, k, widths);
+      const plan::GemmKernelChoice choice = plan::choose_gemm_kernel(arch, m, n, k, shape.widths);
       std::vector<std::uint16_t> baseline;
-      for (const plan::GemmSm90Tiling& tiling : tilings) {
-        const plan::GemmSpec spec{int(widths.size()), false, kTilings[0], plan::GemmKernel::wgmma, tiling};
+      for (const plan::GemmSm90Tiling& tiling : kSm90Tilings) {
+        if (!sm90_tiling_fits(tiling, shape.widths)) continue;
+        const plan::GemmSpec spec{int(shape.widths.size()), false, kTilings[0], plan::GemmKernel::wgmma,
+                                  tiling};
         spec.check(params);
         d_c.fill_bytes_async(kPoisonByte, stream.handle());
         const double ms = median_launch_ms(spec, params, stream);
@@ -591,8 +620,8 @@ TEST_CASE("projection GEMM speed: wgmma tilings with and without clusters", "[.g
         const double difference =
             baseline.empty() ? 0.0 : reference::relative_l2_error(to_doubles(baseline), to_doubles(output));
         if (baseline.empty()) baseline = output;
-        std::printf("%5d %5d %5d  %-24s %10.4f %10.1f  rel. L2 %.2e, unwritten %zu %s\n", m, n, k,
-                    spec_name(spec).c_str(), ms, tflops, difference, unwritten,
+        std::printf("%-19s %5d %5d %5d  %-24s %10.4f %10.1f  rel. L2 %.2e, unwritten %zu %s\n", shape.name, m,
+                    n, k, spec_name(spec).c_str(), ms, tflops, difference, unwritten,
                     choice.kernel == plan::GemmKernel::wgmma && choice.sm90 == tiling ? "<- plan" : "");
         CHECK(unwritten == 0);
         CHECK(difference < 1e-2);

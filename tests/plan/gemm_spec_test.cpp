@@ -191,9 +191,11 @@ TEST_CASE("gemm specializations compile for sm_80 and sm_90a without spills", "[
   }
 }
 
-TEST_CASE("gemm kernel: wgmma only for sm_90a, with segments a whole number of tiles wide", "[plan][gemm]") {
+TEST_CASE("gemm kernel: wgmma only for sm_90a, with segments a whole number of tiles (or W pieces) wide",
+          "[plan][gemm]") {
   const int llama[] = {4096, 1024, 1024};
   const GemmKernelChoice wide{GemmKernel::wgmma, {.block_n = 256, .stages = 4}};
+  const GemmKernelChoice mid{GemmKernel::wgmma, {.block_n = 192, .stages = 4}};
   const GemmKernelChoice narrow{GemmKernel::wgmma, {.block_n = 128, .stages = 6}};
   // Other archs, and plain sm_90 (no wgmma outside the architecture-specific target), keep mma.sync.
   for (const config::Arch arch : {kSm80, kSm86, kSm89, config::Arch{9, 0, false}, kSm100a}) {
@@ -204,18 +206,32 @@ TEST_CASE("gemm kernel: wgmma only for sm_90a, with segments a whole number of t
   // The last segment may end anywhere (TMA zero-fills past it); the others decide block_n.
   const int ragged_last[] = {4096, 1024, 1000};
   CHECK(choose_gemm_kernel(kSm90a, 8192, 6120, 4096, ragged_last) == wide);
-  const int one_kv_head[] = {4096, 128, 128};  // kv_heads 1, head_dim 128: 128-wide tiles only
+  // kv_heads 1, head_dim 128: 128-wide tiles, or 192-wide ones straddling; 17 rounds of 128 beat 12 of 192.
+  const int one_kv_head[] = {4096, 128, 128};
   CHECK(choose_gemm_kernel(kSm90a, 8192, 4352, 4096, one_kv_head) == narrow);
-  const int odd[] = {120, 40, 40};  // a tile would straddle q | k: the mma.sync kernel reads per row
+  const int odd[] = {120, 40, 40};  // not even whole 32-row W pieces: the mma.sync kernel reads per row
   CHECK(choose_gemm_kernel(kSm90a, 37, 200, 2880, odd).kernel == GemmKernel::mma_sync);
+  const int pieces[] = {160, 96, 200};  // whole W pieces, no whole tiles: only 192 (straddling) fits
+  CHECK(choose_gemm_kernel(kSm90a, 8192, 456, 264, pieces) == mid);
+  // N = 5120 (gpt-oss-20b q|k|v with its 4096-wide q, Qwen3-32B o) at 512 tokens: 4 x 27 = 108 tiles of
+  // 192 in one round (211 column-units) beat 80 of 256 in one (256) and 160 of 128 in two (282).
+  const int gpt_oss[] = {4096, 512, 512};
+  const int qwen_o[] = {5120};
+  CHECK(choose_gemm_kernel(kSm90a, kSmallLaunchTokens, 5120, 2880, gpt_oss) == mid);
+  CHECK(choose_gemm_kernel(kSm90a, kSmallLaunchTokens, 5120, 8192, qwen_o) == mid);
+  // At 2048 (16 row tiles): 5 rounds of 128 (704) beat 4 of 192 (845) and 3 of 256 (768).
+  CHECK(choose_gemm_kernel(kSm90a, 2048, 5120, 2880, gpt_oss) == narrow);
   const int fused[] = {6144};
   CHECK(choose_gemm_kernel(kSm90a, 8192, 6144, 4096, fused) == wide);
   // o_proj at 1100 tokens: 9 x 16 wide tiles need two rounds over 132 SMs, 9 x 32 narrow ones three
-  // (512 vs 3 x 128 x 1.1 = 422 column-units): narrow. At 1000 tokens 128 wide tiles fit in one round.
+  // (512 vs 3 x 128 x 1.1 = 422 column-units), 9 x 22 of 192 two (2 x 192 x 1.1 = 422): the tie goes to the
+  // wider. At 1000 tokens 128 wide tiles fit in one round (the 512-token narrow pick is below).
   const int o_proj[] = {4096};
-  CHECK(choose_gemm_kernel(kSm90a, 1100, 4096, 4096, o_proj) == narrow);
+  CHECK(choose_gemm_kernel(kSm90a, 1100, 4096, 4096, o_proj) == mid);
   CHECK(choose_gemm_kernel(kSm90a, 1000, 4096, 4096, o_proj) == wide);
-  CHECK(choose_gemm_kernel(kSm90a, 300, 6144, 4096, llama) == wide);
+  // 300 tokens of q|k|v: 3 x 32 tiles of 192 in one round (211) beat 3 x 24 of 256 (256).
+  CHECK(choose_gemm_kernel(kSm90a, 300, 6144, 4096, llama) == mid);
+  CHECK(choose_gemm_kernel(kSm90a, 2048, 6144, 4096, llama) == wide);
   // Nothing to multiply: no preference.
   CHECK(choose_gemm_kernel(kSm90a, 8192, 0, 4096, fused).kernel == GemmKernel::mma_sync);
   CHECK(choose_gemm_kernel(kSm90a, 8192, 6144, 0, fused).kernel == GemmKernel::mma_sync);
@@ -234,8 +250,12 @@ TEST_CASE("gemm variant: a launch's real M and SM count pick between two compile
   CHECK(short_chunk.small_cost == Approx(140.8));
   // At 8k the planned tiling stays: 1024 wide tiles in 8 rounds beat 2048 narrow ones in 16.
   CHECK_FALSE(choose_gemm_variant(8192, 4096, wide, narrow, 132).small);
-  // The qkv projection (N 6144) at 512 tokens: 96 wide tiles in one round beat 192 narrow in two.
+  // The qkv projection (N 6144) at 512 tokens: 96 wide tiles in one round beat 192 narrow in two, and lose
+  // to 128 tiles of 192 in one.
   CHECK_FALSE(choose_gemm_variant(512, 6144, wide, narrow, 132).small);
+  const GemmSm90Tiling mid{.block_n = 192, .stages = 4};
+  CHECK(choose_gemm_variant(512, 6144, wide, mid, 132).small);
+  CHECK(choose_gemm_variant(512, 6144, wide, mid, 132).small_cost == Approx(192 * 1.1));
   // The device's SM count decides, not the typical one: 66 SMs make the narrow tiles two rounds too.
   CHECK_FALSE(choose_gemm_variant(512, 4096, wide, narrow, 66).small);
   // 0 SMs: the typical sm_90 part (132); a tie keeps the planned tiling.
@@ -293,6 +313,25 @@ TEST_CASE("gemm spec for wgmma: stub, shared memory, persistent launch shape, se
   GemmSpec narrow = no_bias;
   narrow.sm90 = {.block_n = 128, .stages = 6};
   CHECK_NOTHROW(narrow.check(narrow_k));
+  // 192-wide tiles straddle segments in 32-row W pieces: any boundaries at multiples of 32.
+  GemmSpec mid = no_bias;
+  mid.sm90 = {.block_n = 192, .stages = 4};
+  CHECK_NOTHROW(mid.check(llama_qkv_params()));
+  CHECK_NOTHROW(mid.check(narrow_k));
+  GemmParams unpieced = llama_qkv_params();
+  unpieced.segments[0].n_end = unpieced.segments[1].n_begin = 4080;
+  std::string message;
+  try {
+    mid.check(unpieced);
+  } catch (const Error& error) {
+    message = error.what();
+  }
+  CHECK(message.find("segments[0] is 4080 wide, not a multiple of the wgmma kernel's 32-row W pieces") !=
+        std::string::npos);
+  CHECK(mid.dynamic_shared_bytes() == 4 * (128 + 192) * 64 * 2 + 4 * 64 * 64 * 2 + 8 * 8 + 1024);
+  CHECK(gemm_sm90_w_box_rows(192, 1, 3) == 32);  // the pieces' TMA box
+  CHECK(gemm_sm90_w_box_rows(192, 2, 1) == 96);  // one segment: the CTA's whole share
+  CHECK(gemm_sm90_w_box_rows(256, 2, 3) == 128);
   // The last segment may be ragged.
   GemmParams ragged = llama_qkv_params();
   ragged.n = ragged.segments[2].n_end = 6100;
@@ -340,14 +379,17 @@ TEST_CASE("gemm spec for wgmma with clusters of 2: stub, cluster launch shape, k
 
 TEST_CASE("gemm wgmma specializations compile for sm_90a: wgmma in the PTX, no spills",
           "[plan][gemm][nvrtc]") {
+  constexpr std::string_view kTmaLoad =
+      "cp.async.bulk.tensor.2d.shared::cluster.global";  // plain or multicast
   struct Variant {
     GemmSm90Tiling tiling;
     int segments;
     bool has_bias;
   };
-  const std::vector<Variant> variants = {{{256, 4}, 3, false},    {{256, 4}, 1, true},
-                                         {{128, 6}, 3, true},     {{128, 6}, 1, false},
-                                         {{256, 4, 2}, 3, false}, {{128, 6, 2}, 1, true}};
+  const std::vector<Variant> variants = {
+      {{256, 4}, 3, false},    {{256, 4}, 1, true},    {{128, 6}, 3, true}, {{128, 6}, 1, false},
+      {{256, 4, 2}, 3, false}, {{128, 6, 2}, 1, true}, {{192, 4}, 3, true}, {{192, 4}, 1, false},
+      {{192, 4, 2}, 3, true},  {{192, 4, 2}, 1, false}};
   for (const Variant& variant : variants) {
     GemmSpec spec{.segments = variant.segments, .has_bias = variant.has_bias};
     spec.kernel = GemmKernel::wgmma;
@@ -367,6 +409,15 @@ TEST_CASE("gemm wgmma specializations compile for sm_90a: wgmma in the PTX, no s
     const bool clustered = spec.sm90.cluster_m > 1;
     CHECK((kernel.ptx.find(".multicast::cluster") != std::string::npos) == clustered);
     CHECK((kernel.ptx.find("mapa.shared::cluster") != std::string::npos) == clustered);
+    // 192-wide tiles over several segments load W in 32-row pieces: one TMA load per piece and the A
+    // slice per slot, against one W load otherwise.
+    std::size_t loads = 0;
+    for (std::size_t at = kernel.ptx.find(kTmaLoad); at != std::string::npos;
+         at = kernel.ptx.find(kTmaLoad, at + 1))
+      ++loads;
+    const bool pieces = spec.segments > 1 && gemm_sm90_tiles_straddle(spec.sm90.block_n);
+    CHECK(loads ==
+          (pieces ? 1 + std::size_t(spec.sm90.block_n / spec.sm90.cluster_m / kGemmSm90WPieceRows) : 2));
     CHECK(usage.spill_bytes() == 0);
   }
   // The header compiles for sm_80 too (the body is compiled out: one build covers every template), but

@@ -76,7 +76,7 @@ TEST_CASE("JIT policies: off, read-only and rebuild", "[plan][jit][nvrtc]") {
   {
     Runtime runtime(options_for(dir / "empty", JitPolicy::off, {dir / "no-pack"}), quiet);
     const std::vector<PlannedKey> keys = runtime.plan_keys(config);
-    REQUIRE(keys.size() == 7);  // sm_90a: o_proj has a small-M specialization
+    REQUIRE(keys.size() == 8);  // sm_90a: both projections have a small-M specialization
     const Error missing = expect_error([&] { runtime.compile(config); });
     CHECK(missing.stage() == Stage::compile);
     CHECK(contains(missing.message(), keys.front().name));
@@ -134,7 +134,7 @@ TEST_CASE("JIT policies: off, read-only and rebuild", "[plan][jit][nvrtc]") {
     CHECK(snapshot(dir / "pack") == before);
 
     Runtime fresh(options_for(dir / "never-created", JitPolicy::read_only), quiet);
-    CHECK(fresh.plan_keys(config).size() == 7);
+    CHECK(fresh.plan_keys(config).size() == 8);
     CHECK_FALSE(std::filesystem::exists(dir / "never-created"));
   }
 

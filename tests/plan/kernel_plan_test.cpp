@@ -16,9 +16,11 @@ TEST_CASE("the plan runs the layer's stages in spec order", "[plan]") {
   const plan::KernelPlan kernels = plan::plan_kernels(llama(), config::kDefaultArch);
   std::vector<std::string> names;
   for (const auto& kernel : kernels.kernels) names.push_back(kernel.name);
-  // On sm_90a, o_proj also gets its kSmallLaunchTokens specialization (128-wide tiles; see below).
-  CHECK(names == std::vector<std::string>{"input_rmsnorm", "qkv_projection", "qkv_postprocess", "kv_store",
-                                          "attention", "output_projection", "output_projection_small"});
+  // On sm_90a each projection also gets its kSmallLaunchTokens specialization (192- and 128-wide tiles;
+  // see below).
+  CHECK(names == std::vector<std::string>{"input_rmsnorm", "qkv_projection", "qkv_projection_small",
+                                          "qkv_postprocess", "kv_store", "attention", "output_projection",
+                                          "output_projection_small"});
   CHECK(kernels.qkv_projection.segments == 3);  // separate q/k/v weights write one fused row
   CHECK(kernels.output_projection.segments == 1);
   CHECK(plan::qkv_row_width(llama()) == 32 * 128 + 8 * 128 * 2);
@@ -64,14 +66,17 @@ TEST_CASE(
 }
 
 TEST_CASE("sm_90a plans a small-M projection specialization only where its tiling differs", "[plan][gemm]") {
-  // Llama o_proj (N 4096): 256-wide tiles for 8k tokens, 128-wide for 512; qkv (N 6144) keeps 256 at both.
+  // Llama o_proj (N 4096): 256-wide tiles for 8k tokens, 128-wide for 512; qkv (N 6144): 256, and 192 for
+  // 512 (4 x 32 tiles in one round over 132 SMs, straddling q | k in 32-row W pieces).
   const plan::KernelPlan hopper = plan::plan_kernels(llama(), config::Arch{9, 0, true});
   REQUIRE(hopper.output_projection_small);
   CHECK(hopper.output_projection.sm90.block_n == 256);
   CHECK(hopper.output_projection_small->sm90.block_n == 128);
   CHECK(hopper.output_projection_small->kernel == plan::GemmKernel::wgmma);
   CHECK(hopper.output_projection_small->weights == hopper.output_projection.weights);
-  CHECK_FALSE(hopper.qkv_projection_small);
+  REQUIRE(hopper.qkv_projection_small);
+  CHECK(hopper.qkv_projection.sm90.block_n == 256);
+  CHECK(hopper.qkv_projection_small->sm90.block_n == 192);
   const plan::PlannedKernel& small = hopper.kernels.back();
   CHECK(small.stage == plan::StageKind::output_projection);
   CHECK(plan::projection_variant_of(small) == plan::ProjectionVariant::small);
@@ -95,7 +100,7 @@ TEST_CASE("a config with nothing to postprocess skips that kernel", "[plan]") {
   config.rotary.dim = 0;  // no RoPE, no norms
   const plan::KernelPlan kernels = plan::plan_kernels(config, config::kDefaultArch);
   CHECK_FALSE(kernels.has(plan::StageKind::qkv_postprocess));
-  CHECK(kernels.kernels.size() == 6);  // with output_projection_small
+  CHECK(kernels.kernels.size() == 7);  // with both projections' small-M specializations
 }
 
 TEST_CASE("formats the kernels cannot run yet are refused with their JSON path", "[plan]") {

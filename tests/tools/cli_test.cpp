@@ -60,7 +60,7 @@ TEST_CASE("compile then compile again: all misses, then all hits", "[cli]") {
   REQUIRE(first.exit_code == 0);
   const nlohmann::json cold = nlohmann::json::parse(first.out);
   CHECK(cold["arch"] == "sm_90a");       // no device here: auto means sm_90a
-  REQUIRE(cold["kernels"].size() == 7);  // sm_90a: o_proj has a small-M specialization
+  REQUIRE(cold["kernels"].size() == 8);  // sm_90a: both projections have a small-M specialization
   for (const auto& kernel : cold["kernels"]) {
     CHECK(kernel["cache"] == "miss");
     CHECK(kernel["key"].get<std::string>().size() == 64);
@@ -83,7 +83,7 @@ TEST_CASE("compile then compile again: all misses, then all hits", "[cli]") {
   REQUIRE(table.exit_code == 0);
   CHECK(contains(table.out, "input_rmsnorm"));
   CHECK(contains(table.out, "kv_store"));
-  CHECK(contains(table.out, "7 cached, 0 compiled"));
+  CHECK(contains(table.out, "8 cached, 0 compiled"));
 
   const Result other_arch =
       run(scratch.path(), cache, {"compile", plan("llama-3.1-8b.json"), "--json", "--arch", "sm_80"});
@@ -125,7 +125,7 @@ TEST_CASE("cache tools: path, list, show, verify, a corrupted entry rebuilt, pru
   const Result list = run(scratch.path(), cache, {"cache", "list"});
   CHECK(list.exit_code == 0);
   CHECK(contains(list.out, key.substr(0, 16)));
-  CHECK(contains(list.out, "7 entries"));  // sm_90a: o_proj twice
+  CHECK(contains(list.out, "8 entries"));  // sm_90a: each projection twice
 
   const Result manifest = run(scratch.path(), cache, {"cache", "show", key.substr(0, 10), "--manifest"});
   REQUIRE(manifest.exit_code == 0);
@@ -248,7 +248,7 @@ TEST_CASE("an unwritable cache directory degrades to in-memory compiles with one
   const std::string cache = (scratch / "a-file" / "cache").string();
   const Result result = run(scratch.path(), cache, {"compile", plan("llama-3.1-8b.json"), "--json"});
   REQUIRE(result.exit_code == 0);
-  CHECK(nlohmann::json::parse(result.out)["kernels"].size() == 7);
+  CHECK(nlohmann::json::parse(result.out)["kernels"].size() == 8);
   std::size_t warnings = 0;
   for (std::size_t at = result.err.find("warning"); at != std::string::npos;
        at = result.err.find("warning", at + 1)) {
