@@ -219,12 +219,15 @@ GemmKernelChoice choose_gemm_kernel(config::Arch arch, int m_hint, int n, int k,
   GemmKernelChoice choice;
   if (arch.sm() != 90 || !arch.arch_specific) return choice;  // wgmma exists only in sm_90a
   if (n <= 0 || k <= 0 || segment_widths.empty()) return choice;
-  // Widest first: a tie keeps the wider tile (fewer tile ends). 192 fits 4 slots (5 would need 233 KiB).
-  constexpr GemmSm90Tiling kCandidates[] = {
-      {.block_n = 256, .stages = 4}, {.block_n = 192, .stages = 4}, {.block_n = 128, .stages = 6}};
+  // Widest first: a tie keeps the wider tile (fewer tile ends). As many slots as fit beside the staging
+  // boxes: 192 takes 4 (5 would need 233 KiB), 160 5.
+  constexpr GemmSm90Tiling kTilings[] = {{.block_n = 256, .stages = 4},
+                                         {.block_n = 192, .stages = 4},
+                                         {.block_n = 160, .stages = 5},
+                                         {.block_n = 128, .stages = 6}};
   const int sms = typical_sm_count(arch);
   double best = 0;
-  for (const GemmSm90Tiling& tiling : kCandidates) {
+  for (const GemmSm90Tiling& tiling : kTilings) {
     if (!segments_fit(segment_widths, wgmma_segment_multiple(tiling.block_n))) continue;
     const double cost = gemm_sm90_cost(m_hint, n, tiling, sms);
     if (choice.kernel == GemmKernel::wgmma && cost >= best) continue;
@@ -236,9 +239,10 @@ GemmKernelChoice choose_gemm_kernel(config::Arch arch, int m_hint, int n, int k,
 }
 
 double gemm_sm90_cost(int m, int n, const GemmSm90Tiling& tiling, int sms) {
-  // Narrower tiles re-read A per tile and spend a larger share on their epilogue: the speed test puts a
-  // 128- and a 192-wide tile alike at ~1.05-1.12x a 256-wide one's time per column (kernels-notes.md).
-  const double per_column = tiling.block_n < 256 ? 1.1 : 1.0;
+  // Narrower tiles re-read A per tile and spend a larger share on their epilogue (and a 160-wide one
+  // stores 32 of its columns twice): per column the speed test puts 128- and 192-wide tiles at ~1.05-1.12x
+  // a 256-wide one's time, 160-wide ones at ~1.10-1.17x (kernels-notes.md, "Session 15").
+  const double per_column = tiling.block_n == 256 ? 1.0 : tiling.block_n == 160 ? 1.15 : 1.1;
   const std::int64_t row_tiles = ceil_div(std::max(m, 1), kGemmSm90BlockM);
   const std::int64_t tiles = row_tiles * ceil_div(std::max(n, 1), tiling.block_n);
   return double(ceil_div(tiles, std::int64_t{std::max(sms, 1)})) * tiling.block_n * per_column;
@@ -425,6 +429,10 @@ compiler::KernelSource GemmSpec::source() const {
     throw Error(Stage::input, fmt::format("gemm: cluster_m {} with the {} kernel (clusters of 2 are the bf16 "
                                           "wgmma kernel's only)",
                                           sm90.cluster_m, gemm_kernel_name(kernel)));
+  }
+  if (kernel == GemmKernel::wgmma && sm90.cluster_m != 1 && sm90.block_n == 160) {
+    throw Error(Stage::input,
+                "gemm: block_n 160 with clusters (a CTA's half, 80 rows, is not whole 32-row W pieces)");
   }
   if (kernel == GemmKernel::wgmma_w4) return sm90_w4_source(*this);
   compiler::KernelSource source;

@@ -58,8 +58,9 @@ std::string_view gemm_kernel_name(GemmKernel kernel);  // "mma_sync", "wgmma", "
 // The sm_90a kernels' shape: tile [128, block_n] of C, K slices of 64, a ring of `stages` slots. For
 // wgmma_w4 the tile is [block_n tokens, 128 weight rows] (block_n is then the token tile, the wgmma N).
 struct GemmSm90Tiling {
-  int block_n = 256;  // 128, 192 or 256: the wgmma N of each consumer warpgroup (wgmma_w4: 128 or 256)
-  int stages = 4;  // ring slots of [128 + block_n, 64] bf16 (4 x 48 KiB at 256, 4 x 40 at 192, 6 x 32 at 128)
+  int block_n = 256;  // 128, 160, 192 or 256: the wgmma N of each consumer warpgroup (wgmma_w4: 128 or 256)
+  // Ring slots of [128 + block_n, 64] bf16: 4 x 48 KiB at 256, 4 x 40 at 192, 5 x 36 at 160, 6 x 32 at 128.
+  int stages = 4;
   // CTAs per cluster along M (bf16 wgmma kernel only): 2 = pairs of vertically adjacent tiles share each
   // W slice by TMA multicast (gemm_sm90.cuh), 1 = no clusters.
   int cluster_m = 1;
@@ -77,10 +78,10 @@ struct GemmKernelChoice {
 // The kernel for an [m_hint, k] x [k, n] product whose weight is split along N into `segment_widths`
 // (in order; they sum to n). Pure. wgmma only on sm_90a (the architecture-specific target: plain sm_90
 // has no wgmma) with a block_n the segments allow: every width but the last a multiple of block_n for 128
-// and 256, of 32 for 192 (whose tiles straddle segments in 32-row W pieces). Of those, the least
-// gemm_sm90_cost at m_hint, the wider on a tie: 256 (the better rate per tile) unless 192 or 128 need fewer
-// rounds of tiles over the SMs by more than the 10% they cost per column (192 exists for N = 5120 and 6144
-// at few tokens: one round of 108 or 128 tiles where 256 leaves a third of the SMs idle). Otherwise
+// and 256, of 32 for 160 and 192 (whose tiles straddle segments in 32-row W pieces). Of those, the least
+// gemm_sm90_cost at m_hint, the wider on a tie: 256 (the better rate per tile) unless a narrower one needs
+// fewer rounds of tiles over the SMs by more than the 10% it costs per column (160 and 192 exist for N =
+// 5120 and 6144 at few tokens: one round of 128 tiles where 256 leaves a third of the SMs idle). Otherwise
 // mma_sync (then choose_gemm_tiling picks its tiling).
 GemmKernelChoice choose_gemm_kernel(config::Arch arch, int m_hint, int n, int k,
                                     std::span<const int> segment_widths);
@@ -105,8 +106,8 @@ GemmKernelChoice choose_w4_gemm_kernel(const config::WeightEncoding& encoding, c
                                        int n, int k, std::span<const int> segment_widths);
 
 // The wgmma kernel's estimated time for M = m, N = n on `sms` SMs, in relative units: the busiest SM's
-// rounds of [128, block_n] tiles times a tile's time (proportional to block_n; a 128- or 192-wide tile does
-// ~10% less per column: the A slice is re-read per tile and the epilogue share is larger). Pure.
+// rounds of [128, block_n] tiles times a tile's time (proportional to block_n; a narrower tile does
+// ~10% less per column, 160 ~15%: the A slice is re-read per tile and the epilogue share is larger). Pure.
 double gemm_sm90_cost(int m, int n, const GemmSm90Tiling& tiling, int sms);
 
 // Tokens a second wgmma specialization of a projection is planned for: a plan built for max_tokens (8k)

@@ -23,8 +23,8 @@
 // K that is a multiple of 8 (16-byte global rows, a TMA requirement) work. Segments: one tensor map per
 // segment. A 128- or 256-wide tile must not straddle a segment boundary, so every segment but the last must
 // be a multiple of block_n wide (plan::GemmSpec checks it; the heuristic falls back to gemm.cuh otherwise).
-// A 192-wide tile may: its W slice comes in 32-row pieces, each from its own segment's map, and the bias
-// is looked up per column (every segment but the last a multiple of 32; gemm_sm90_tiles_straddle).
+// A 160- or 192-wide tile may: its W slice comes in 32-row pieces, each from its own segment's map, and the
+// bias is looked up per column (every segment but the last a multiple of 32; gemm_sm90_tiles_straddle).
 //
 // Compiles for every target; its body exists only for sm_90a (ATTNPLAN_SM90A_ENABLED) and traps elsewhere.
 #pragma once
@@ -74,8 +74,8 @@ struct GemmSm90Traits {
 
   static constexpr int group_m = 8;  // tile rows per rasterization group (grouped_tile)
 
-  static_assert(block_n == 128 || block_n == 192 || block_n == 256,
-                "block_n is 128, 192 or 256 (wgmma N, TMA box <= 256 rows)");
+  static_assert(block_n == 128 || block_n == 160 || block_n == 192 || block_n == 256,
+                "block_n is 128, 160, 192 or 256 (wgmma N, TMA box <= 256 rows)");
   static_assert(b_rows_per_cta % w_box_rows == 0 &&
                     (w_box_rows * block_k * 2) % sm90::kSwizzle128AtomBytes == 0,
                 "a CTA's share of W is whole boxes, each starting on a swizzle atom");

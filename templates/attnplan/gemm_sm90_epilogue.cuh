@@ -50,7 +50,9 @@ __device__ __forceinline__ void store_rounds(const TensorMap& c_map, unsigned st
 // Consumer warpgroup `warpgroup` (1 or 2) holds rows [64 (warpgroup - 1), + 64) of the tile at (m0, n0)
 // and writes them in rounds of one [64, 64] box (stmatrix, 128-byte swizzle; store_rounds), so the
 // warpgroup goes on to the next tile's wgmmas while the stores drain; TMA clips rows past M and columns
-// past N (columns [N, ldc) untouched).
+// past N (columns [N, ldc) untouched). A tile whose width is an odd multiple of 32 (160) ends with a box
+// over its last 64 columns: columns [kN - 64, 64 (kRounds - 1)) are stored twice, with the same values, so
+// no store reaches past the tile and one tensor map serves every box.
 //
 // Why not 4-byte stores straight from the registers (the first version): each such store of a warp
 // touches 8 rows of C, both warpgroups wait for them at the end of every tile while the tensor cores
@@ -62,7 +64,10 @@ __device__ __forceinline__ void store_tile(const TensorMap& c_map, unsigned stag
                                            Columns&& columns, Value&& value) {
   constexpr int kBox = kGemmSm90StoreBox;
   static_assert(kBox * 2 == sm90::kSwizzle128Bytes, "a box row is one 128-byte swizzle row");
-  static_assert(kN % kBox == 0, "whole boxes per tile");
+  static_assert(kN % (kBox / 2) == 0 && kN >= kBox, "whole or half boxes per tile, at least one box");
+  constexpr int kRounds = (kN + kBox - 1) / kBox;
+  // Round r's box: tile columns [first_column(r), + 64).
+  const auto first_column = [](int round) { return min(round * kBox, kN - kBox); };
   const int row_begin = m0 + (warpgroup - 1) * kBox;  // its 64 rows of the tile
   const int thread = threadIdx.x % 128;
   const int warp = thread / 32;
@@ -78,15 +83,16 @@ __device__ __forceinline__ void store_tile(const TensorMap& c_map, unsigned stag
     // loaded next to their use, one L2 round trip per 8-column block held the fp8 kernel's epilogue (28%
     // of its stall samples with channel scales, Nsight Compute, session 11). Columns past N (an edge tile)
     // hold zeros and are clipped by the store, but must not read their bias or scales.
+    const int first_block = first_column(round) / 8;  // the box's first 8-column block of the tile
     Terms terms[kBox / 8];
 #pragma unroll
     for (int b = 0; b < kBox / 8; ++b) {
-      const int n = column0 + 8 * (round * (kBox / 8) + b);
+      const int n = column0 + 8 * (first_block + b);
       terms[b] = n < gemm.n ? columns(n, n + 1 < gemm.n) : Terms{};
     }
 #pragma unroll
     for (int pair_block = 0; pair_block < kBox / 16; ++pair_block) {
-      const int block = round * (kBox / 8) + 2 * pair_block;  // 8-column block of the tile
+      const int block = first_block + 2 * pair_block;  // 8-column block of the tile
       unsigned packed[4];
 #pragma unroll
       for (int b = 0; b < 2; ++b) {
@@ -101,8 +107,8 @@ __device__ __forceinline__ void store_tile(const TensorMap& c_map, unsigned stag
       sm90::stmatrix_x4(box + row_address + chunk * 16, packed[0], packed[1], packed[2], packed[3]);
     }
   };
-  store_rounds<kN / kBox>(c_map, staging, warpgroup, fill,
-                          [&](int round) { return make_int2(n0 + round * kBox, row_begin); });
+  store_rounds<kRounds>(c_map, staging, warpgroup, fill,
+                        [&](int round) { return make_int2(n0 + first_column(round), row_begin); });
 }
 
 // The mixed-input kernel's epilogue (gemm_sm90_w4.cuh), which computes C^T: a consumer warpgroup's

@@ -10,15 +10,15 @@
 namespace attnplan {
 
 // The CTA tile of the sm_90a kernel along M and K: two consumer warpgroups of 64 rows each, and 64 bf16
-// of K per stage (one 128-byte swizzled row). block_n is a trait (128, 192 or 256).
+// of K per stage (one 128-byte swizzled row). block_n is a trait (128, 160, 192 or 256).
 inline constexpr int kGemmSm90BlockM = 128;
 inline constexpr int kGemmSm90BlockK = 64;
 
 // Whether tiles of `block_n` columns may straddle two weight segments. 128 and 256 may not: every segment
 // but the last is a whole number of tiles wide (q | k | v widths are multiples of 128 heads' rows), and a
-// CTA loads its share of a W slice with one TMA box. 192 may (it exists for N = 5120 and 6144 at few
-// tokens, where 4096-wide q segments are not multiples of it): the share comes in 32-row pieces, each inside
-// one segment, so only every segment but the last must be a multiple of 32.
+// CTA loads its share of a W slice with one TMA box. 160 and 192 may (they exist for N = 5120 and 6144 at
+// few tokens, where 4096-wide q segments are not multiples of them): the share comes in 32-row pieces, each
+// inside one segment, so only every segment but the last must be a multiple of 32.
 ATTNPLAN_HOST_DEVICE constexpr bool gemm_sm90_tiles_straddle(int block_n) {
   return block_n % 128 != 0;
 }

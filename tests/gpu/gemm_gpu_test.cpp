@@ -56,9 +56,10 @@ std::string spec_name(const plan::GemmSpec& spec) {
          (spec.sm90.cluster_m > 1 ? " x" + std::to_string(spec.sm90.cluster_m) : "");
 }
 
-// The wgmma tilings the tests run, each without and with clusters of 2.
-const plan::GemmSm90Tiling kSm90Tilings[] = {{256, 4},    {256, 4, 2}, {192, 4},
-                                             {192, 4, 2}, {128, 6},    {128, 6, 2}};
+// The wgmma tilings the tests run, each without and with clusters of 2 (160 only alone: a CTA's half of
+// its W slice, 80 rows, is not whole 32-row pieces).
+const plan::GemmSm90Tiling kSm90Tilings[] = {{256, 4}, {256, 4, 2}, {192, 4},   {192, 4, 2},
+                                             {160, 5}, {128, 6},    {128, 6, 2}};
 
 // Whether `tiling` may run with these segment widths: every width but the last a whole number of tiles,
 // or of 32-row W pieces for the 192-wide tiles that straddle segments.

@@ -196,6 +196,7 @@ TEST_CASE("gemm kernel: wgmma only for sm_90a, with segments a whole number of t
   const int llama[] = {4096, 1024, 1024};
   const GemmKernelChoice wide{GemmKernel::wgmma, {.block_n = 256, .stages = 4}};
   const GemmKernelChoice mid{GemmKernel::wgmma, {.block_n = 192, .stages = 4}};
+  const GemmKernelChoice n160{GemmKernel::wgmma, {.block_n = 160, .stages = 5}};
   const GemmKernelChoice narrow{GemmKernel::wgmma, {.block_n = 128, .stages = 6}};
   // Other archs, and plain sm_90 (no wgmma outside the architecture-specific target), keep mma.sync.
   for (const config::Arch arch : {kSm80, kSm86, kSm89, config::Arch{9, 0, false}, kSm100a}) {
@@ -206,31 +207,38 @@ TEST_CASE("gemm kernel: wgmma only for sm_90a, with segments a whole number of t
   // The last segment may end anywhere (TMA zero-fills past it); the others decide block_n.
   const int ragged_last[] = {4096, 1024, 1000};
   CHECK(choose_gemm_kernel(kSm90a, 8192, 6120, 4096, ragged_last) == wide);
-  // kv_heads 1, head_dim 128: 128-wide tiles, or 192-wide ones straddling; 17 rounds of 128 beat 12 of 192.
+  // kv_heads 1, head_dim 128: 128-wide tiles, or 160/192-wide ones straddling; 17 rounds of 128 (2394)
+  // beat 14 of 160 (2576) and 12 of 192 (2534).
   const int one_kv_head[] = {4096, 128, 128};
   CHECK(choose_gemm_kernel(kSm90a, 8192, 4352, 4096, one_kv_head) == narrow);
   const int odd[] = {120, 40, 40};  // not even whole 32-row W pieces: the mma.sync kernel reads per row
   CHECK(choose_gemm_kernel(kSm90a, 37, 200, 2880, odd).kernel == GemmKernel::mma_sync);
-  const int pieces[] = {160, 96, 200};  // whole W pieces, no whole tiles: only 192 (straddling) fits
-  CHECK(choose_gemm_kernel(kSm90a, 8192, 456, 264, pieces) == mid);
-  // N = 5120 (gpt-oss-20b q|k|v with its 4096-wide q, Qwen3-32B o) at 512 tokens: 4 x 27 = 108 tiles of
-  // 192 in one round (211 column-units) beat 80 of 256 in one (256) and 160 of 128 in two (282).
+  // Whole W pieces, no whole tiles: only 160 and 192 (straddling) fit; both make 3 x 64 tiles in two
+  // rounds, and the narrower costs less (368 against 422).
+  const int pieces[] = {160, 96, 200};
+  CHECK(choose_gemm_kernel(kSm90a, 8192, 456, 264, pieces) == n160);
+  // N = 5120 (gpt-oss-20b q|k|v with its 4096-wide q, Qwen3-32B o) at 512 tokens: 4 x 32 = 128 tiles of
+  // 160 in one round (184 column-units: 1.15 per column) beat 108 of 192 (211), 80 of 256 (256) and 160 of
+  // 128 in two (282).
   const int gpt_oss[] = {4096, 512, 512};
   const int qwen_o[] = {5120};
-  CHECK(choose_gemm_kernel(kSm90a, kSmallLaunchTokens, 5120, 2880, gpt_oss) == mid);
-  CHECK(choose_gemm_kernel(kSm90a, kSmallLaunchTokens, 5120, 8192, qwen_o) == mid);
-  // At 2048 (16 row tiles): 5 rounds of 128 (704) beat 4 of 192 (845) and 3 of 256 (768).
+  CHECK(choose_gemm_kernel(kSm90a, kSmallLaunchTokens, 5120, 2880, gpt_oss) == n160);
+  CHECK(choose_gemm_kernel(kSm90a, kSmallLaunchTokens, 5120, 8192, qwen_o) == n160);
+  // N = 6144 at 512: 160 makes 4 x 39 tiles, two rounds (368); 192 one round of 128 (211).
+  CHECK(choose_gemm_kernel(kSm90a, kSmallLaunchTokens, 6144, 4096, llama) == mid);
+  // At 2048 (16 row tiles): 5 rounds of 128 (704) beat 4 of 160 (736), 4 of 192 (845) and 3 of 256 (768).
   CHECK(choose_gemm_kernel(kSm90a, 2048, 5120, 2880, gpt_oss) == narrow);
   const int fused[] = {6144};
   CHECK(choose_gemm_kernel(kSm90a, 8192, 6144, 4096, fused) == wide);
-  // o_proj at 1100 tokens: 9 x 16 wide tiles need two rounds over 132 SMs, 9 x 32 narrow ones three
-  // (512 vs 3 x 128 x 1.1 = 422 column-units), 9 x 22 of 192 two (2 x 192 x 1.1 = 422): the tie goes to the
-  // wider. At 1000 tokens 128 wide tiles fit in one round (the 512-token narrow pick is below).
+  // o_proj at 1100 tokens: 9 x 16 wide tiles need two rounds over 132 SMs (512 column-units), 9 x 22 of
+  // 192 two (422), 9 x 26 of 160 two (368), 9 x 32 of 128 three (422): 160. At 1000 tokens 128 wide tiles
+  // fit in one round (the 512-token narrow pick is below).
   const int o_proj[] = {4096};
-  CHECK(choose_gemm_kernel(kSm90a, 1100, 4096, 4096, o_proj) == mid);
+  CHECK(choose_gemm_kernel(kSm90a, 1100, 4096, 4096, o_proj) == n160);
   CHECK(choose_gemm_kernel(kSm90a, 1000, 4096, 4096, o_proj) == wide);
-  // 300 tokens of q|k|v: 3 x 32 tiles of 192 in one round (211) beat 3 x 24 of 256 (256).
-  CHECK(choose_gemm_kernel(kSm90a, 300, 6144, 4096, llama) == mid);
+  // 300 tokens of q|k|v: 3 x 39 tiles of 160 in one round (184) beat 3 x 32 of 192 (211) and 3 x 24 of
+  // 256 (256).
+  CHECK(choose_gemm_kernel(kSm90a, 300, 6144, 4096, llama) == n160);
   CHECK(choose_gemm_kernel(kSm90a, 2048, 6144, 4096, llama) == wide);
   // Nothing to multiply: no preference.
   CHECK(choose_gemm_kernel(kSm90a, 8192, 0, 4096, fused).kernel == GemmKernel::mma_sync);
@@ -387,9 +395,9 @@ TEST_CASE("gemm wgmma specializations compile for sm_90a: wgmma in the PTX, no s
     bool has_bias;
   };
   const std::vector<Variant> variants = {
-      {{256, 4}, 3, false},    {{256, 4}, 1, true},    {{128, 6}, 3, true}, {{128, 6}, 1, false},
-      {{256, 4, 2}, 3, false}, {{128, 6, 2}, 1, true}, {{192, 4}, 3, true}, {{192, 4}, 1, false},
-      {{192, 4, 2}, 3, true},  {{192, 4, 2}, 1, false}};
+      {{256, 4}, 3, false},    {{256, 4}, 1, true},     {{128, 6}, 3, true}, {{128, 6}, 1, false},
+      {{256, 4, 2}, 3, false}, {{128, 6, 2}, 1, true},  {{192, 4}, 3, true}, {{192, 4}, 1, false},
+      {{192, 4, 2}, 3, true},  {{192, 4, 2}, 1, false}, {{160, 5}, 3, true}, {{160, 5}, 1, false}};
   for (const Variant& variant : variants) {
     GemmSpec spec{.segments = variant.segments, .has_bias = variant.has_bias};
     spec.kernel = GemmKernel::wgmma;
