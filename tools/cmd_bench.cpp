@@ -215,8 +215,13 @@ std::vector<Row> measure(const plan::PrefillPlan& plan, const std::vector<Device
         stage_bytes = counted.bytes;
       }
     }
-    rows.push_back(timed_row(std::string(plan::to_string(stages[s])), plan.compiled().kernel(stages[s]).name,
-                             std::move(times), stage_flops, stage_bytes));
+    // The kernels this chunk ran for the stage: a projection's small specialization or dequantized path
+    // shows.
+    std::string kernels;
+    for (const std::string& name : plan.stage_kernels(stages[s], sets.front().args.batch.num_tokens))
+      kernels += (kernels.empty() ? "" : "+") + name;
+    rows.push_back(timed_row(std::string(plan::to_string(stages[s])), std::move(kernels), std::move(times),
+                             stage_flops, stage_bytes));
   }
   double flops = 0, bytes = 0;
   for (const auto& stage : work) {
@@ -427,11 +432,13 @@ Command bench_command() {
           "{} runs after >= {} warm-up runs and >= {} ms, rotating {} sets of {:.1f} MB (L2 {:.1f} MB)\n\n",
           request.iterations, request.warmup, request.warmup_ms, sets.size(),
           double(sets.front().bytes()) / 1e6, double(device.l2_bytes) / 1e6);
-      fmt::print("{:<18} {:<20} {:>10} {:>10} {:>10} {:>10} {:>9}\n", "stage", "kernel", "median ms",
-                 "min ms", "max ms", "TFLOP/s", "GB/s");
+      std::size_t kernel_width = 20;  // a dequantized path names two kernels
+      for (const Row& row : rows) kernel_width = std::max(kernel_width, row.kernel.size());
+      fmt::print("{:<18} {:<{}} {:>10} {:>10} {:>10} {:>10} {:>9}\n", "stage", "kernel", kernel_width,
+                 "median ms", "min ms", "max ms", "TFLOP/s", "GB/s");
       for (const Row& row : rows) {
-        fmt::print("{:<18} {:<20} {:>10.4f} {:>10.4f} {:>10.4f} {:>10} {:>9}\n", row.name, row.kernel,
-                   row.ms.median, row.ms.min, row.ms.max,
+        fmt::print("{:<18} {:<{}} {:>10.4f} {:>10.4f} {:>10.4f} {:>10} {:>9}\n", row.name, row.kernel,
+                   kernel_width, row.ms.median, row.ms.min, row.ms.max,
                    row.flops > 0 ? fmt::format("{:.1f}", tflops(row)) : "",
                    row.flops == 0 ? fmt::format("{:.0f}", gbs(row)) : "");
       }

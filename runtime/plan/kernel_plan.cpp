@@ -40,6 +40,26 @@ bool runs_dequantized(const std::optional<KernelPlan::Dequantized>& path, int nu
   return path.has_value() && num_tokens >= dequantized_min_tokens(path->dequantize.weights);
 }
 
+ProjectionVariant launched_projection_variant(const KernelPlan& kernels, StageKind stage, int num_tokens,
+                                              int n, int multiprocessors) {
+  const bool qkv = stage == StageKind::qkv_projection;
+  if (!qkv && stage != StageKind::output_projection) {
+    throw Error(Stage::internal,
+                fmt::format("launched_projection_variant: {} is not a projection stage", to_string(stage)));
+  }
+  if (runs_dequantized(qkv ? kernels.qkv_projection_dequantized : kernels.output_projection_dequantized,
+                       num_tokens)) {
+    return ProjectionVariant::dequantized;
+  }
+  if (qkv ? kernels.qkv_projection_fp8.has_value() : kernels.output_projection_fp8.has_value())
+    return ProjectionVariant::planned;
+  const GemmSpec& planned = qkv ? kernels.qkv_projection : kernels.output_projection;
+  const std::optional<GemmSpec>& small = qkv ? kernels.qkv_projection_small : kernels.output_projection_small;
+  if (small && choose_gemm_variant(num_tokens, n, planned.sm90, small->sm90, multiprocessors).small)
+    return ProjectionVariant::small;
+  return ProjectionVariant::planned;
+}
+
 bool KernelPlan::has(StageKind stage) const {
   for (const PlannedKernel& kernel : kernels) {
     if (kernel.stage == stage) return true;

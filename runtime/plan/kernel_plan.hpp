@@ -85,6 +85,13 @@ ProjectionVariant projection_variant_of(const PlannedKernel& kernel);
 // num_tokens >= dequantized_min_tokens of its format).
 bool runs_dequantized(const std::optional<KernelPlan::Dequantized>& path, int num_tokens);
 
+// The variant of projection stage `stage` (qkv_projection or output_projection) that a launch of
+// `num_tokens` rows of N = n runs on `multiprocessors` SMs, as execute chooses: `dequantized` (its dequantize
+// kernel, then its GEMM) where runs_dequantized, `small` where planned and choose_gemm_variant prefers it,
+// else `planned` (the fp8-activation GEMM included). Pure.
+ProjectionVariant launched_projection_variant(const KernelPlan& kernels, StageKind stage, int num_tokens,
+                                              int n, int multiprocessors);
+
 // Throws Error(config) when the config asks for something the kernels cannot do yet (a quantized
 // projection format without a loader, fp8 activations on an arch without the fp8-activation GEMM or with
 // q/k segments that are not 128-column multiples, a head dim the attention kernel does not support), one

@@ -42,14 +42,16 @@ struct PrefillPlan::Loaded {
 namespace {
 
 // The projection's function and spec for this launch's M: the planned one, or its small specialization
-// where the plan has one and choose_gemm_variant prefers it.
+// where launched_projection_variant says so (a dequantized launch checks the planned spec first).
 std::pair<const driver::Function*, const GemmSpec*> projection_variant(
-    const driver::Function& planned_function, const GemmSpec& planned, const driver::Function& small_function,
-    const std::optional<GemmSpec>& small, const GemmParams& params, int multiprocessors) {
-  if (small && choose_gemm_variant(params.m, params.n, planned.sm90, small->sm90, multiprocessors).small) {
-    return {&small_function, &*small};
+    const KernelPlan& kernels, StageKind stage, const driver::Function& planned_function,
+    const driver::Function& small_function, const GemmParams& params, int multiprocessors) {
+  const bool qkv = stage == StageKind::qkv_projection;
+  if (launched_projection_variant(kernels, stage, params.m, params.n, multiprocessors) ==
+      ProjectionVariant::small) {
+    return {&small_function, &*(qkv ? kernels.qkv_projection_small : kernels.output_projection_small)};
   }
-  return {&planned_function, &planned};
+  return {&planned_function, qkv ? &kernels.qkv_projection : &kernels.output_projection};
 }
 
 void require(bool condition, const std::string& message) {
@@ -285,8 +287,8 @@ void PrefillPlan::execute(const ExecuteArgs& args, CUstream stream, const StageO
   }
   const Loaded& loaded = *loaded_;
   const auto [qkv_function, qkv_spec] =
-      projection_variant(loaded.qkv_projection, kernels.qkv_projection, loaded.qkv_projection_small,
-                         kernels.qkv_projection_small, projection, loaded.multiprocessors);
+      projection_variant(kernels, StageKind::qkv_projection, loaded.qkv_projection,
+                         loaded.qkv_projection_small, projection, loaded.multiprocessors);
   check_projection(*qkv_spec, kernels.qkv_projection_fp8, projection);
   const std::optional<Dequantized> qkv_dequantized =
       dequantized_launch(kernels.qkv_projection_dequantized, projection, layout, args.workspace);
@@ -353,8 +355,8 @@ void PrefillPlan::execute(const ExecuteArgs& args, CUstream stream, const StageO
   output.segments[0].zeros = w.o_zeros;
   output.segments[0].g_idx = w.o_g_idx;
   const auto [output_function, output_spec] =
-      projection_variant(loaded.output_projection, kernels.output_projection, loaded.output_projection_small,
-                         kernels.output_projection_small, output, loaded.multiprocessors);
+      projection_variant(kernels, StageKind::output_projection, loaded.output_projection,
+                         loaded.output_projection_small, output, loaded.multiprocessors);
   check_projection(*output_spec, kernels.output_projection_fp8, output);
   const std::optional<Dequantized> output_dequantized =
       dequantized_launch(kernels.output_projection_dequantized, output, layout, args.workspace);
@@ -419,6 +421,23 @@ void PrefillPlan::execute(const ExecuteArgs& args, CUstream stream, const StageO
   project(&loaded.output_quantize, StageKind::output_projection, *output_function, *output_spec,
           kernels.output_projection_fp8, output, output_dequantized, loaded.output_dequantize,
           loaded.output_projection_dequantized);
+}
+
+std::vector<std::string> PrefillPlan::stage_kernels(StageKind stage, int num_tokens) const {
+  const std::string planned = compiled_.kernel(stage).name;
+  const bool qkv = stage == StageKind::qkv_projection;
+  if (!qkv && stage != StageKind::output_projection) return {planned};
+  const KernelPlan& kernels = compiled_.kernels_planned;
+  const int n = int(qkv ? qkv_row_width(compiled_.config) : compiled_.config.hidden_size);
+  switch (launched_projection_variant(kernels, stage, num_tokens, n, loaded_->multiprocessors)) {
+    case ProjectionVariant::small:
+      return {std::string(qkv ? kQkvProjectionSmallName : kOutputProjectionSmallName)};
+    case ProjectionVariant::dequantized:
+      return {std::string(qkv ? kQkvDequantizeName : kOutputDequantizeName),
+              std::string(qkv ? kQkvProjectionDequantizedName : kOutputProjectionDequantizedName)};
+    default:
+      return {planned};
+  }
 }
 
 void PrefillPlan::launch_input_norm(const InputNormArgs& args, CUstream stream) const {

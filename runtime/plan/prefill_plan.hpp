@@ -154,6 +154,11 @@ class PrefillPlan {
   void launch_input_norm(const InputNormArgs& args, CUstream stream) const;
   void launch_kv_store(const KvStoreArgs& args, CUstream stream) const;
 
+  // The kernels (PlannedKernel names, in launch order) that execute runs for `stage` on a chunk of
+  // `num_tokens` tokens: for a projection the planned GEMM, its small specialization or the dequantized
+  // path's two kernels (launched_projection_variant on this device's SMs); the stage's one kernel otherwise.
+  std::vector<std::string> stage_kernels(StageKind stage, int num_tokens) const;
+
  private:
   friend class ::attnplan::Runtime;
   struct Loaded;

@@ -64,6 +64,12 @@ TEST_CASE("attnplan bench times every stage and counts the work the host counts"
       CHECK(row["median_ms"].get<double>() <= row["max_ms"].get<double>());
       if (i < work.size()) {
         CHECK(row["stage"] == std::string(attnplan::plan::to_string(work[i].stage)));
+        // The kernel that ran: at 300 tokens both projections take their small specialization (Qwen3-8B's
+        // q|k|v in 192-wide tiles, o in 128-wide ones) on an H100 / H200's 132 SMs.
+        if (work[i].stage == attnplan::plan::StageKind::qkv_projection)
+          CHECK(row["kernel"] == "qkv_projection_small");
+        if (work[i].stage == attnplan::plan::StageKind::output_projection)
+          CHECK(row["kernel"] == "output_projection_small");
         CHECK(row["flops"].get<double>() == work[i].flops);
         CHECK(row["bytes"].get<double>() == work[i].bytes);
       }

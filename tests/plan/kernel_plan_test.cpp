@@ -95,6 +95,40 @@ TEST_CASE("sm_90a plans a small-M projection specialization only where its tilin
   CHECK_FALSE(plan::plan_kernels(quantized, config::Arch{9, 0, true}).output_projection_small);
 }
 
+TEST_CASE("a launch's projection variant: planned, small specialization or dequantized path",
+          "[plan][gemm]") {
+  using plan::ProjectionVariant;
+  using plan::StageKind;
+  const config::Arch hopper{9, 0, true};
+  const plan::KernelPlan bf16 = plan::plan_kernels(llama(), hopper);
+  const int qkv_n = int(plan::qkv_row_width(llama())), hidden = llama().hidden_size;
+  // 512 tokens on 132 SMs: q|k|v's 192-wide and o's 128-wide tiles fill one round; 8k keeps the plan's.
+  CHECK(plan::launched_projection_variant(bf16, StageKind::qkv_projection, 512, qkv_n, 132) ==
+        ProjectionVariant::small);
+  CHECK(plan::launched_projection_variant(bf16, StageKind::output_projection, 512, hidden, 132) ==
+        ProjectionVariant::small);
+  CHECK(plan::launched_projection_variant(bf16, StageKind::qkv_projection, 8192, qkv_n, 132) ==
+        ProjectionVariant::planned);
+  // 66 SMs: o's 128 narrow tiles take two rounds, its 64 wide ones one.
+  CHECK(plan::launched_projection_variant(bf16, StageKind::output_projection, 512, hidden, 66) ==
+        ProjectionVariant::planned);
+  // A weight-only 4-bit plan from its dequantized_min_tokens on; fp8 activations: the one e4m3 GEMM.
+  const config::AttentionConfig nvfp4 =
+      config::load_file(std::string(ATTNPLAN_SOURCE_DIR) + "/plans/llama-3.1-8b-nvfp4.json");
+  const plan::KernelPlan quantized = plan::plan_kernels(nvfp4, hopper);
+  REQUIRE(quantized.qkv_projection_dequantized);
+  const int from = plan::dequantized_min_tokens(quantized.qkv_projection_dequantized->dequantize.weights);
+  CHECK(plan::launched_projection_variant(quantized, StageKind::qkv_projection, from, qkv_n, 132) ==
+        ProjectionVariant::dequantized);
+  CHECK(plan::launched_projection_variant(quantized, StageKind::qkv_projection, from - 1, qkv_n, 132) ==
+        ProjectionVariant::planned);
+  const config::AttentionConfig fp8 =
+      config::load_file(std::string(ATTNPLAN_SOURCE_DIR) + "/plans/llama-3.1-8b-fp8-dynamic.json");
+  CHECK(plan::launched_projection_variant(plan::plan_kernels(fp8, hopper), StageKind::output_projection, 512,
+                                          hidden, 132) == ProjectionVariant::planned);
+  CHECK_THROWS_AS(plan::launched_projection_variant(bf16, StageKind::attention, 512, qkv_n, 132), Error);
+}
+
 TEST_CASE("a config with nothing to postprocess skips that kernel", "[plan]") {
   config::AttentionConfig config = llama();
   config.rotary.dim = 0;  // no RoPE, no norms
