@@ -5,7 +5,9 @@ tree's, and compares each kernel's PTX instruction by instruction, register numb
 strings normalized away. A kernel that compiles to the same instructions needs no new GPU evidence; one that
 differs is listed with a unified diff of its first differences. The specs are the given build's (its host
 code picks every kernel's traits): only the templates differ between the two sides. A plan the planner
-refuses for the arch (fp8 activations on sm_80, say) is listed as not planned and the others go on.
+refuses for the arch (fp8 activations on sm_80, say) is listed as not planned and the others go on; so is a
+plan the old templates fail to compile (a specialization they do not have, such as a new tile width): its
+kernels are listed as not comparable and count as differing.
 
     tools/ptx_diff.py BUILD/attnplan [--rev HEAD] [--arch sm_90a] [--context 3] plans/*.json
 
@@ -38,17 +40,23 @@ def normalized(ptx):
     return lines
 
 
-def compile_plans(attnplan, template_dir, cache_dir, arch, plans):
+def compile_plans(attnplan, template_dir, cache_dir, arch, plans, tolerate_failures=False):
     """({(plan, kernel name): cache key} of every kernel of `plans` compiled with `template_dir`,
-    {plan: reason} of the plans the planner refuses for `arch`, e.g. fp8 activations on sm_80)."""
+    {plan: reason} of the plans the planner refuses for `arch`, e.g. fp8 activations on sm_80, and, with
+    `tolerate_failures`, of the plans whose kernels fail to compile; without it such a failure exits)."""
     environment = dict(os.environ, ATTNPLAN_TEMPLATE_DIR=template_dir)
     keys, refused = {}, {}
     for plan in plans:  # one at a time: a plan refused for this arch must not hide the others
         result = subprocess.run([attnplan, "compile", plan, "--arch", arch, "--cache-dir", cache_dir,
                                  "--keep-ptx", "--json"], capture_output=True, text=True, env=environment)
         if result.returncode != 0:
-            if "config error" in result.stderr:  # the planner's refusal, not a template that fails to compile
-                refused[plan] = result.stderr.strip().splitlines()[-1].strip()
+            if "config error" in result.stderr or tolerate_failures:
+                # The planner's refusal, or (old templates) a specialization they cannot compile.
+                # A refusal's last line names the field; a compile failure's first error line says what
+                # failed (progress lines come before it, the log and the spec after).
+                lines = result.stderr.strip().splitlines() or ["(no message)"]
+                first_error = next((line for line in lines if "error" in line), lines[0])
+                refused[plan] = (lines[-1] if "config error" in result.stderr else first_error).strip()
                 continue
             sys.exit(f"ptx_diff: attnplan compile {plan} with templates from {template_dir} failed:\n"
                      f"{result.stderr}")
@@ -90,12 +98,22 @@ def main():
         for side, templates in (("old", os.path.join(old_tree, "templates")),
                                 ("new", os.path.join(root, "templates"))):
             cache = os.path.join(work, f"cache-{side}")
-            sides[side] = (cache, *compile_plans(args.attnplan, templates, cache, args.arch, args.plans))
+            sides[side] = (cache, *compile_plans(args.attnplan, templates, cache, args.arch, args.plans,
+                                                 tolerate_failures=side == "old"))
         differing = 0
-        # The planner is this build's on both sides (only the templates differ), so both refuse alike.
+        # The planner is this build's on both sides (only the templates differ), so both refuse alike; a
+        # plan refused only on the old side is one its templates cannot compile.
         for plan, reason in sides["new"][2].items():
             print(f"{os.path.basename(plan):60s} not planned for {args.arch}: {reason}")
+        uncompiled = {plan: reason for plan, reason in sides["old"][2].items() if plan not in sides["new"][2]}
+        for plan, reason in uncompiled.items():
+            kernels = sum(1 for key in sides["new"][1] if key[0] == plan)
+            print(f"{os.path.basename(plan):60s} {kernels} kernels not comparable: the templates at {args.rev} "
+                  f"do not compile this plan ({reason})")
+            differing += kernels
         for plan_kernel, new_key in sorted(sides["new"][1].items()):
+            if plan_kernel[0] in uncompiled:
+                continue
             old_key = sides["old"][1].get(plan_kernel)
             name = f"{os.path.basename(plan_kernel[0])} {plan_kernel[1]}"
             if old_key is None:

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Host tests of tools/ptx_diff.py (no GPU, no toolkit): in the PTX normalization register numbers,
 labels, register-count declarations and debug lines do not count as differences, an instruction, an
-operand or their order does; a plan the planner refuses for the arch is set aside, not fatal.
+operand or their order does; a plan the planner refuses for the arch is set aside, not fatal, and so is a
+plan the old templates cannot compile.
 
   python3 tests/tools/ptx_diff_test.py
 """
@@ -86,6 +87,12 @@ class CompilePlansTest(unittest.TestCase):
     def test_a_compile_failure_stops_the_tool(self):
         with self.assertRaises(SystemExit):
             ptx_diff.compile_plans(self.attnplan, "templates", self.work.name, "sm_80", ["broken.json"])
+
+    def test_the_old_side_sets_a_plan_it_cannot_compile_aside(self):
+        keys, failed = ptx_diff.compile_plans(self.attnplan, "templates", self.work.name, "sm_80",
+                                              ["a.json", "broken.json"], tolerate_failures=True)
+        self.assertEqual(keys, {("a.json", "attention"): "k-a.json"})
+        self.assertEqual(failed, {"broken.json": "attnplan: compile error: nvrtc failed"})
 
 
 if __name__ == "__main__":
