@@ -228,7 +228,7 @@ GemmKernelChoice choose_gemm_kernel(config::Arch arch, int m_hint, int n, int k,
   const int sms = typical_sm_count(arch);
   double best = 0;
   for (const GemmSm90Tiling& tiling : kTilings) {
-    if (!segments_fit(segment_widths, wgmma_segment_multiple(tiling.block_n))) continue;
+    if (!gemm_sm90_segments_fit(segment_widths, tiling.block_n)) continue;
     const double cost = gemm_sm90_cost(m_hint, n, tiling, sms);
     if (choice.kernel == GemmKernel::wgmma && cost >= best) continue;
     choice.kernel = GemmKernel::wgmma;
@@ -236,6 +236,10 @@ GemmKernelChoice choose_gemm_kernel(config::Arch arch, int m_hint, int n, int k,
     best = cost;
   }
   return choice;
+}
+
+bool gemm_sm90_segments_fit(std::span<const int> segment_widths, int block_n) {
+  return segments_fit(segment_widths, wgmma_segment_multiple(block_n));
 }
 
 double gemm_sm90_cost(int m, int n, const GemmSm90Tiling& tiling, int sms) {
@@ -577,24 +581,21 @@ void GemmSpec::check(const GemmParams& params) const {
   }
   if (kernel != GemmKernel::mma_sync) {
     require(params.k > 0, "K = 0: the wgmma kernel needs K > 0 (TMA dimensions are positive)");
-    // Weight rows per tile: wgmma_w4 tiles always span 128. 192-wide wgmma tiles may straddle segments,
-    // whose boundaries must then fall between 32-row W pieces.
+    // Every segment but the last a whole number of tiles (wgmma_w4's always span 128 weight rows), or of
+    // 32-row W pieces for the wgmma tiles that straddle segments (160, 192).
     const bool straddles = kernel == GemmKernel::wgmma && gemm_sm90_tiles_straddle(sm90.block_n);
-    const int tile_rows = kernel == GemmKernel::wgmma ? sm90.block_n : kGemmSm90W4BlockRows;
+    const int multiple =
+        kernel == GemmKernel::wgmma ? wgmma_segment_multiple(sm90.block_n) : kGemmSm90W4BlockRows;
     for (int s = 0; s + 1 < segments; ++s) {
       const int width = params.segments[s].n_end - params.segments[s].n_begin;
-      if (straddles) {
-        require(width % kGemmSm90WPieceRows == 0,
-                fmt::format("segments[{}] is {} wide, not a multiple of the wgmma kernel's {}-row W pieces "
-                            "(a piece would straddle two segments)",
-                            s, width, kGemmSm90WPieceRows));
-        continue;
-      }
-      require(
-          width % tile_rows == 0,
-          fmt::format("segments[{}] is {} wide, not a multiple of the {} kernel's {} weight rows per tile "
-                      "(a tile would straddle two segments)",
-                      s, width, gemm_kernel_name(kernel), tile_rows));
+      require(width % multiple == 0,
+              straddles
+                  ? fmt::format("segments[{}] is {} wide, not a multiple of the wgmma kernel's {}-row W "
+                                "pieces (a piece would straddle two segments)",
+                                s, width, multiple)
+                  : fmt::format("segments[{}] is {} wide, not a multiple of the {} kernel's {} weight rows "
+                                "per tile (a tile would straddle two segments)",
+                                s, width, gemm_kernel_name(kernel), multiple));
     }
   }
   if (kernel == GemmKernel::wgmma_w4) {

@@ -86,6 +86,11 @@ struct GemmKernelChoice {
 GemmKernelChoice choose_gemm_kernel(config::Arch arch, int m_hint, int n, int k,
                                     std::span<const int> segment_widths);
 
+// Whether the wgmma kernel's `block_n` tiles may run over these segment widths: every width but the last
+// a multiple of block_n (128, 256), or of 32 (160, 192: W in 32-row pieces; gemm_sm90_tiles_straddle).
+// GemmSpec::check applies the same rule to Params. Pure.
+bool gemm_sm90_segments_fit(std::span<const int> segment_widths, int block_n);
+
 // The switch of the sm_90a mixed-input kernel (wgmma_w4): when false, choose_w4_gemm_kernel never picks it
 // and 4-bit projections stay on the mma.sync kernel. One place to turn it off if it misbehaves on a GPU.
 bool sm90_w4_gemm_enabled();

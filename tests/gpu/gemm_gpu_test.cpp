@@ -61,16 +61,6 @@ std::string spec_name(const plan::GemmSpec& spec) {
 const plan::GemmSm90Tiling kSm90Tilings[] = {{256, 4}, {256, 4, 2}, {192, 4},   {192, 4, 2},
                                              {160, 5}, {128, 6},    {128, 6, 2}};
 
-// Whether `tiling` may run with these segment widths: every width but the last a whole number of tiles,
-// or of 32-row W pieces for the 192-wide tiles that straddle segments.
-bool sm90_tiling_fits(const plan::GemmSm90Tiling& tiling, const std::vector<int>& widths) {
-  const int multiple = gemm_sm90_tiles_straddle(tiling.block_n) ? kGemmSm90WPieceRows : tiling.block_n;
-  for (std::size_t s = 0; s + 1 < widths.size(); ++s) {
-    if (widths[s] % multiple != 0) return false;
-  }
-  return true;
-}
-
 // The specs a case runs: every mma.sync tiling; on sm_90a also the wgmma tilings the segments allow and
 // the heuristic's own pick.
 std::vector<plan::GemmSpec> specs_for(int segments, bool has_bias, const std::vector<int>& widths, int m,
@@ -80,7 +70,7 @@ std::vector<plan::GemmSpec> specs_for(int segments, bool has_bias, const std::ve
   const config::Arch arch = device_arch();
   if (arch.sm() == 90 && arch.arch_specific) {
     for (const plan::GemmSm90Tiling& tiling : kSm90Tilings) {
-      if (sm90_tiling_fits(tiling, widths))
+      if (plan::gemm_sm90_segments_fit(widths, tiling.block_n))
         specs.push_back({segments, has_bias, kTilings[0], plan::GemmKernel::wgmma, tiling});
     }
   }
@@ -632,7 +622,7 @@ void time_wgmma_tilings(int copies, double warmup_ms) {
       const plan::GemmKernelChoice choice = plan::choose_gemm_kernel(arch, m, n, k, shape.widths);
       std::vector<std::uint16_t> baseline;
       for (const plan::GemmSm90Tiling& tiling : kSm90Tilings) {
-        if (!sm90_tiling_fits(tiling, shape.widths)) continue;
+        if (!plan::gemm_sm90_segments_fit(shape.widths, tiling.block_n)) continue;
         const plan::GemmSpec spec{int(shape.widths.size()), false, kTilings[0], plan::GemmKernel::wgmma,
                                   tiling};
         for (const GemmParams& params : per_copy) spec.check(params);

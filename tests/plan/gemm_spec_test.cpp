@@ -337,6 +337,14 @@ TEST_CASE("gemm spec for wgmma: stub, shared memory, persistent launch shape, se
   CHECK(message.find("segments[0] is 4080 wide, not a multiple of the wgmma kernel's 32-row W pieces") !=
         std::string::npos);
   CHECK(mid.dynamic_shared_bytes() == 4 * (128 + 192) * 64 * 2 + 4 * 64 * 64 * 2 + 8 * 8 + 1024);
+  // The same rule over plain widths (the heuristic's): whole tiles for 128 and 256, whole pieces for 160/192.
+  const int llama_widths[] = {4096, 1024, 1024}, one_kv[] = {4096, 128, 128}, pieces[] = {160, 96, 200};
+  CHECK(gemm_sm90_segments_fit(llama_widths, 256));
+  CHECK_FALSE(gemm_sm90_segments_fit(one_kv, 256));
+  CHECK(gemm_sm90_segments_fit(one_kv, 128));
+  CHECK(gemm_sm90_segments_fit(pieces, 160));
+  CHECK(gemm_sm90_segments_fit(pieces, 192));
+  CHECK_FALSE(gemm_sm90_segments_fit(pieces, 128));
   CHECK(gemm_sm90_w_box_rows(192, 1, 3) == 32);  // the pieces' TMA box
   CHECK(gemm_sm90_w_box_rows(192, 2, 1) == 96);  // one segment: the CTA's whole share
   CHECK(gemm_sm90_w_box_rows(256, 2, 3) == 128);
