@@ -201,6 +201,54 @@ compiler::KernelSource sm90_w4_source(const GemmSpec& spec) {
   return source;
 }
 
+// The wgmma_decode kernel's stub: the format's policy of gemm.cuh is its decoder.
+compiler::KernelSource sm90_decode_source(const GemmSpec& spec) {
+  if (!sm90_decode_gemm_supports(spec.weights)) {
+    throw Error(Stage::input,
+                fmt::format("gemm: the wgmma_decode kernel reads mxfp4, nvfp4, 4-bit affine, mxfp8 and fp8 "
+                            "weight-only weights (codes in rows of bytes), not {}{}",
+                            config::to_string(spec.weights.format),
+                            spec.weights.format == WeightFormat::affine
+                                ? fmt::format(" with {} bits and groups of {}", spec.weights.bits,
+                                              spec.weights.group_size)
+                                : ""));
+  }
+  if (spec.sm90.block_n != 128 && spec.sm90.block_n != 160 && spec.sm90.block_n != 192) {
+    throw Error(Stage::input,
+                fmt::format("gemm: block_n {} with the wgmma_decode kernel (128, 160 or 192: the "
+                            "decoders' registers)",
+                            spec.sm90.block_n));
+  }
+  compiler::KernelSource source;
+  source.family = "gemm_sm90_decode";
+  source.header = "attnplan/gemm_sm90_decode.cuh";
+  source.traits = "attnplan::kernels::GemmSm90DecodeTraits";
+  source.kernel = "attnplan::kernels::gemm_sm90_decode_kernel";
+  source.grid_constant = true;  // the tensor maps must stay in parameter memory
+  source.arguments = {{"block_n", std::to_string(spec.sm90.block_n)},
+                      {"stages", std::to_string(spec.sm90.stages)},
+                      {"code_stages", std::to_string(spec.sm90.code_stages)},
+                      {"segments", std::to_string(spec.segments)},
+                      {"has_bias", cxx_bool(spec.has_bias)},
+                      {"weights", weight_policy(spec.weights)}};
+  source.spec = {{"family", source.family},
+                 {"kernel", gemm_kernel_name(spec.kernel)},
+                 {"block_m", kGemmSm90BlockM},
+                 {"block_n", spec.sm90.block_n},
+                 {"block_k", kGemmSm90BlockK},
+                 {"stages", spec.sm90.stages},
+                 {"code_stages", spec.sm90.code_stages},
+                 {"segments", spec.segments},
+                 {"has_bias", spec.has_bias},
+                 {"weights",
+                  {{"format", config::to_string(spec.weights.format)},
+                   {"bits", weight_bits(spec.weights)},
+                   {"group_size", spec.weights.group_size},
+                   {"policy", weight_policy(spec.weights)}}},
+                 {"dynamic_shared_bytes", spec.dynamic_shared_bytes()}};
+  return source;
+}
+
 }  // namespace
 
 std::string_view gemm_kernel_name(GemmKernel kernel) {
@@ -209,6 +257,8 @@ std::string_view gemm_kernel_name(GemmKernel kernel) {
       return "wgmma";
     case GemmKernel::wgmma_w4:
       return "wgmma_w4";
+    case GemmKernel::wgmma_decode:
+      return "wgmma_decode";
     default:
       return "mma_sync";
   }
@@ -315,6 +365,54 @@ GemmKernelChoice choose_w4_gemm_kernel(const config::WeightEncoding& encoding, c
   };
   choice.kernel = GemmKernel::wgmma_w4;
   choice.sm90 = cost(kWide, 1.0) <= cost(kNarrow, 1.1) ? kWide : kNarrow;
+  return choice;
+}
+
+bool sm90_decode_gemm_supports(const config::WeightEncoding& encoding) {
+  switch (encoding.format) {
+    case WeightFormat::mxfp4:
+    case WeightFormat::nvfp4:
+    case WeightFormat::mxfp8:
+      return true;
+    case WeightFormat::affine:
+      return encoding.bits == 4 &&
+             (encoding.group_size == 32 || encoding.group_size == 64 || encoding.group_size == 128);
+    case WeightFormat::fp8:  // weight-only: fp8 activations take gemm_sm90_fp8.cuh
+      return encoding.activation == config::ActivationType::bf16;
+    default:
+      return false;
+  }
+}
+
+GemmSm90Tiling gemm_sm90_decode_tiling(int block_n, int bits) {
+  constexpr int kSharedLimit = 227 * 1024;
+  for (int code_stages = 4; code_stages >= 3; --code_stages) {
+    for (int stages = 6; stages >= 3; --stages) {
+      if (gemm_sm90_decode_dynamic_shared_bytes(block_n, stages, code_stages, bits) <= kSharedLimit)
+        return {.block_n = block_n, .stages = stages, .cluster_m = 1, .code_stages = code_stages};
+    }
+  }
+  return {.block_n = block_n, .stages = 2, .cluster_m = 1, .code_stages = 2};  // no tiling of ours gets here
+}
+
+GemmKernelChoice choose_decode_gemm_kernel(const config::WeightEncoding& encoding, config::Arch arch,
+                                           int m_hint, int n, int k, std::span<const int> segment_widths) {
+  if (!sm90_decode_gemm_supports(encoding)) return {};
+  const int bits = weight_bits(encoding);
+  if (k <= 0 || k % (128 / bits) != 0) return {};  // 16-byte rows of codes (TMA strides)
+  if (arch.sm() != 90 || !arch.arch_specific || n <= 0 || segment_widths.empty()) return {};
+  // The bf16 kernel's cost model over the widths the decoders have registers for (192, 160, 128).
+  GemmKernelChoice choice;
+  const int sms = typical_sm_count(arch);
+  double best = 0;
+  for (const int block_n : {192, 160, 128}) {
+    if (!gemm_sm90_segments_fit(segment_widths, block_n)) continue;
+    const GemmSm90Tiling tiling = gemm_sm90_decode_tiling(block_n, bits);
+    const double cost = gemm_sm90_cost(m_hint, n, tiling, sms);
+    if (choice.kernel == GemmKernel::wgmma_decode && cost >= best) continue;
+    choice = {GemmKernel::wgmma_decode, tiling};
+    best = cost;
+  }
   return choice;
 }
 
@@ -439,6 +537,7 @@ compiler::KernelSource GemmSpec::source() const {
                 "gemm: block_n 160 with clusters (a CTA's half, 80 rows, is not whole 32-row W pieces)");
   }
   if (kernel == GemmKernel::wgmma_w4) return sm90_w4_source(*this);
+  if (kernel == GemmKernel::wgmma_decode) return sm90_decode_source(*this);
   compiler::KernelSource source;
   if (kernel == GemmKernel::wgmma) {
     source.family = "gemm_sm90";
@@ -507,17 +606,19 @@ int GemmSpec::dynamic_shared_bytes() const {
   if (kernel == GemmKernel::wgmma) return gemm_sm90_dynamic_shared_bytes(sm90.block_n, sm90.stages);
   if (kernel == GemmKernel::wgmma_w4)
     return gemm_sm90_w4_dynamic_shared_bytes(sm90.block_n, sm90.stages, weight_bits(weights));
+  if (kernel == GemmKernel::wgmma_decode)
+    return gemm_sm90_decode_dynamic_shared_bytes(sm90.block_n, sm90.stages, sm90.code_stages,
+                                                 weight_bits(weights));
   return gemm_dynamic_shared_bytes(tiling.block_m, tiling.block_n, tiling.block_k, tiling.stages,
                                    weight_bits(weights));
 }
 
 driver::LaunchShape GemmSpec::launch_shape(int m, int n, int multiprocessors) const {
   const bool wgmma = kernel != GemmKernel::mma_sync;
-  // wgmma_w4 tiles are [block_n tokens, 128 weight rows].
-  const int block_m = kernel == GemmKernel::wgmma ? kGemmSm90BlockM : wgmma ? sm90.block_n : tiling.block_m;
-  const int block_n = kernel == GemmKernel::wgmma ? sm90.block_n
-                      : wgmma                     ? kGemmSm90W4BlockRows
-                                                  : tiling.block_n;
+  // wgmma_w4 tiles are [block_n tokens, 128 weight rows]; wgmma_decode's are the bf16 kernel's.
+  const bool bf16_tiles = kernel == GemmKernel::wgmma || kernel == GemmKernel::wgmma_decode;
+  const int block_m = bf16_tiles ? kGemmSm90BlockM : wgmma ? sm90.block_n : tiling.block_m;
+  const int block_n = bf16_tiles ? sm90.block_n : wgmma ? kGemmSm90W4BlockRows : tiling.block_n;
   // Clusters of the bf16 wgmma kernel take tiles in columns of cluster_m (the last one padded).
   const int cluster = kernel == GemmKernel::wgmma ? sm90.cluster_m : 1;
   std::int64_t tiles = ceil_div(m, block_m * cluster) * cluster * ceil_div(n, block_n);
@@ -583,9 +684,9 @@ void GemmSpec::check(const GemmParams& params) const {
     require(params.k > 0, "K = 0: the wgmma kernel needs K > 0 (TMA dimensions are positive)");
     // Every segment but the last a whole number of tiles (wgmma_w4's always span 128 weight rows), or of
     // 32-row W pieces for the wgmma tiles that straddle segments (160, 192).
-    const bool straddles = kernel == GemmKernel::wgmma && gemm_sm90_tiles_straddle(sm90.block_n);
-    const int multiple =
-        kernel == GemmKernel::wgmma ? wgmma_segment_multiple(sm90.block_n) : kGemmSm90W4BlockRows;
+    const bool bf16_tiles = kernel == GemmKernel::wgmma || kernel == GemmKernel::wgmma_decode;
+    const bool straddles = bf16_tiles && gemm_sm90_tiles_straddle(sm90.block_n);
+    const int multiple = bf16_tiles ? wgmma_segment_multiple(sm90.block_n) : kGemmSm90W4BlockRows;
     for (int s = 0; s + 1 < segments; ++s) {
       const int width = params.segments[s].n_end - params.segments[s].n_begin;
       require(width % multiple == 0,
@@ -611,6 +712,13 @@ void GemmSpec::check(const GemmParams& params) const {
             fmt::format("K = {} is not a multiple of {} (the wgmma_w4 kernel's 16-byte rows of {}-bit codes)",
                         params.k, 128 / bits, bits));
   }
+  if (kernel == GemmKernel::wgmma_decode) {
+    const int bits = weight_bits(weights);
+    require(params.k % (128 / bits) == 0,
+            fmt::format("K = {} is not a multiple of {} (the wgmma_decode kernel's 16-byte rows of {}-bit "
+                        "codes)",
+                        params.k, 128 / bits, bits));
+  }
 }
 
 GemmSm90Params make_gemm_sm90_params(const GemmSpec& spec, const GemmParams& params) {
@@ -630,6 +738,26 @@ GemmSm90Params make_gemm_sm90_params(const GemmSpec& spec, const GemmParams& par
   return sm90;
 }
 
+GemmSm90Params make_gemm_sm90_decode_params(const GemmSpec& spec, const GemmParams& params) {
+  GemmSm90Params sm90{};
+  sm90.gemm = params;
+  encode_tensor_map(sm90.a_map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, params.a, params.k, params.m, params.lda,
+                    kGemmSm90BlockK, kGemmSm90BlockM, "gemm a");
+  const int bits = weight_bits(spec.weights);
+  const long long row_bytes = static_cast<long long>(params.k) * bits / 8;
+  for (int s = 0; s < spec.segments; ++s) {
+    const GemmSegment& segment = params.segments[s];
+    // Bytes [rows, K * bits / 8]: boxes of 64 k (32 or 64 bytes) of a tile's rows, or of 32-row pieces
+    // where tiles straddle segments, unswizzled.
+    encode_tensor_map(sm90.w_maps[s], CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, segment.weight, row_bytes,
+                      segment.n_end - segment.n_begin, row_bytes, kGemmSm90BlockK * bits / 8,
+                      gemm_sm90_w_box_rows(spec.sm90.block_n, 1, spec.segments),
+                      fmt::format("gemm segments[{}].weight", s), CU_TENSOR_MAP_SWIZZLE_NONE);
+  }
+  encode_gemm_c_map(sm90.c_map, params);
+  return sm90;
+}
+
 void launch_gemm(const driver::Function& function, const GemmSpec& spec, const GemmParams& params,
                  CUstream stream, int multiprocessors) {
   if (params.m == 0 || params.n == 0) return;
@@ -638,6 +766,8 @@ void launch_gemm(const driver::Function& function, const GemmSpec& spec, const G
     driver::launch(function, shape, stream, make_gemm_sm90_params(spec, params));
   } else if (spec.kernel == GemmKernel::wgmma_w4) {
     driver::launch(function, shape, stream, make_gemm_sm90_w4_params(spec, params));
+  } else if (spec.kernel == GemmKernel::wgmma_decode) {
+    driver::launch(function, shape, stream, make_gemm_sm90_decode_params(spec, params));
   } else {
     driver::launch(function, shape, stream, params);
   }
@@ -687,6 +817,7 @@ void DequantizeSpec::check(const DequantizeParams& params) const {
 }
 
 int dequantized_min_tokens(const config::WeightEncoding& weights) {
+  if (sm90_decode_gemm_supports(weights)) return kDecodeMaxTokens;
   const bool slow_short_kernel = !sm90_w4_gemm_supports(weights) || weights.format == WeightFormat::nvfp4 ||
                                  weights.format == WeightFormat::mxfp4 || is_awq(weights);
   return slow_short_kernel ? 512 : 1024;

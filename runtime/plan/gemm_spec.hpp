@@ -12,6 +12,7 @@
 #include <string_view>
 
 #include "attnplan/gemm_params.h"
+#include "attnplan/gemm_sm90_decode_params.h"
 #include "attnplan/gemm_sm90_params.h"
 #include "attnplan/gemm_sm90_w4_params.h"
 #include "compiler/kernel_source.hpp"
@@ -51,9 +52,12 @@ enum class GemmKernel {
   mma_sync,  // gemm.cuh: cp.async + mma.sync m16n8k16, sm_80 and later
   wgmma,     // gemm_sm90.cuh: TMA + wgmma, warp-specialized and persistent, sm_90a only
   wgmma_w4,  // gemm_sm90_w4.cuh: the same structure for 4-bit weights (register A operand), sm_90a only
+  // gemm_sm90_decode.cuh: the wgmma kernel whose producer warpgroup decodes 4- or 8-bit weight codes into
+  // its W slots (bf16 in shared memory, both wgmma operands from there), sm_90a only
+  wgmma_decode,
 };
 
-std::string_view gemm_kernel_name(GemmKernel kernel);  // "mma_sync", "wgmma", "wgmma_w4"
+std::string_view gemm_kernel_name(GemmKernel kernel);  // "mma_sync", "wgmma", "wgmma_w4", "wgmma_decode"
 
 // The sm_90a kernels' shape: tile [128, block_n] of C, K slices of 64, a ring of `stages` slots. For
 // wgmma_w4 the tile is [block_n tokens, 128 weight rows] (block_n is then the token tile, the wgmma N).
@@ -64,6 +68,8 @@ struct GemmSm90Tiling {
   // CTAs per cluster along M (bf16 wgmma kernel only): 2 = pairs of vertically adjacent tiles share each
   // W slice by TMA multicast (gemm_sm90.cuh), 1 = no clusters.
   int cluster_m = 1;
+  // wgmma_decode only: slots of codes [block_n, 64] in flight beside the ring (gemm_sm90_decode_tiling).
+  int code_stages = 0;
 
   friend bool operator==(const GemmSm90Tiling&, const GemmSm90Tiling&) = default;
 };
@@ -90,6 +96,25 @@ GemmKernelChoice choose_gemm_kernel(config::Arch arch, int m_hint, int n, int k,
 // a multiple of block_n (128, 256), or of 32 (160, 192: W in 32-row pieces; gemm_sm90_tiles_straddle).
 // GemmSpec::check applies the same rule to Params. Pure.
 bool gemm_sm90_segments_fit(std::span<const int> segment_widths, int block_n);
+
+// Whether the decoding wgmma kernel (wgmma_decode) reads `encoding`: codes in rows of bytes [N, K * bits
+// / 8] in k order — mxfp4, nvfp4, 4-bit affine (groups 32, 64, 128), fp8 weight-only (any scale
+// granularity), mxfp8.
+bool sm90_decode_gemm_supports(const config::WeightEncoding& encoding);
+
+// The decoding kernel's ring for block_n-wide tiles (128, 160, 192) of `bits`-bit codes: 4 code slots (3
+// slices of codes in flight ahead of the decoders: the loads come from HBM) where they fit beside 3 or
+// more ring slots, else 3; then as many ring slots as fit in 227 KiB (4-bit: 4 at 192 and 160, 5 at 128).
+// Pure.
+GemmSm90Tiling gemm_sm90_decode_tiling(int block_n, int bits);
+
+// The decoding kernel for a quantized [m_hint, k] x [k, n] product on `arch` (segments as in
+// choose_gemm_kernel), or mma_sync where it cannot run: sm_90a, a format it reads, K a multiple of 128 /
+// bits, segments the tiles allow. block_n: the least gemm_sm90_cost of 192, 160 and 128 (the consumers
+// are the bf16 kernel's; 256 leaves the decoders too few registers), the wider on a tie; no clusters; the
+// ring is gemm_sm90_decode_tiling's. Pure.
+GemmKernelChoice choose_decode_gemm_kernel(const config::WeightEncoding& encoding, config::Arch arch,
+                                           int m_hint, int n, int k, std::span<const int> segment_widths);
 
 // The switch of the sm_90a mixed-input kernel (wgmma_w4): when false, choose_w4_gemm_kernel never picks it
 // and 4-bit projections stay on the mma.sync kernel. One place to turn it off if it misbehaves on a GPU.
@@ -175,6 +200,10 @@ GemmSm90Params make_gemm_sm90_params(const GemmSpec& spec, const GemmParams& par
 // segment's codes.
 GemmSm90Params make_gemm_sm90_w4_params(const GemmSpec& spec, const GemmParams& params);
 
+// The wgmma_decode kernel's Params (gemm_sm90_decode_params.h): the bf16 kernel's A and C maps and one map
+// of each segment's code bytes.
+GemmSm90Params make_gemm_sm90_decode_params(const GemmSpec& spec, const GemmParams& params);
+
 // Queues spec's kernel for `params` on `stream` (encoding the tensor maps for wgmma). `multiprocessors`:
 // the device's SM count (the wgmma kernel's persistent grid). Nothing is launched when M or N is 0.
 void launch_gemm(const driver::Function& function, const GemmSpec& spec, const GemmParams& params,
@@ -192,8 +221,13 @@ void launch_gemm(const driver::Function& function, const GemmSpec& spec, const G
 // (act-order GPTQ 0.454 ms against 0.132 dequantized), wgmma_w4's nvfp4 decode (0.122 against 0.083),
 // mxfp4 (0.088 against 0.081) and AWQ (0.088 against 0.085) — and 1024 for the others, which tie or win at
 // 512 (mxfp8 0.083 both ways; GPTQ, MLX affine and fp8 block ahead by 4-23%) and so keep the workspace the
-// path needs for plans of fewer tokens.
+// path needs for plans of fewer tokens. The formats of the decoding kernel (sm90_decode_gemm_supports):
+// kDecodeMaxTokens (session 16, docs/kernels-notes.md).
 int dequantized_min_tokens(const config::WeightEncoding& weights);
+
+// Launches of a format the decoding kernel reads run it below this many rows, the dequantized path from
+// there on.
+inline constexpr int kDecodeMaxTokens = 2048;
 
 struct DequantizeSpec {
   int segments = 1;

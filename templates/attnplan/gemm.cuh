@@ -208,6 +208,26 @@ struct Nvfp4Weights : E2m1Codes<Nvfp4Weights> {
   }
 };
 
+// Two codes of one weight row (one byte, low nibble = the lower k; 8-bit: the low 16 bits) -> a bf16 pair,
+// lower k in the low half (the wgmma A fragment order, and k order in a row of W). scale: the row's group
+// scale divided by Format::code_pair_unit (exact: a power of two); offset: the affine offset. One rounding,
+// to bf16. The sm_90a kernels that decode codes (gemm_sm90_w4.cuh, gemm_sm90_decode.cuh) share it.
+template <class Format>
+__device__ __forceinline__ unsigned dequantize_code_pair(unsigned byte, float scale, float offset) {
+  const float2 codes = Format::code_pair(byte);
+  float low, high;
+  if constexpr (Format::has_offset) {
+    low = fmaf(codes.x, scale, offset);
+    high = fmaf(codes.y, scale, offset);
+  } else {
+    (void)offset;
+    low = codes.x * scale;
+    high = codes.y * scale;
+  }
+  const __nv_bfloat162 pair = __floats2bfloat162_rn(low, high);
+  return *reinterpret_cast<const unsigned*>(&pair);
+}
+
 // Word-copied formats. Their packed [block_n, block_k] slice is no array of 16-byte row chunks: GPTQ and AWQ
 // store W transposed ([K, N], packed along K or N), and MLX rows of 3, 5 or 6 bits are not 16 bytes per K
 // tile. The pipeline copies such a slice as a tile of 32-bit words, [tile_rows, tile_columns], each word

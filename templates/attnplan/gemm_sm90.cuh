@@ -65,7 +65,8 @@ struct GemmSm90Traits {
   static constexpr int ring_bytes = stages * slot_bytes;
   static constexpr int dynamic_shared_bytes = gemm_sm90_dynamic_shared_bytes(block_n, stages);
 
-  // Registers per thread after setmaxnreg: 128 x 40 + 256 x 232 = 64512 <= 64 K.
+  // Registers per thread after setmaxnreg: 128 x 40 + 256 x 232 = 64512, the 384 x 168 the CTA launched
+  // with (the consumers' setmaxnreg.inc can only take what the producer's .dec gave back).
   static constexpr int producer_registers = 40;
   static constexpr int consumer_registers = 232;
 
@@ -91,20 +92,22 @@ struct GemmSm90Traits {
   static_assert(block_k * 2 == sm90::kSwizzle128Bytes, "a slot row is one 128-byte swizzle row");
   static_assert(consumer_rows == kGemmSm90StoreBox, "a staging box holds a consumer warpgroup's 64 rows");
   static_assert(dynamic_shared_bytes <= 227 * 1024, "more shared memory than an H100/H200 SM gives a CTA");
-  static_assert(producer_registers * 128 + consumer_registers * 128 * consumers <= 65536,
-                "setmaxnreg targets exceed the register file");
+  static_assert(producer_registers * 128 + consumer_registers * 128 * consumers <=
+                    threads * (65536 / threads / 8 * 8),
+                "setmaxnreg targets exceed the registers the CTA launched with");
 };
 
 // Pieces the warp-specialized sm_90a GEMMs share (this kernel and gemm_sm90_w4.cuh).
 
-// Every ring slot's "full" barrier (one arrival: the producer's arrive_expect_tx, plus the TMA bytes) and
-// "empty" barrier (kEmptyArrivals: one per consumer warp), initialized by thread 0 and made visible to
-// every thread and to the async proxy before anyone uses them. Call with the whole CTA.
-template <int kStages, unsigned kEmptyArrivals>
+// Every ring slot's "full" barrier (kFullArrivals: the producer's arrive_expect_tx, plus the TMA bytes;
+// gemm_sm90_decode.cuh adds its decoder warps) and "empty" barrier (kEmptyArrivals: one per consumer
+// warp), initialized by thread 0 and made visible to every thread and to the async proxy before anyone
+// uses them. Call with the whole CTA.
+template <int kStages, unsigned kEmptyArrivals, unsigned kFullArrivals = 1>
 __device__ __forceinline__ void init_ring_barriers(unsigned full_barriers, unsigned empty_barriers) {
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
-      sm90::mbarrier_init(full_barriers + 8 * s, 1);
+      sm90::mbarrier_init(full_barriers + 8 * s, kFullArrivals);
       sm90::mbarrier_init(empty_barriers + 8 * s, kEmptyArrivals);
     }
     sm90::fence_barrier_init();
@@ -160,90 +163,17 @@ __device__ __forceinline__ void produce_ring(const GemmSm90Params& params, unsig
   }
 }
 
-// grid: [min(tiles, SMs)] persistent CTAs, block: [Traits::threads], dynamic shared memory:
-// Traits::dynamic_shared_bytes.
+// The consumer warpgroups' side of the ring (this kernel and gemm_sm90_decode.cuh, whose producer decodes
+// W into the same slots): warpgroup c = 1, 2 owns tile rows [64 (c - 1), 64 c) of every tile of the walk,
+// multiplies each slot with wgmma (both operands from shared memory), releases it, and stores its rows
+// (gemm_sm90_epilogue.cuh). Each slot holds A [128, 64] then W [block_n, 64], 128-byte swizzled.
 template <class Traits>
-__global__ void __launch_bounds__(Traits::threads, 1)
-    gemm_sm90_kernel(const __grid_constant__ GemmSm90Params params) {
-#if ATTNPLAN_SM90A_ENABLED
-  extern __shared__ __align__(1024) unsigned char shared[];
-  // The ring, 1024-byte aligned (dynamic shared memory is only guaranteed 16), the epilogue's staging
-  // boxes, then the barriers.
-  const unsigned ring = (sm90::smem_address(shared) + 1023u) & ~1023u;
-  const unsigned staging = ring + Traits::ring_bytes;                  // [consumers][2] store boxes
-  const unsigned full_barriers = staging + kGemmSm90StagingBytes;      // [stages] x 8 bytes
-  const unsigned empty_barriers = full_barriers + Traits::stages * 8;  // [stages] x 8 bytes
-  const GemmParams& gemm = params.gemm;
-
-  const int warpgroup = threadIdx.x / 128;
-  init_ring_barriers<Traits::stages, Traits::empty_arrivals>(full_barriers, empty_barriers);
+__device__ __forceinline__ void consume_tiles(const GemmSm90Params& params, unsigned ring, unsigned staging,
+                                              unsigned full_barriers, unsigned empty_barriers, int warpgroup,
+                                              const TileWalk<Traits::cluster_m, Traits::group_m>& walk,
+                                              int k_tiles) {
   constexpr bool clustered = Traits::cluster_m > 1;
-  // The other CTA's barriers must be initialized before this one multicasts into it or arrives on them.
-  if constexpr (clustered) sm90::cluster_sync();
-  const unsigned rank = clustered ? sm90::cluster_rank() : 0u;
-
-  const int tiles_m = (gemm.m + Traits::block_m - 1) / Traits::block_m;
-  const int tiles_n = (gemm.n + Traits::block_n - 1) / Traits::block_n;
-  const int k_tiles = (gemm.k + Traits::block_k - 1) / Traits::block_k;
-  const TileWalk<Traits::cluster_m, Traits::group_m> walk{tiles_m, tiles_n, rank};
-
-  if (warpgroup == 0) {
-    // Producer: one thread issues every TMA load.
-    sm90::setmaxnreg_decrease<Traits::producer_registers>();
-    if (threadIdx.x == 0) {
-      produce_ring<Traits::stages, Traits::slot_bytes, Traits::segments, Traits::group_m, Traits::cluster_m>(
-          params, ring, full_barriers, empty_barriers, tiles_m, tiles_n, k_tiles,
-          [&](TileCoordinates coordinates, int k_tile, unsigned a_slot, unsigned full) {
-            const int n0 = coordinates.n * Traits::block_n;
-            if constexpr (Traits::straddles) {
-              // The A slice, then this CTA's share of the W slice in 32-row pieces, each read through the
-              // map of the segment it lies in (a piece past N reads zeros; clusters as below).
-              const int m_tile = clustered ? min(coordinates.m, tiles_m - 1) : coordinates.m;
-              sm90::tma_load_2d(a_slot, &params.a_map, full, k_tile * Traits::block_k,
-                                m_tile * Traits::block_m);
-              const int share = static_cast<int>(rank) * Traits::b_rows_per_cta;
-#pragma unroll
-              for (int piece = 0; piece < Traits::b_rows_per_cta; piece += Traits::w_box_rows) {
-                const SegmentTile w_piece = segment_tile<Traits::segments>(params, n0 + share + piece);
-                const unsigned destination =
-                    a_slot + Traits::a_slot_bytes + (share + piece) * sm90::kSwizzle128Bytes;
-                if constexpr (clustered) {
-                  sm90::tma_load_2d_multicast(destination, w_piece.map, full, k_tile * Traits::block_k,
-                                              w_piece.row,
-                                              static_cast<unsigned short>((1u << Traits::cluster_m) - 1u));
-                } else {
-                  sm90::tma_load_2d(destination, w_piece.map, full, k_tile * Traits::block_k, w_piece.row);
-                }
-              }
-            } else if constexpr (clustered) {
-              const SegmentTile w_tile = segment_tile<Traits::segments>(params, n0);
-              // The second CTA's tile past M (odd row tiles) reads the last tile's rows: any bytes do,
-              // nothing of it is stored.
-              const int m_tile = min(coordinates.m, tiles_m - 1);
-              sm90::tma_load_2d(a_slot, &params.a_map, full, k_tile * Traits::block_k,
-                                m_tile * Traits::block_m);
-              // This CTA's share of the W slice, into the same place of every CTA's slot.
-              const unsigned share = rank * Traits::b_rows_per_cta;
-              sm90::tma_load_2d_multicast(a_slot + Traits::a_slot_bytes + share * sm90::kSwizzle128Bytes,
-                                          w_tile.map, full, k_tile * Traits::block_k,
-                                          w_tile.row + static_cast<int>(share),
-                                          static_cast<unsigned short>((1u << Traits::cluster_m) - 1u));
-            } else {
-              const SegmentTile w_tile = segment_tile<Traits::segments>(params, n0);
-              sm90::tma_load_2d(a_slot, &params.a_map, full, k_tile * Traits::block_k,
-                                coordinates.m * Traits::block_m);
-              sm90::tma_load_2d(a_slot + Traits::a_slot_bytes, w_tile.map, full, k_tile * Traits::block_k,
-                                w_tile.row);
-            }
-          },
-          rank);
-    }
-    // The other CTA may still multicast into this one's ring and arrive on its barriers until it is done.
-    if constexpr (clustered) sm90::cluster_sync();
-    return;
-  }
-
-  // Consumers: warpgroup c = 1, 2 owns tile rows [64 (c - 1), 64 c).
+  const GemmParams& gemm = params.gemm;
   sm90::setmaxnreg_increase<Traits::consumer_registers>();
   const int thread = threadIdx.x % 128;
   const int lane = thread % 32;
@@ -334,6 +264,93 @@ __global__ void __launch_bounds__(Traits::threads, 1)
   // The staging boxes must outlive their stores' reads (shared memory goes with the CTA); waiting for the
   // writes too costs nothing at the end.
   if (thread == 0) sm90::bulk_wait_group<0>();
+}
+
+// grid: [min(tiles, SMs)] persistent CTAs, block: [Traits::threads], dynamic shared memory:
+// Traits::dynamic_shared_bytes.
+template <class Traits>
+__global__ void __launch_bounds__(Traits::threads, 1)
+    gemm_sm90_kernel(const __grid_constant__ GemmSm90Params params) {
+#if ATTNPLAN_SM90A_ENABLED
+  extern __shared__ __align__(1024) unsigned char shared[];
+  // The ring, 1024-byte aligned (dynamic shared memory is only guaranteed 16), the epilogue's staging
+  // boxes, then the barriers.
+  const unsigned ring = (sm90::smem_address(shared) + 1023u) & ~1023u;
+  const unsigned staging = ring + Traits::ring_bytes;                  // [consumers][2] store boxes
+  const unsigned full_barriers = staging + kGemmSm90StagingBytes;      // [stages] x 8 bytes
+  const unsigned empty_barriers = full_barriers + Traits::stages * 8;  // [stages] x 8 bytes
+  const GemmParams& gemm = params.gemm;
+
+  const int warpgroup = threadIdx.x / 128;
+  init_ring_barriers<Traits::stages, Traits::empty_arrivals>(full_barriers, empty_barriers);
+  constexpr bool clustered = Traits::cluster_m > 1;
+  // The other CTA's barriers must be initialized before this one multicasts into it or arrives on them.
+  if constexpr (clustered) sm90::cluster_sync();
+  const unsigned rank = clustered ? sm90::cluster_rank() : 0u;
+
+  const int tiles_m = (gemm.m + Traits::block_m - 1) / Traits::block_m;
+  const int tiles_n = (gemm.n + Traits::block_n - 1) / Traits::block_n;
+  const int k_tiles = (gemm.k + Traits::block_k - 1) / Traits::block_k;
+  const TileWalk<Traits::cluster_m, Traits::group_m> walk{tiles_m, tiles_n, rank};
+
+  if (warpgroup == 0) {
+    // Producer: one thread issues every TMA load.
+    sm90::setmaxnreg_decrease<Traits::producer_registers>();
+    if (threadIdx.x == 0) {
+      produce_ring<Traits::stages, Traits::slot_bytes, Traits::segments, Traits::group_m, Traits::cluster_m>(
+          params, ring, full_barriers, empty_barriers, tiles_m, tiles_n, k_tiles,
+          [&](TileCoordinates coordinates, int k_tile, unsigned a_slot, unsigned full) {
+            const int n0 = coordinates.n * Traits::block_n;
+            if constexpr (Traits::straddles) {
+              // The A slice, then this CTA's share of the W slice in 32-row pieces, each read through the
+              // map of the segment it lies in (a piece past N reads zeros; clusters as below).
+              const int m_tile = clustered ? min(coordinates.m, tiles_m - 1) : coordinates.m;
+              sm90::tma_load_2d(a_slot, &params.a_map, full, k_tile * Traits::block_k,
+                                m_tile * Traits::block_m);
+              const int share = static_cast<int>(rank) * Traits::b_rows_per_cta;
+#pragma unroll
+              for (int piece = 0; piece < Traits::b_rows_per_cta; piece += Traits::w_box_rows) {
+                const SegmentTile w_piece = segment_tile<Traits::segments>(params, n0 + share + piece);
+                const unsigned destination =
+                    a_slot + Traits::a_slot_bytes + (share + piece) * sm90::kSwizzle128Bytes;
+                if constexpr (clustered) {
+                  sm90::tma_load_2d_multicast(destination, w_piece.map, full, k_tile * Traits::block_k,
+                                              w_piece.row,
+                                              static_cast<unsigned short>((1u << Traits::cluster_m) - 1u));
+                } else {
+                  sm90::tma_load_2d(destination, w_piece.map, full, k_tile * Traits::block_k, w_piece.row);
+                }
+              }
+            } else if constexpr (clustered) {
+              const SegmentTile w_tile = segment_tile<Traits::segments>(params, n0);
+              // The second CTA's tile past M (odd row tiles) reads the last tile's rows: any bytes do,
+              // nothing of it is stored.
+              const int m_tile = min(coordinates.m, tiles_m - 1);
+              sm90::tma_load_2d(a_slot, &params.a_map, full, k_tile * Traits::block_k,
+                                m_tile * Traits::block_m);
+              // This CTA's share of the W slice, into the same place of every CTA's slot.
+              const unsigned share = rank * Traits::b_rows_per_cta;
+              sm90::tma_load_2d_multicast(a_slot + Traits::a_slot_bytes + share * sm90::kSwizzle128Bytes,
+                                          w_tile.map, full, k_tile * Traits::block_k,
+                                          w_tile.row + static_cast<int>(share),
+                                          static_cast<unsigned short>((1u << Traits::cluster_m) - 1u));
+            } else {
+              const SegmentTile w_tile = segment_tile<Traits::segments>(params, n0);
+              sm90::tma_load_2d(a_slot, &params.a_map, full, k_tile * Traits::block_k,
+                                coordinates.m * Traits::block_m);
+              sm90::tma_load_2d(a_slot + Traits::a_slot_bytes, w_tile.map, full, k_tile * Traits::block_k,
+                                w_tile.row);
+            }
+          },
+          rank);
+    }
+    // The other CTA may still multicast into this one's ring and arrive on its barriers until it is done.
+    if constexpr (clustered) sm90::cluster_sync();
+    return;
+  }
+
+  // Consumers: warpgroup c = 1, 2 owns tile rows [64 (c - 1), 64 c).
+  consume_tiles<Traits>(params, ring, staging, full_barriers, empty_barriers, warpgroup, walk, k_tiles);
   if constexpr (clustered) sm90::cluster_sync();  // see the producer's
 #else
   (void)params;

@@ -113,25 +113,6 @@ struct GemmSm90W4Traits {
                 "setmaxnreg targets exceed the register file");
 };
 
-// Two codes (one byte: low nibble = the lower k) of one weight row -> a bf16 pair, lower k in the low half
-// (the wgmma A fragment order). scale: the row's group scale divided by Format::code_pair_unit (exact:
-// a power of two); offset: the affine offset. One rounding, to bf16.
-template <class Format>
-__device__ __forceinline__ unsigned dequantize_code_pair(unsigned byte, float scale, float offset) {
-  const float2 codes = Format::code_pair(byte);
-  float low, high;
-  if constexpr (Format::has_offset) {
-    low = fmaf(codes.x, scale, offset);
-    high = fmaf(codes.y, scale, offset);
-  } else {
-    (void)offset;
-    low = codes.x * scale;
-    high = codes.y * scale;
-  }
-  const __nv_bfloat162 pair = __floats2bfloat162_rn(low, high);
-  return *reinterpret_cast<const unsigned*>(&pair);
-}
-
 // grid: [min(tiles, SMs)] persistent CTAs, block: [Traits::threads], dynamic shared memory:
 // Traits::dynamic_shared_bytes.
 template <class Traits>

@@ -47,11 +47,15 @@ std::string tiling_name(const plan::GemmTiling& t) {
          std::to_string(t.stages);
 }
 
-// "128x128x32/4" for mma.sync, "wgmma 128x256x64/4" and "wgmma_w4 256x128x64/6" for the sm_90a kernels.
+// "128x128x32/4" for mma.sync, "wgmma 128x256x64/4", "wgmma_w4 256x128x64/6" and "wgmma_decode
+// 128x192x64/4+4" for the sm_90a kernels.
 std::string spec_name(const plan::GemmSpec& spec) {
   if (spec.kernel == plan::GemmKernel::mma_sync) return tiling_name(spec.tiling);
   if (spec.kernel == plan::GemmKernel::wgmma_w4)  // tokens x weight rows
     return "wgmma_w4 " + std::to_string(spec.sm90.block_n) + "x128x64/" + std::to_string(spec.sm90.stages);
+  if (spec.kernel == plan::GemmKernel::wgmma_decode)  // ring slots + code slots
+    return "wgmma_decode 128x" + std::to_string(spec.sm90.block_n) + "x64/" +
+           std::to_string(spec.sm90.stages) + "+" + std::to_string(spec.sm90.code_stages);
   return "wgmma 128x" + std::to_string(spec.sm90.block_n) + "x64/" + std::to_string(spec.sm90.stages) +
          (spec.sm90.cluster_m > 1 ? " x" + std::to_string(spec.sm90.cluster_m) : "");
 }
@@ -283,10 +287,12 @@ QuantizedProblem quantized_problem(const config::WeightEncoding& weights, int m,
 }
 
 // A quantized W against reference::linear over reference::dequantize of the same bytes: every mma.sync
-// tiling, or the given tilings of the sm_90a wgmma_w4 kernel; poisoned C with guard columns.
+// tiling, or the given tilings of an sm_90a kernel (wgmma_w4 or wgmma_decode); poisoned C with guard
+// columns.
 void check_quantized_gemm(const config::WeightEncoding& weights, int m, int k, const std::vector<int>& widths,
                           bool has_bias, std::uint64_t seed,
-                          const std::vector<plan::GemmSm90Tiling>& w4_tilings = {}) {
+                          const std::vector<plan::GemmSm90Tiling>& sm90_tilings = {},
+                          plan::GemmKernel sm90_kernel = plan::GemmKernel::wgmma_w4) {
   gpu().context.make_current();
   QuantizedProblem problem = quantized_problem(weights, m, k, widths, has_bias, seed);
   const int n = problem.n;
@@ -298,9 +304,9 @@ void check_quantized_gemm(const config::WeightEncoding& weights, int m, int k, c
   spec.has_bias = has_bias;
   spec.weights = weights;
   std::vector<plan::GemmSpec> kernels;
-  if (!w4_tilings.empty()) {
-    for (const plan::GemmSm90Tiling& tiling : w4_tilings) {
-      spec.kernel = plan::GemmKernel::wgmma_w4;
+  if (!sm90_tilings.empty()) {
+    for (const plan::GemmSm90Tiling& tiling : sm90_tilings) {
+      spec.kernel = sm90_kernel;
       spec.sm90 = tiling;
       kernels.push_back(spec);
     }
@@ -879,6 +885,189 @@ TEST_CASE("quantized weight GEMM speed: wgmma_w4 and the dequantized path vs bf1
             choice.sm90 == tiling && m < plan::dequantized_min_tokens(encodings[f]) ? "<- plan" : "");
         CHECK(unwritten == 0);
         CHECK(difference < 1e-2);
+      }
+    }
+  }
+}
+
+namespace {
+
+// The formats the sm_90a decoding kernel reads (codes in rows of bytes).
+std::vector<config::WeightEncoding> decode_encodings() {
+  std::vector<config::WeightEncoding> encodings;
+  for (auto format : {config::WeightFormat::mxfp4, config::WeightFormat::nvfp4}) {
+    config::WeightEncoding encoding;
+    encoding.format = format;
+    encodings.push_back(encoding);
+  }
+  for (int group : {32, 64, 128}) encodings.push_back(testing::affine_encoding(4, group));
+  for (const config::WeightEncoding& encoding : testing::sm90_w8_encodings()) encodings.push_back(encoding);
+  return encodings;
+}
+
+int code_bits(const config::WeightEncoding& encoding) {
+  return encoding.format == config::WeightFormat::fp8 || encoding.format == config::WeightFormat::mxfp8 ? 8
+                                                                                                        : 4;
+}
+
+}  // namespace
+
+// The sm_90a decoding GEMM (wgmma_decode: the producer warpgroup decodes the codes into the bf16 kernel's W
+// slots) against the reference, per format, every tile width, on shapes that are no tile multiple.
+// Run: test_gpu "[gemm_decode]".
+TEST_CASE("sm_90a decoding weight GEMM matches the reference per format", "[gpu][gemm][gemm_decode]") {
+  const config::Arch arch = device_arch();
+  if (arch.sm() != 90 || !arch.arch_specific) {
+    WARN("wgmma_decode needs sm_90a; " << arch.name() << " skips it");
+    return;
+  }
+  std::uint64_t seed = 6700;
+  for (const config::WeightEncoding& weights : decode_encodings()) {
+    const int bits = code_bits(weights);
+    std::vector<plan::GemmSm90Tiling> all, straddling;
+    for (const int block_n : {192, 160, 128}) all.push_back(plan::gemm_sm90_decode_tiling(block_n, bits));
+    for (const int block_n : {192, 160}) straddling.push_back(plan::gemm_sm90_decode_tiling(block_n, bits));
+    const auto decode = plan::GemmKernel::wgmma_decode;
+    // M 1000 (7.8 tiles of 128), N 1536 + 64 (a ragged last segment), K 4096, bias; every width.
+    check_quantized_gemm(weights, 1000, 4096, {1536, 64}, true, seed++, all, decode);
+    // K past the last whole slot where the group allows (4064 = 63.5 slots; groups of 64: 4032, of 128:
+    // 3968), no bias.
+    const int k_tail = weights.group_size == 128 ? 3968 : (weights.group_size == 64 ? 4032 : 4064);
+    check_quantized_gemm(weights, 1000, k_tail, {1536, 64}, false, seed++, {all[0], all[1]}, decode);
+    // q | k | v segments of 32-row multiples that 160- and 192-wide tiles straddle (code pieces from two
+    // segments), few tokens, bias; then one token.
+    const int k_few = 2880 - (weights.group_size == 128 ? 64 : 0);
+    check_quantized_gemm(weights, 37, k_few, {4064, 1056, 1000}, true, seed++, straddling, decode);
+    check_quantized_gemm(weights, 1, k_few, {128, 128, 8}, true, seed++, {all[2]}, decode);
+  }
+}
+
+// The 4-bit rows of issue #6 on the decoding kernel: Llama-3.1-8B q|k|v (6144 = 4096 | 1024 | 1024, K 4096)
+// and o (4096 x 4096), gpt-oss-20b q|k|v (5120 x 2880) at 512, 2048 and 8192 tokens; per format the
+// dequantized path (dequantize + the bf16 GEMM, timed as one; the plan's pick from dequantized_min_tokens),
+// wgmma_w4 (choose_w4_gemm_kernel's tiling) and wgmma_decode (choose_decode_gemm_kernel's, "<-", then the
+// other widths), next to the bf16 GEMM of the same shape. Median of 20 CUDA-event timings after 5 warm-up
+// launches, L2-warm (the 4-bit weights fit in L2; the dequantized path's bf16 W does not). Every output is
+// compared with the dequantized path's (same bf16 weights: rel. L2 ~0). Run: test_gpu "[.gemm_decode_speed]".
+TEST_CASE("decoding weight GEMM speed: wgmma_decode against wgmma_w4, the dequantized path and bf16",
+          "[.gemm_decode_speed][gpu][gemm]") {
+  const config::Arch arch = device_arch();
+  if (arch.sm() != 90 || !arch.arch_specific) {
+    WARN("wgmma_decode needs sm_90a; " << arch.name() << " skips it");
+    return;
+  }
+  struct Shape {
+    const char* name;
+    int n, k;
+    std::vector<int> widths;
+  };
+  const Shape shapes[] = {{"Llama-3.1-8B q|k|v", 6144, 4096, {4096, 1024, 1024}},
+                          {"Llama-3.1-8B o", 4096, 4096, {4096}},
+                          {"gpt-oss-20b q|k|v", 5120, 2880, {4096, 512, 512}}};
+  const std::vector<config::WeightEncoding> all = decode_encodings();
+  const std::vector<config::WeightEncoding> encodings = {all[0], all[1], all[3],
+                                                         all[7]};  // mxfp4 nvfp4 g64 fp8 block
+  gpu().context.make_current();
+  std::mt19937_64 rng(16);
+  driver::Stream stream = driver::Stream::create();
+  std::printf("\n%-19s %5s %5s %5s  %-22s %-32s %10s %10s %s\n", "shape", "M", "N", "K", "weights", "kernel",
+              "median ms", "TFLOP/s", "vs bf16");
+  for (const Shape& shape : shapes) {
+    const int n = shape.n, k = shape.k;
+    const int segments = int(shape.widths.size());
+    const driver::DeviceBuffer d_w =
+        driver::DeviceBuffer::from_host(random_bf16(std::size_t(n) * k, rng, 0.0, 1.0 / std::sqrt(k)));
+    driver::DeviceBuffer d_dequantized(std::size_t(n) * k * 2);
+    std::vector<QuantizedWeights> quantized;
+    for (std::size_t f = 0; f < encodings.size(); ++f)
+      quantized.push_back(upload_quantized(encodings[f], k, shape.widths, {}, 900 + f));
+    for (const int m : {512, 2048, 8192}) {
+      const driver::DeviceBuffer d_a =
+          driver::DeviceBuffer::from_host(random_bf16(std::size_t(m) * k, rng, 0.1, 1.0));
+      driver::DeviceBuffer d_c(std::size_t(m) * n * 2);
+      GemmParams params = dense_gemm_params(d_a, d_c, m, n, k, n);
+      gpu().context.synchronize();
+      const auto tflops = [&](double ms) { return 2.0 * m * n * double(k) / (ms * 1e-3) / 1e12; };
+      const auto row = [&](const std::string& weights, const std::string& kernel, double ms, double bf16_ms,
+                           const char* note) {
+        std::printf("%-19s %5d %5d %5d  %-22s %-32s %10.4f %10.1f %.2fx %s\n", shape.name, m, n, k,
+                    weights.c_str(), kernel.c_str(), ms, tflops(ms), bf16_ms / ms, note);
+      };
+
+      // bf16: the plan's pick for this M (its small-launch tiling where that is cheaper).
+      const plan::GemmKernelChoice bf16_choice = plan::choose_gemm_kernel(arch, m, n, k, shape.widths);
+      const plan::GemmKernelChoice bf16_small = plan::choose_gemm_kernel(arch, 512, n, k, shape.widths);
+      plan::GemmSpec bf16{segments, false, plan::choose_gemm_tiling(m, n, k, arch), bf16_choice.kernel,
+                          bf16_choice.sm90};
+      if (plan::choose_gemm_variant(m, n, bf16_choice.sm90, bf16_small.sm90, device_multiprocessors()).small)
+        bf16.sm90 = bf16_small.sm90;
+      int bounds = 0;
+      for (int s = 0; s < segments; ++s) {
+        params.segments[s] = {d_w.data<const bf16_bits>() + std::size_t(bounds) * k, nullptr, bounds,
+                              bounds + shape.widths[s]};
+        bounds += shape.widths[s];
+      }
+      bf16.check(params);
+      const double bf16_ms = median_launch_ms(bf16, params, stream);
+      row("bf16", spec_name(bf16), bf16_ms, bf16_ms, "");
+
+      for (std::size_t f = 0; f < encodings.size(); ++f) {
+        const config::WeightEncoding& weights = encodings[f];
+        std::copy(std::begin(quantized[f].segments), std::end(quantized[f].segments),
+                  std::begin(params.segments));
+        // The dequantized path: the baseline every other output is compared with.
+        const plan::DequantizeSpec dequantize{segments, weights};
+        const DequantizeParams dequantize_params{params, d_dequantized.data<bf16_bits>()};
+        dequantize.check(dequantize_params);
+        const GemmParams on_dequantized = plan::dequantized_gemm_params(params, dequantize_params.weight);
+        plan::GemmSpec dequantized_gemm = bf16;
+        dequantized_gemm.check(on_dequantized);
+        const driver::Function& dequantize_function = kernel_function(dequantize.source(), 0);
+        const driver::Function& gemm = gemm_function(dequantized_gemm);
+        d_c.fill_bytes_async(kPoisonByte, stream.handle());
+        const double dequantized_ms = median_ms(
+            [&] {
+              plan::launch_dequantize(dequantize_function, dequantize, dequantize_params, stream.handle());
+              plan::launch_gemm(gemm, dequantized_gemm, on_dequantized, stream.handle(),
+                                device_multiprocessors());
+            },
+            stream);
+        const std::vector<std::uint16_t> baseline = d_c.download_all<std::uint16_t>();
+        row(encoding_name(weights), "dequantize + " + spec_name(dequantized_gemm), dequantized_ms, bf16_ms,
+            m >= plan::dequantized_min_tokens(weights) ? "(plan today)" : "");
+        CHECK(std::count(baseline.begin(), baseline.end(), kPoisonBits) == 0);
+
+        const auto time_spec = [&](const plan::GemmSpec& spec, const char* note) {
+          spec.check(params);
+          d_c.fill_bytes_async(kPoisonByte, stream.handle());
+          const double ms = median_launch_ms(spec, params, stream);
+          const std::vector<std::uint16_t> output = d_c.download_all<std::uint16_t>();
+          const std::size_t unwritten = std::size_t(std::count(output.begin(), output.end(), kPoisonBits));
+          const double difference = reference::relative_l2_error(to_doubles(baseline), to_doubles(output));
+          row(encoding_name(weights), spec_name(spec), ms, bf16_ms, note);
+          std::printf("%-19s %36s rel. L2 vs dequantized %.2e, unwritten %zu\n", "", "", difference,
+                      unwritten);
+          CHECK(unwritten == 0);
+          CHECK(difference < 1e-2);
+        };
+        const plan::GemmKernelChoice w4 = plan::choose_w4_gemm_kernel(weights, arch, m, n, k, shape.widths);
+        if (w4.kernel == plan::GemmKernel::wgmma_w4) {
+          plan::GemmSpec spec{segments, false, bf16.tiling, w4.kernel, w4.sm90};
+          spec.weights = weights;
+          time_spec(spec, m < plan::dequantized_min_tokens(weights) ? "(plan today)" : "");
+        }
+        const plan::GemmKernelChoice decode =
+            plan::choose_decode_gemm_kernel(weights, arch, m, n, k, shape.widths);
+        REQUIRE(decode.kernel == plan::GemmKernel::wgmma_decode);
+        plan::GemmSpec spec{segments, false, bf16.tiling, decode.kernel, decode.sm90};
+        spec.weights = weights;
+        time_spec(spec, "<- choose_decode_gemm_kernel");
+        for (const int block_n : {192, 160, 128}) {
+          if (block_n == decode.sm90.block_n || !plan::gemm_sm90_segments_fit(shape.widths, block_n))
+            continue;
+          spec.sm90 = plan::gemm_sm90_decode_tiling(block_n, code_bits(weights));
+          time_spec(spec, "");
+        }
       }
     }
   }

@@ -45,8 +45,9 @@ inline void check_wgmma_asynchronous(const compiler::CompiledKernel& kernel) {
 // A warp-specialized GEMM (gemm_sm90*.cuh) compiled for sm_90a with its PTX, and what every one of them
 // must show: no spills, no stack, no wgmma serialized or waited on by ptxas, all shared memory dynamic, at
 // most 168 registers at launch (65536 / 384; setmaxnreg then moves them to the consumers), TMA loads and the
-// consumers' setmaxnreg to 232.
-inline compiler::CompiledKernel compile_sm90a_gemm(const compiler::KernelSource& source) {
+// consumers' setmaxnreg (232, or the decoding kernel's 208).
+inline compiler::CompiledKernel compile_sm90a_gemm(const compiler::KernelSource& source,
+                                                   int consumer_registers = 232) {
   INFO(source.render_stub());
   compiler::CompiledKernel kernel =
       source_tree_compiler().compile(source, compiler::CompileOptions{.arch = kSm90a, .keep_ptx = true});
@@ -57,7 +58,8 @@ inline compiler::CompiledKernel compile_sm90a_gemm(const compiler::KernelSource&
   CHECK(kernel.resources.shared_bytes == 0);
   CHECK(kernel.resources.registers <= 168);
   CHECK(kernel.ptx.find("cp.async.bulk.tensor.2d") != std::string::npos);
-  CHECK(kernel.ptx.find("setmaxnreg.inc.sync.aligned.u32 232") != std::string::npos);
+  CHECK(kernel.ptx.find("setmaxnreg.inc.sync.aligned.u32 " + std::to_string(consumer_registers)) !=
+        std::string::npos);
   return kernel;
 }
 

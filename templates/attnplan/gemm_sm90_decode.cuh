@@ -1,0 +1,298 @@
+// The sm_90a decoding projection GEMM: C[M, N] = A[M, K] · dequant(W)[N, K]^T (+ bias[N]) for weights whose
+// codes are rows of bytes [N, K * bits / 8] in k order: 4-bit mxfp4, nvfp4 and MLX affine (two codes per
+// byte, low nibble first), 8-bit e4m3fn (fp8 weight-only, mxfp8); bf16 activations, fp32 accumulation, one
+// rounding of each weight to bf16 and one of each output — the semantics of gemm.cuh and gemm_sm90_w4.cuh.
+//
+// It is gemm_sm90.cuh with another producer. Short launches of a 4-bit projection are compute-bound, like
+// bf16 ones: the mixed-input kernel (gemm_sm90_w4.cuh) loses there because its consumers decode between
+// their wgmmas, and the dequantized path (dequantize.cuh, then the bf16 GEMM) because it writes and reads
+// W as bf16 once per launch. Here warpgroup 0 decodes instead of only streaming: its thread 0 issues the TMA
+// loads (A [128, 64] bf16 into each ring slot as the bf16 kernel does, and the slice's codes into a ring of
+// `code_stages` code slots, code_stages - 1 slices ahead), and all its 128 threads turn each code slice into
+// the bf16 W slice [block_n, 64], 128-byte swizzled exactly as TMA writes it, in the ring slot beside A.
+// The consumers are the bf16 kernel's (consume_tiles): they read W from shared memory as if TMA had loaded
+// it. Each slot's "full" barrier completes with the A bytes and one arrival per decoder warp (after its
+// writes and a proxy fence: wgmma reads through the async proxy).
+//
+// Decoder thread t writes the 8 k [8 (t % 8), + 8) of rows t / 8 + 16 i of every slice: a warp's 4-byte
+// (8-byte) code loads cover 4 whole code rows, conflict-free, and its 16-byte stores 4 whole swizzled W
+// rows, 4 wavefronts. The 8 k share one group scale (groups are multiples of 8; the scales come through
+// L1). Rows past N and k past K are written as zeros (their codes are TMA's zero fill; their scales are not
+// read).
+//
+// Tails and segments as gemm_sm90.cuh: any M and N, K a multiple of 128 / bits (16-byte code rows, a TMA
+// requirement), every segment but the last a multiple of block_n (128, 256) or of 32 (160, 192: codes come
+// in 32-row pieces, each from its own segment's map). No clusters.
+//
+// Compiles for every target; its body exists only for sm_90a (ATTNPLAN_SM90A_ENABLED) and traps elsewhere.
+#pragma once
+
+#include "attnplan/gemm.cuh"
+#include "attnplan/gemm_sm90.cuh"
+#include "attnplan/gemm_sm90_decode_params.h"
+#include "attnplan/wgmma.cuh"
+
+namespace attnplan::kernels {
+
+// kFormat: a row-byte policy of gemm.cuh with code_pair and group_scale (group_offset where has_offset):
+// Mxfp4Weights, Nvfp4Weights, AffineWeights<4, group>, Fp8Weights<granularity> or Mxfp8Weights.
+template <int kBlockN, int kStages, int kCodeStages, int kSegments, bool kHasBias, class kFormat>
+struct GemmSm90DecodeTraits : GemmSm90Traits<kBlockN, kStages, kSegments, kHasBias> {
+  using Base = GemmSm90Traits<kBlockN, kStages, kSegments, kHasBias>;
+  using Format = kFormat;
+  static constexpr int bits = Format::bits;  // 4 or 8 per code
+  static constexpr int code_stages = kCodeStages;
+  static constexpr int code_row_bytes = Base::block_k * bits / 8;  // 32 or 64: one row's codes of a slice
+  static constexpr int code_chunk_bytes = bits;                    // 8 codes: one decoder step
+  static constexpr int code_slot_bytes = gemm_sm90_decode_code_slot_bytes(kBlockN, bits);
+  static constexpr int code_ring_bytes = code_stages * code_slot_bytes;
+  static constexpr int dynamic_shared_bytes =
+      gemm_sm90_decode_dynamic_shared_bytes(kBlockN, kStages, kCodeStages, bits);
+  static constexpr int chunks_per_row = Base::block_k / 8;    // 8-k steps per W slice row
+  static constexpr int rows_per_pass = 128 / chunks_per_row;  // 16 rows per decoder pass
+  static constexpr int passes = kBlockN / rows_per_pass;      // steps per thread per slice
+  static constexpr int group_size = Format::group_size > 0 ? Format::group_size : (1 << 30);  // -1: a row
+
+  // Registers after setmaxnreg. The CTA keeps what it was launched with, 384 x 168 (the launch bound's
+  // 65536 / 384, rounded down to 8): what the consumers' setmaxnreg.inc takes, the decoders' .dec must
+  // have given back first, or .inc waits forever. So 128 x decoder + 256 x consumer <= 384 x 168. The
+  // consumers of a tile up to 192 wide (96 accumulators) fit in 208, leaving the decoders 88: a slice's
+  // scales and codes; a 128-wide tile's (64) in 184, leaving 136 (at 88, ptxas spilled the 8-bit decoders).
+  // (A 256-wide tile's consumers need 232, which would leave 40: no room to keep the scale loads of a slice
+  // in flight, so there is no 256-wide decoding kernel.)
+  static constexpr int launch_registers = 168;
+  static constexpr int consumer_registers = 184;
+  static constexpr int decoder_registers = 3 * launch_registers - 2 * consumer_registers;
+  // Full-barrier arrivals per phase: thread 0's arrive_expect_tx for A, then one per decoder warp.
+  static constexpr unsigned full_arrivals = 1 + 4;
+  static constexpr int decoder_barrier = 3;  // named barrier of warpgroup 0 (1, 2: the epilogue's)
+
+  static_assert(bits == 4 || bits == 8, "4-bit codes two per byte, or 8-bit bytes");
+  static_assert(kBlockN <= 192, "the consumers' 96 accumulators at most (see consumer_registers)");
+  static_assert(
+      !requires { Format::k_major_words; } && !requires { Format::n_major_words; },
+      "codes in rows of bytes, k order (not GPTQ's or AWQ's words)");
+  static_assert(Base::cluster_m == 1, "no clusters");
+  static_assert(group_size % 8 == 0, "the 8 k of a decoder step share one group scale");
+  static_assert(kBlockN % rows_per_pass == 0, "every decoder thread writes the same rows per slice");
+  static_assert(Base::w_box_rows * code_row_bytes % 128 == 0 && code_slot_bytes % 1024 == 0,
+                "code pieces 128-byte aligned, and the staging boxes after the code ring 1024-byte aligned");
+  static_assert(code_stages >= 2, "the code ring needs at least two slots");
+  static_assert(dynamic_shared_bytes <= 227 * 1024, "more shared memory than an H100/H200 SM gives a CTA");
+  static_assert(decoder_registers >= 24 && decoder_registers % 8 == 0, "setmaxnreg takes 24..256, by 8");
+  static_assert(launch_registers == 65536 / Base::threads / 8 * 8, "the registers each thread launches with");
+};
+
+// The 8 codes of one row a decoder step reads: 4 bytes of 4-bit codes, 8 of 8-bit ones.
+template <int kBits>
+struct CodeWord {
+  using type = unsigned;
+};
+template <>
+struct CodeWord<8> {
+  using type = uint2;
+};
+
+// A decoder thread's group scales (and affine offsets) for its steps of one slice: step i is W row
+// n0 + 16 i + thread / 8, k k0 + 8 (thread % 8). 0 past N or past K (whose codes are TMA's zeros), so those
+// steps write zeros. All loaded before any step, unconditionally: one L2 round trip per slice, not one
+// per step (docs/kernels-notes.md, "Session 16": one per step ran the kernel at 0.1-0.3x the bf16 one).
+template <class Traits>
+struct SliceScales {
+  using Format = typename Traits::Format;
+  float scale[Traits::passes];
+  float offset[Format::has_offset ? Traits::passes : 1];
+
+  __device__ __forceinline__ void load(const GemmParams& gemm, int n0, int k0, int thread) {
+    const int k = k0 + 8 * (thread % Traits::chunks_per_row);
+    const bool in_k = k < gemm.k;
+    const int group = in_k ? k / Traits::group_size : 0;
+#pragma unroll
+    for (int pass = 0; pass < Traits::passes; ++pass) {
+      const int n = n0 + Traits::rows_per_pass * pass + thread / Traits::chunks_per_row;
+      const bool valid = in_k && n < gemm.n;
+      // Every step loads, from a row and group that exist (row N - 1, group 0 past them), and the value
+      // is dropped after: a load under `valid` would be a branch per step, and each step's load would
+      // wait for the one before (12 L2 round trips per slice instead of one).
+      const int row = min(n, gemm.n - 1);
+      const GemmSegment segment = segment_of<Traits::segments>(gemm, row);
+      const float s = Format::group_scale(segment, row - segment.n_begin, group, gemm.k);
+      scale[pass] = valid ? s : 0.0f;
+      if constexpr (Format::has_offset) {
+        const float b = Format::group_offset(segment, row - segment.n_begin, group, gemm.k);
+        offset[pass] = valid ? b : 0.0f;
+      }
+    }
+  }
+};
+
+// Decoder thread `thread` (0..127) of warpgroup 0: its steps of one slice, codes [block_n, 64 k] at `codes`
+// -> W [block_n, 64] bf16 at `w` (128-byte swizzle: the 16-byte chunk c of row r sits at chunk c ^ (r % 8)),
+// with the slice's scales. n0, k0: the slice's first W row and k. Each value is code * s (+ offset) in f32,
+// rounded once to bf16, as the dequantize kernel and the mma.sync loaders compute it: s / code_pair_unit is
+// exact (a power of two), except for E2M1 scales within 2^14 of overflow (E8M0 exponents 241 and up), which
+// take the format's own guarded decode.
+template <class Traits>
+__device__ __forceinline__ void decode_slice(const GemmParams& gemm, const unsigned char* codes,
+                                             unsigned char* w, const SliceScales<Traits>& scales, int n0,
+                                             int k0, int thread) {
+  using Format = typename Traits::Format;
+  using Codes = typename CodeWord<Traits::bits>::type;
+  const int chunk = thread % Traits::chunks_per_row;
+  const int first_row = thread / Traits::chunks_per_row;
+  // Every step's codes first: shared loads that no store of the slice has to wait behind.
+  Codes words[Traits::passes];
+#pragma unroll
+  for (int pass = 0; pass < Traits::passes; ++pass) {
+    words[pass] = *reinterpret_cast<const Codes*>(
+        codes + (Traits::rows_per_pass * pass + first_row) * Traits::code_row_bytes +
+        chunk * Traits::code_chunk_bytes);
+  }
+#pragma unroll
+  for (int pass = 0; pass < Traits::passes; ++pass) {
+    const int row = Traits::rows_per_pass * pass + first_row;  // of the slice
+    const float s = scales.scale[pass];
+    const float offset = Format::has_offset ? scales.offset[Format::has_offset ? pass : 0] : 0.0f;
+    unsigned pairs[4];
+    constexpr float kUnit = Format::code_pair_unit;
+    bool unfolded = false;
+    if constexpr (kUnit != 1.0f) unfolded = fabsf(s) > 0x1.fffffep+127f * kUnit;  // NaN folds
+    if (unfolded) {
+      if constexpr (kUnit != 1.0f) {
+        const int n = n0 + row;
+        const GemmSegment segment = segment_of<Traits::segments>(gemm, n);
+        float values[8];
+        Format::dequantize(codes + row * Traits::code_row_bytes + chunk * Traits::code_chunk_bytes, segment,
+                           n - segment.n_begin, k0 + 8 * chunk, gemm.k, values);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const __nv_bfloat162 pair = __floats2bfloat162_rn(values[2 * e], values[2 * e + 1]);
+          pairs[e] = *reinterpret_cast<const unsigned*>(&pair);
+        }
+      }
+    } else if constexpr (Traits::bits == 4) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        pairs[e] = dequantize_code_pair<Format>(words[pass] >> (8 * e), s * (1.0f / kUnit), offset);
+    } else {
+      const unsigned halves[2] = {words[pass].x, words[pass].y};
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        pairs[e] = dequantize_code_pair<Format>(halves[e / 2] >> (16 * (e % 2)), s, offset);
+    }
+    *reinterpret_cast<uint4*>(w + row * sm90::kSwizzle128Bytes + ((chunk ^ (row % 8)) << 4)) =
+        make_uint4(pairs[0], pairs[1], pairs[2], pairs[3]);
+  }
+}
+
+// grid: [min(tiles, SMs)] persistent CTAs, block: [Traits::threads], dynamic shared memory:
+// Traits::dynamic_shared_bytes.
+template <class Traits>
+__global__ void __launch_bounds__(Traits::threads, 1)
+    gemm_sm90_decode_kernel(const __grid_constant__ GemmSm90Params params) {
+#if ATTNPLAN_SM90A_ENABLED
+  extern __shared__ __align__(1024) unsigned char shared[];
+  // The ring (1024-byte aligned: dynamic shared memory is only guaranteed 16), the code ring, the
+  // epilogue's staging boxes, then the barriers.
+  const unsigned ring = (sm90::smem_address(shared) + 1023u) & ~1023u;
+  unsigned char* const ring_pointer = shared + (ring - sm90::smem_address(shared));
+  const unsigned code_ring = ring + Traits::ring_bytes;
+  const unsigned staging = code_ring + Traits::code_ring_bytes;        // [consumers][2] store boxes
+  const unsigned full_barriers = staging + kGemmSm90StagingBytes;      // [stages] x 8 bytes
+  const unsigned empty_barriers = full_barriers + Traits::stages * 8;  // [stages] x 8 bytes
+  const unsigned code_barriers = empty_barriers + Traits::stages * 8;  // [code_stages] x 8 bytes
+  const GemmParams& gemm = params.gemm;
+
+  const int warpgroup = threadIdx.x / 128;
+  if (threadIdx.x == 0) {  // made visible with the ring's barriers below
+    for (int s = 0; s < Traits::code_stages; ++s) sm90::mbarrier_init(code_barriers + 8 * s, 1);
+  }
+  init_ring_barriers<Traits::stages, Traits::empty_arrivals, Traits::full_arrivals>(full_barriers,
+                                                                                    empty_barriers);
+
+  const int tiles_m = (gemm.m + Traits::block_m - 1) / Traits::block_m;
+  const int tiles_n = (gemm.n + Traits::block_n - 1) / Traits::block_n;
+  const int k_tiles = (gemm.k + Traits::block_k - 1) / Traits::block_k;
+  const TileWalk<1, Traits::group_m> walk{tiles_m, tiles_n, 0u};
+
+  if (warpgroup == 0) {
+    // Producer and decoders. Ring use u (slot u % stages, phase (u / stages) % 2) is k slice u % k_tiles of
+    // the CTA's (u / k_tiles)-th tile; its codes sit in code slot u % code_stages.
+    sm90::setmaxnreg_decrease<Traits::decoder_registers>();
+    const int thread = threadIdx.x;
+    const int lane = thread % 32;
+    const int units = walk.first() < walk.units() ? (walk.units() - 1 - walk.first()) / walk.stride() + 1 : 0;
+    const int uses = units * k_tiles;
+    // Thread 0: the TMA loads of use u's codes (nothing past the last use), in 32-row pieces where tiles
+    // straddle segments, each through the map of its own segment (a piece past N reads zeros).
+    const auto load_codes = [&](int u) {
+      if (u >= uses) return;
+      const TileCoordinates coordinates = walk.tile(walk.first() + (u / k_tiles) * walk.stride());
+      const int n0 = coordinates.n * Traits::block_n;
+      const unsigned slot = code_ring + (u % Traits::code_stages) * Traits::code_slot_bytes;
+      const unsigned barrier = code_barriers + 8 * (u % Traits::code_stages);
+      sm90::mbarrier_arrive_expect_tx(barrier, Traits::code_slot_bytes);
+#pragma unroll
+      for (int piece = 0; piece < Traits::block_n; piece += Traits::w_box_rows) {
+        const SegmentTile codes = segment_tile<Traits::segments>(params, n0 + piece);
+        sm90::tma_load_2d(slot + piece * Traits::code_row_bytes, codes.map, barrier,
+                          (u % k_tiles) * Traits::code_row_bytes, codes.row);
+      }
+    };
+    if (thread == 0) {
+      sm90::prefetch_tensor_map(&params.a_map);
+#pragma unroll
+      for (int s = 0; s < Traits::segments; ++s) sm90::prefetch_tensor_map(&params.w_maps[s]);
+      for (int u = 0; u < Traits::code_stages - 1; ++u) load_codes(u);
+    }
+    // Scales of the slice being decoded, and of the next one (use u + 1: this tile's next k slice, or the
+    // next tile's first): their loads are in flight while this slice is decoded.
+    SliceScales<Traits> scales, next_scales;
+    if (uses > 0) next_scales.load(gemm, walk.tile(walk.first()).n * Traits::block_n, 0, thread);
+    int u = 0;
+    for (int unit = walk.first(); unit < walk.units(); unit += walk.stride()) {
+      const TileCoordinates coordinates = walk.tile(unit);
+      const int next_unit_n0 =
+          unit + walk.stride() < walk.units() ? walk.tile(unit + walk.stride()).n * Traits::block_n : 0;
+      for (int k_tile = 0; k_tile < k_tiles; ++k_tile, ++u) {
+        scales = next_scales;
+        if (k_tile + 1 < k_tiles) {
+          next_scales.load(gemm, coordinates.n * Traits::block_n, (k_tile + 1) * Traits::block_k, thread);
+        } else {  // the next tile's first slice (past the last tile: any rows, never used)
+          next_scales.load(gemm, next_unit_n0, 0, thread);
+        }
+        // Codes code_stages - 1 slices ahead: the slot they go to was read by every decoder at use u - 1
+        // (the warpgroup barrier at the end of each use).
+        if (thread == 0) load_codes(u + Traits::code_stages - 1);
+        const int slot = u % Traits::stages;
+        const unsigned full = full_barriers + 8 * slot;
+        sm90::mbarrier_wait_parity(empty_barriers + 8 * slot, ((u / Traits::stages) & 1u) ^ 1u);
+        if (thread == 0) {
+          sm90::mbarrier_arrive_expect_tx(full, Traits::a_slot_bytes);
+          sm90::tma_load_2d(ring + slot * Traits::slot_bytes, &params.a_map, full, k_tile * Traits::block_k,
+                            coordinates.m * Traits::block_m);
+        }
+        const int code_slot = u % Traits::code_stages;
+        sm90::mbarrier_wait_parity(code_barriers + 8 * code_slot, (u / Traits::code_stages) & 1u);
+        decode_slice<Traits>(gemm, ring_pointer + Traits::ring_bytes + code_slot * Traits::code_slot_bytes,
+                             ring_pointer + slot * Traits::slot_bytes + Traits::a_slot_bytes, scales,
+                             coordinates.n * Traits::block_n, k_tile * Traits::block_k, thread);
+        // The slice's writes, then the arrival the consumers' wgmmas (async proxy) wait for.
+        sm90::fence_proxy_async_shared();
+        __syncwarp();
+        if (lane == 0) sm90::mbarrier_arrive(full);
+        sm90::warpgroup_barrier(Traits::decoder_barrier);
+      }
+    }
+    return;
+  }
+
+  // Consumers: warpgroup c = 1, 2 owns tile rows [64 (c - 1), 64 c), as in the bf16 kernel.
+  consume_tiles<Traits>(params, ring, staging, full_barriers, empty_barriers, warpgroup, walk, k_tiles);
+#else
+  (void)params;
+  __trap();  // an sm_90a kernel instantiated for another target
+#endif
+}
+
+}  // namespace attnplan::kernels

@@ -1,0 +1,210 @@
+// The sm_90a decoding GEMM (gemm_sm90_decode.cuh, GemmKernel::wgmma_decode): which formats and shapes
+// choose_decode_gemm_kernel gives it, its ring (gemm_sm90_decode_tiling), stub, launch shape and checks, and
+// NVRTC compiles of every specialization for sm_90a (no spills, no serialized wgmma).
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "compiler/compiler.hpp"
+#include "core/error.hpp"
+#include "plan/gemm_spec.hpp"
+#include "plan_testing.hpp"
+#include "support/catch.hpp"
+#include "support/expect_error.hpp"
+#include "support/weight_encodings.hpp"
+
+using namespace attnplan;
+using namespace attnplan::plan;
+using plan_testing::fake_pointer;
+using plan_testing::kSm80;
+using plan_testing::kSm90a;
+
+namespace {
+
+config::WeightEncoding format(config::WeightFormat weight_format) {
+  config::WeightEncoding result;
+  result.format = weight_format;
+  return result;
+}
+
+// Every encoding the kernel reads: codes in rows of bytes, 4 or 8 bits.
+std::vector<config::WeightEncoding> decode_encodings() {
+  std::vector<config::WeightEncoding> encodings = {
+      format(config::WeightFormat::mxfp4), format(config::WeightFormat::nvfp4),
+      testing::affine_encoding(4, 32), testing::affine_encoding(4, 64), testing::affine_encoding(4, 128)};
+  for (const config::WeightEncoding& encoding : testing::sm90_w8_encodings()) encodings.push_back(encoding);
+  return encodings;
+}
+
+bool eight_bit(const config::WeightEncoding& encoding) {
+  return encoding.format == config::WeightFormat::fp8 || encoding.format == config::WeightFormat::mxfp8;
+}
+
+// Llama-3.1-8B q | k | v in nvfp4 over fake, aligned device addresses.
+GemmParams llama_qkv_params(int m) {
+  GemmParams params{};
+  params.a = fake_pointer<const bf16_bits>(0x10000);
+  params.c = fake_pointer<bf16_bits>(0x20000);
+  params.m = m;
+  params.n = 6144;
+  params.k = 4096;
+  params.lda = 4096;
+  params.ldc = 6144;
+  const int bounds[] = {0, 4096, 5120, 6144};
+  for (int s = 0; s < 3; ++s) {
+    params.segments[s] = {fake_pointer<const bf16_bits>(0x100000 * (s + 1)), nullptr, bounds[s],
+                          bounds[s + 1]};
+    params.segments[s].scales = fake_pointer<const void>(0x1000000 * (s + 1));
+    params.segments[s].scale_2 = fake_pointer<const float>(0x4000000);
+  }
+  return params;
+}
+
+}  // namespace
+
+TEST_CASE("wgmma_decode: sm_90a, codes in rows of bytes, the bf16 kernel's tiles",
+          "[plan][gemm][gemm_decode]") {
+  const int llama[] = {4096, 1024, 1024};
+  for (const config::WeightEncoding& encoding : decode_encodings()) {
+    INFO(config::to_string(encoding.format) << " group " << encoding.group_size);
+    CHECK(sm90_decode_gemm_supports(encoding));
+    // The bf16 kernel's cost model over 192, 160 and 128: 192 for N 6144 at 8k tokens (as at 512).
+    const GemmKernelChoice long_launch = choose_decode_gemm_kernel(encoding, kSm90a, 8192, 6144, 4096, llama);
+    CHECK(long_launch.kernel == GemmKernel::wgmma_decode);
+    CHECK(long_launch.sm90 == gemm_sm90_decode_tiling(192, eight_bit(encoding) ? 8 : 4));
+    const GemmKernelChoice short_launch = choose_decode_gemm_kernel(encoding, kSm90a, 512, 6144, 4096, llama);
+    CHECK(short_launch.sm90.block_n == 192);
+    CHECK(short_launch.sm90.cluster_m == 1);
+    // No wgmma outside sm_90a.
+    CHECK(choose_decode_gemm_kernel(encoding, kSm80, 8192, 6144, 4096, llama).kernel == GemmKernel::mma_sync);
+    CHECK(choose_decode_gemm_kernel(encoding, {9, 0, false}, 8192, 6144, 4096, llama).kernel ==
+          GemmKernel::mma_sync);
+  }
+  // GPTQ's and AWQ's words, other affine widths, fp8 activations and bf16 are not codes in rows of bytes.
+  config::WeightEncoding fp8_activations = testing::fp8_weight_only(config::Fp8ScaleGranularity::block);
+  fp8_activations.activation = config::ActivationType::fp8;
+  const config::WeightEncoding others[] = {
+      format(config::WeightFormat::bf16),
+      fp8_activations,
+      testing::packed_encoding(config::PackedIntegerScheme::gptq, 4, 128, false),
+      testing::packed_encoding(config::PackedIntegerScheme::awq, 4, 128, false),
+      testing::affine_encoding(3, 64),
+      testing::affine_encoding(8, 64),
+  };
+  for (const config::WeightEncoding& encoding : others) {
+    CHECK_FALSE(sm90_decode_gemm_supports(encoding));
+    CHECK(choose_decode_gemm_kernel(encoding, kSm90a, 8192, 6144, 4096, llama).kernel ==
+          GemmKernel::mma_sync);
+  }
+  // N 5120 at 512 tokens: 128 tiles of 160 in one round. N 4096: 128 tiles of 128.
+  const int gpt_oss[] = {4096, 512, 512};
+  CHECK(choose_decode_gemm_kernel(format(config::WeightFormat::mxfp4), kSm90a, 512, 5120, 2880, gpt_oss)
+            .sm90.block_n == 160);
+  const int o_proj[] = {4096};
+  CHECK(choose_decode_gemm_kernel(format(config::WeightFormat::mxfp4), kSm90a, 512, 4096, 4096, o_proj)
+            .sm90.block_n == 128);
+  // K must make 16-byte rows of codes; segments as the tiles allow.
+  const config::WeightEncoding nvfp4 = format(config::WeightFormat::nvfp4);
+  const int one[] = {256};
+  CHECK(choose_decode_gemm_kernel(nvfp4, kSm90a, 512, 256, 4112, one).kernel == GemmKernel::mma_sync);
+  const int odd[] = {120, 40, 40};
+  CHECK(choose_decode_gemm_kernel(nvfp4, kSm90a, 512, 200, 4096, odd).kernel == GemmKernel::mma_sync);
+  CHECK(gemm_kernel_name(GemmKernel::wgmma_decode) == "wgmma_decode");
+}
+
+TEST_CASE("wgmma_decode ring: 4 code slots where 3 or more ring slots fit beside them",
+          "[plan][gemm][gemm_decode]") {
+  // 4-bit codes: 4 ring slots at 192 and 160 (the bf16 kernel's 4 and 5), 5 at 128 (its 6).
+  CHECK(gemm_sm90_decode_tiling(192, 4) == GemmSm90Tiling{.block_n = 192, .stages = 4, .code_stages = 4});
+  CHECK(gemm_sm90_decode_tiling(160, 4) == GemmSm90Tiling{.block_n = 160, .stages = 4, .code_stages = 4});
+  CHECK(gemm_sm90_decode_tiling(128, 4) == GemmSm90Tiling{.block_n = 128, .stages = 5, .code_stages = 4});
+  // 8-bit codes at 192: 12 KiB a code slot, 4 of them beside 3 ring slots.
+  CHECK(gemm_sm90_decode_tiling(192, 8) == GemmSm90Tiling{.block_n = 192, .stages = 3, .code_stages = 4});
+  for (const int block_n : {128, 160, 192}) {
+    for (const int bits : {4, 8}) {
+      const GemmSm90Tiling tiling = gemm_sm90_decode_tiling(block_n, bits);
+      CHECK(gemm_sm90_decode_dynamic_shared_bytes(block_n, tiling.stages, tiling.code_stages, bits) <=
+            227 * 1024);
+      CHECK(gemm_sm90_decode_dynamic_shared_bytes(block_n, tiling.stages + 1, tiling.code_stages, bits) >
+            227 * 1024);
+    }
+  }
+}
+
+TEST_CASE("wgmma_decode spec: stub, shared memory, persistent launch shape, checks",
+          "[plan][gemm][gemm_decode]") {
+  GemmSpec spec{.segments = 3, .has_bias = false};
+  spec.kernel = GemmKernel::wgmma_decode;
+  spec.sm90 = gemm_sm90_decode_tiling(192, 4);
+  spec.weights = format(config::WeightFormat::nvfp4);
+  const compiler::KernelSource source = spec.source();
+  const std::string stub = source.render_stub();
+  INFO(stub);
+  CHECK(stub.find("#include \"attnplan/gemm_sm90_decode.cuh\"") != std::string::npos);
+  CHECK(stub.find("attnplan::kernels::Nvfp4Weights") != std::string::npos);
+  CHECK(stub.find("__grid_constant__") != std::string::npos);
+  CHECK(source.name_expression() == "attnplan::kernels::gemm_sm90_decode_kernel<Traits>");
+  CHECK(source.spec.at("kernel") == "wgmma_decode");
+  CHECK(source.spec.at("code_stages") == 4);
+  CHECK(spec.threads() == 384);
+  // 4 slots of A [128, 64] + W [192, 64] bf16, the staging boxes, 8 slot barriers, 1 KiB alignment, then 4
+  // code slots of [192, 32] bytes and their barriers.
+  CHECK(spec.dynamic_shared_bytes() ==
+        4 * (128 + 192) * 64 * 2 + 4 * 64 * 64 * 2 + 64 + 1024 + 4 * (192 * 32 + 8));
+  // Tiles are the bf16 kernel's [128, 192]: 4 x 32 = 128 tiles at 512 tokens.
+  CHECK(spec.launch_shape(512, 6144, 132).grid.x == 128);
+  CHECK(spec.launch_shape(8192, 6144, 132).grid.x == 132);
+  CHECK(spec.launch_shape(8192, 6144, 132).cluster.x == 1);
+
+  CHECK_NOTHROW(spec.check(llama_qkv_params(512)));
+  // 192-wide tiles straddle segments in 32-row code pieces: q may be 4064 rows, not 4048.
+  GemmParams pieces = llama_qkv_params(512);
+  pieces.segments[0].n_end = pieces.segments[1].n_begin = 4064;
+  CHECK_NOTHROW(spec.check(pieces));
+  pieces.segments[0].n_end = pieces.segments[1].n_begin = 4048;
+  CHECK(contains(expect_error([&] { spec.check(pieces); }).what(), "segments[0] is 4048 wide"));
+  GemmParams k_tail = llama_qkv_params(512);
+  k_tail.k = k_tail.lda = 4048;  // a multiple of nvfp4's 16, not of 32 (16-byte code rows)
+  CHECK(contains(expect_error([&] { spec.check(k_tail); }).what(), "not a multiple of 32"));
+  // No clusters; a format without codes in rows of bytes is refused when rendered, by name.
+  spec.sm90.cluster_m = 2;
+  CHECK(contains(expect_error([&] { (void)spec.source(); }).what(),
+                 "cluster_m 2 with the wgmma_decode kernel"));
+  spec.sm90.cluster_m = 1;
+  spec.sm90.block_n = 256;
+  CHECK(contains(expect_error([&] { (void)spec.source(); }).what(),
+                 "block_n 256 with the wgmma_decode kernel"));
+  spec.sm90.block_n = 192;
+  spec.weights = testing::packed_encoding(config::PackedIntegerScheme::gptq, 4, 128, false);
+  const std::string refused = expect_error([&] { (void)spec.source(); }).what();
+  INFO(refused);
+  CHECK(contains(refused, "wgmma_decode"));
+  CHECK(contains(refused, "packed_integer"));
+}
+
+TEST_CASE("wgmma_decode specializations compile for sm_90a: no spills, wgmma from shared memory",
+          "[plan][gemm][gemm_decode][nvrtc]") {
+  for (const config::WeightEncoding& encoding : decode_encodings()) {
+    const int bits = eight_bit(encoding) ? 8 : 4;
+    for (const int block_n : {192, 160, 128}) {
+      GemmSpec spec{.segments = 3, .has_bias = true};
+      spec.kernel = GemmKernel::wgmma_decode;
+      spec.sm90 = gemm_sm90_decode_tiling(block_n, bits);
+      spec.weights = encoding;
+      const compiler::KernelSource source = spec.source();
+      INFO(source.render_stub());
+      const compiler::CompiledKernel kernel = plan_testing::compile_sm90a_gemm(source, 184);
+      INFO(kernel.log);
+      const compiler::ResourceUsage& usage = kernel.resources;
+      std::printf(
+          "gemm_sm90_decode %-44s block_n %d stages %d + %d: %3d registers, %d spill bytes, %d stack bytes, "
+          "%d dynamic smem\n",
+          source.spec.at("weights").at("policy").get<std::string>().c_str(), block_n, spec.sm90.stages,
+          spec.sm90.code_stages, usage.registers, usage.spill_bytes(), usage.stack_bytes,
+          spec.dynamic_shared_bytes());
+      CHECK(kernel.lowered_name.find("gemm_sm90_decode_kernel") != std::string::npos);
+      CHECK(kernel.ptx.find("wgmma.mma_async.sync.aligned.m64n" + std::to_string(block_n) +
+                            "k16.f32.bf16.bf16") != std::string::npos);
+    }
+  }
+}
