@@ -158,6 +158,15 @@ std::string weight_policy(const config::WeightEncoding& encoding) {
   }
 }
 
+// The "weights" object of a quantized kernel's spec (its cache key): the format, its bits and group, and
+// the gemm.cuh policy that decodes it.
+nlohmann::json weights_spec(const config::WeightEncoding& weights) {
+  return {{"format", config::to_string(weights.format)},
+          {"bits", weight_bits(weights)},
+          {"group_size", weights.group_size},
+          {"policy", weight_policy(weights)}};
+}
+
 // The wgmma_w4 kernel's stub: the format's policy of gemm.cuh is its loader.
 compiler::KernelSource sm90_w4_source(const GemmSpec& spec) {
   if (!sm90_w4_gemm_supports(spec.weights)) {
@@ -192,11 +201,7 @@ compiler::KernelSource sm90_w4_source(const GemmSpec& spec) {
                  {"stages", spec.sm90.stages},
                  {"segments", spec.segments},
                  {"has_bias", spec.has_bias},
-                 {"weights",
-                  {{"format", config::to_string(spec.weights.format)},
-                   {"bits", weight_bits(spec.weights)},
-                   {"group_size", spec.weights.group_size},
-                   {"policy", weight_policy(spec.weights)}}},
+                 {"weights", weights_spec(spec.weights)},
                  {"dynamic_shared_bytes", spec.dynamic_shared_bytes()}};
   return source;
 }
@@ -240,11 +245,7 @@ compiler::KernelSource sm90_decode_source(const GemmSpec& spec) {
                  {"code_stages", spec.sm90.code_stages},
                  {"segments", spec.segments},
                  {"has_bias", spec.has_bias},
-                 {"weights",
-                  {{"format", config::to_string(spec.weights.format)},
-                   {"bits", weight_bits(spec.weights)},
-                   {"group_size", spec.weights.group_size},
-                   {"policy", weight_policy(spec.weights)}}},
+                 {"weights", weights_spec(spec.weights)},
                  {"dynamic_shared_bytes", spec.dynamic_shared_bytes()}};
   return source;
 }
@@ -789,11 +790,7 @@ compiler::KernelSource DequantizeSpec::source() const {
                  {"block_rows", kDequantizeBlockRows},
                  {"block_k", kDequantizeBlockK},
                  {"segments", segments},
-                 {"weights",
-                  {{"format", config::to_string(weights.format)},
-                   {"bits", weight_bits(weights)},
-                   {"group_size", weights.group_size},
-                   {"policy", weight_policy(weights)}}}};
+                 {"weights", weights_spec(weights)}};
   return source;
 }
 
@@ -817,7 +814,6 @@ void DequantizeSpec::check(const DequantizeParams& params) const {
 }
 
 int dequantized_min_tokens(const config::WeightEncoding& weights) {
-  if (sm90_decode_gemm_supports(weights)) return kDecodeMaxTokens;
   const bool slow_short_kernel = !sm90_w4_gemm_supports(weights) || weights.format == WeightFormat::nvfp4 ||
                                  weights.format == WeightFormat::mxfp4 || is_awq(weights);
   return slow_short_kernel ? 512 : 1024;

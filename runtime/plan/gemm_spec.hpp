@@ -53,7 +53,8 @@ enum class GemmKernel {
   wgmma,     // gemm_sm90.cuh: TMA + wgmma, warp-specialized and persistent, sm_90a only
   wgmma_w4,  // gemm_sm90_w4.cuh: the same structure for 4-bit weights (register A operand), sm_90a only
   // gemm_sm90_decode.cuh: the wgmma kernel whose producer warpgroup decodes 4- or 8-bit weight codes into
-  // its W slots (bf16 in shared memory, both wgmma operands from there), sm_90a only
+  // its W slots (bf16 in shared memory, both wgmma operands from there), sm_90a only. Correct, not planned:
+  // its decoders are too slow yet (docs/kernels-notes.md, "Session 16").
   wgmma_decode,
 };
 
@@ -112,7 +113,7 @@ GemmSm90Tiling gemm_sm90_decode_tiling(int block_n, int bits);
 // choose_gemm_kernel), or mma_sync where it cannot run: sm_90a, a format it reads, K a multiple of 128 /
 // bits, segments the tiles allow. block_n: the least gemm_sm90_cost of 192, 160 and 128 (the consumers
 // are the bf16 kernel's; 256 leaves the decoders too few registers), the wider on a tie; no clusters; the
-// ring is gemm_sm90_decode_tiling's. Pure.
+// ring is gemm_sm90_decode_tiling's. Pure. The plan does not call it yet (see GemmKernel::wgmma_decode).
 GemmKernelChoice choose_decode_gemm_kernel(const config::WeightEncoding& encoding, config::Arch arch,
                                            int m_hint, int n, int k, std::span<const int> segment_widths);
 
@@ -221,13 +222,9 @@ void launch_gemm(const driver::Function& function, const GemmSpec& spec, const G
 // (act-order GPTQ 0.454 ms against 0.132 dequantized), wgmma_w4's nvfp4 decode (0.122 against 0.083),
 // mxfp4 (0.088 against 0.081) and AWQ (0.088 against 0.085) — and 1024 for the others, which tie or win at
 // 512 (mxfp8 0.083 both ways; GPTQ, MLX affine and fp8 block ahead by 4-23%) and so keep the workspace the
-// path needs for plans of fewer tokens. The formats of the decoding kernel (sm90_decode_gemm_supports):
-// kDecodeMaxTokens (session 16, docs/kernels-notes.md).
+// path needs for plans of fewer tokens. (The decoding kernel, wgmma_decode, is not planned: session 16
+// measured it at 0.2-0.3x the bf16 kernel, docs/kernels-notes.md.)
 int dequantized_min_tokens(const config::WeightEncoding& weights);
-
-// Launches of a format the decoding kernel reads run it below this many rows, the dequantized path from
-// there on.
-inline constexpr int kDecodeMaxTokens = 2048;
 
 struct DequantizeSpec {
   int segments = 1;

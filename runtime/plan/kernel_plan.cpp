@@ -138,16 +138,13 @@ void require_supported(const config::AttentionConfig& config, const config::Arch
   }
 }
 
-// bf16: the wgmma kernel where it fits. Quantized: the decoding wgmma kernel for the formats whose codes
-// are rows of bytes, the mixed-input wgmma_w4 kernel for the other formats it reads (switched off by
-// sm90_w4_gemm_enabled), else the mma.sync kernel and its loaders.
+// bf16: the wgmma kernel where it fits. Quantized: the mixed-input wgmma_w4 kernel for the 4-bit formats
+// it reads (switched off by sm90_w4_gemm_enabled), else the mma.sync kernel and its loaders.
 GemmKernelChoice choose_projection_kernel(const config::WeightEncoding& weights, const config::Arch& arch,
                                           int m_hint, int n, int k, std::span<const int> segment_widths) {
-  if (weights.format == config::WeightFormat::bf16)
-    return choose_gemm_kernel(arch, m_hint, n, k, segment_widths);
-  const GemmKernelChoice decode = choose_decode_gemm_kernel(weights, arch, m_hint, n, k, segment_widths);
-  if (decode.kernel == GemmKernel::wgmma_decode) return decode;
-  return choose_w4_gemm_kernel(weights, arch, m_hint, n, k, segment_widths);
+  if (weights.format != config::WeightFormat::bf16)
+    return choose_w4_gemm_kernel(weights, arch, m_hint, n, k, segment_widths);
+  return choose_gemm_kernel(arch, m_hint, n, k, segment_widths);
 }
 
 // The projection's specialization for kSmallLaunchTokens-row launches, when the wgmma kernel would tile
@@ -155,11 +152,10 @@ GemmKernelChoice choose_projection_kernel(const config::WeightEncoding& weights,
 std::optional<GemmSpec> small_specialization(const GemmSpec& planned, const config::AttentionConfig& config,
                                              const config::Arch& arch, int n, int k,
                                              std::span<const int> segment_widths) {
-  const bool bf16_tiles = planned.kernel == GemmKernel::wgmma || planned.kernel == GemmKernel::wgmma_decode;
-  if (!bf16_tiles || config.max_tokens <= kSmallLaunchTokens) return std::nullopt;
+  if (planned.kernel != GemmKernel::wgmma || config.max_tokens <= kSmallLaunchTokens) return std::nullopt;
   const GemmKernelChoice small =
       choose_projection_kernel(planned.weights, arch, kSmallLaunchTokens, n, k, segment_widths);
-  if (small.kernel != planned.kernel || small.sm90 == planned.sm90) return std::nullopt;
+  if (small.kernel != GemmKernel::wgmma || small.sm90 == planned.sm90) return std::nullopt;
   GemmSpec spec = planned;
   spec.sm90 = small.sm90;
   return spec;

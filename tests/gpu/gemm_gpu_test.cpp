@@ -892,15 +892,12 @@ TEST_CASE("quantized weight GEMM speed: wgmma_w4 and the dequantized path vs bf1
 
 namespace {
 
-// The formats the sm_90a decoding kernel reads (codes in rows of bytes).
+// The formats the sm_90a decoding kernel reads (codes in rows of bytes): wgmma_w4's but GPTQ's and AWQ's
+// words, and the 8-bit ones.
 std::vector<config::WeightEncoding> decode_encodings() {
-  std::vector<config::WeightEncoding> encodings;
-  for (auto format : {config::WeightFormat::mxfp4, config::WeightFormat::nvfp4}) {
-    config::WeightEncoding encoding;
-    encoding.format = format;
-    encodings.push_back(encoding);
-  }
-  for (int group : {32, 64, 128}) encodings.push_back(testing::affine_encoding(4, group));
+  std::vector<config::WeightEncoding> encodings = w4_encodings();
+  std::erase_if(encodings,
+                [](const config::WeightEncoding& each) { return !plan::sm90_decode_gemm_supports(each); });
   for (const config::WeightEncoding& encoding : testing::sm90_w8_encodings()) encodings.push_back(encoding);
   return encodings;
 }

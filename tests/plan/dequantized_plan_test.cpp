@@ -136,10 +136,8 @@ TEST_CASE("the dequantized path is planned only on sm_90a, for long launches, wi
   CHECK_FALSE(fp8_kernels.output_projection_dequantized);
 }
 
-TEST_CASE(
-    "the dequantized path starts at 512 rows where the short-launch kernel is slowest, at 1024 for "
-    "wgmma_w4's, at kDecodeMaxTokens for the decoding kernel's formats",
-    "[plan][gemm][dequantized]") {
+TEST_CASE("the dequantized path starts at 512 rows where the short-launch kernel is slowest, else at 1024",
+          "[plan][gemm][dequantized]") {
   using config::PackedIntegerScheme;
   const auto packed = testing::packed_encoding;
   const auto format = [](config::WeightFormat each) {
@@ -148,20 +146,18 @@ TEST_CASE(
     return encoding;
   };
   // mma.sync for short launches (no wgmma_w4 member), or a wgmma_w4 member behind the path at 512 rows
-  // (AWQ: the H200's measurements in gemm_spec.hpp).
+  // (nvfp4, mxfp4, AWQ: the H200's measurements in gemm_spec.hpp).
   for (const config::WeightEncoding& weights :
        {packed(PackedIntegerScheme::gptq, 4, 128, true), packed(PackedIntegerScheme::gptq_v2, 8, 32, true),
-        testing::affine_encoding(3, 32), packed(PackedIntegerScheme::awq, 4, 128, false)}) {
+        testing::affine_encoding(3, 32), format(config::WeightFormat::nvfp4),
+        format(config::WeightFormat::mxfp4), packed(PackedIntegerScheme::awq, 4, 128, false)}) {
     CHECK(plan::dequantized_min_tokens(weights) == 512);
   }
   // wgmma_w4 ties or wins at 512 rows.
-  CHECK(plan::dequantized_min_tokens(packed(PackedIntegerScheme::gptq, 4, 128, false)) == 1024);
-  // The decoding kernel's formats.
   for (const config::WeightEncoding& weights :
-       {format(config::WeightFormat::nvfp4), format(config::WeightFormat::mxfp4),
-        testing::affine_encoding(4, 64), format(config::WeightFormat::mxfp8),
-        format(config::WeightFormat::fp8)}) {
-    CHECK(plan::dequantized_min_tokens(weights) == plan::kDecodeMaxTokens);
+       {packed(PackedIntegerScheme::gptq, 4, 128, false), testing::affine_encoding(4, 64),
+        format(config::WeightFormat::mxfp8), format(config::WeightFormat::fp8)}) {
+    CHECK(plan::dequantized_min_tokens(weights) == 1024);
   }
   // The act-order GPTQ and AWQ plans launch 600 rows on the path, the MLX 4-bit plan does not.
   const plan::KernelPlan gptq = plan::plan_kernels(plan_config("llama-3.1-8b-gptq"), kSm90a);

@@ -16,16 +16,12 @@
 using namespace attnplan;
 using namespace attnplan::plan;
 using plan_testing::fake_pointer;
+using plan_testing::llama_qkv_params;
+constexpr auto format = plan_testing::weight_format;
 using plan_testing::kSm80;
 using plan_testing::kSm90a;
 
 namespace {
-
-config::WeightEncoding format(config::WeightFormat weight_format) {
-  config::WeightEncoding result;
-  result.format = weight_format;
-  return result;
-}
 
 // Every encoding the kernel reads: one specialization each.
 std::vector<config::WeightEncoding> w4_encodings() {
@@ -37,25 +33,6 @@ std::vector<config::WeightEncoding> w4_encodings() {
           testing::packed_encoding(config::PackedIntegerScheme::gptq, 4, 128, false),
           testing::packed_encoding(config::PackedIntegerScheme::gptq_v2, 4, -1, false),
           testing::packed_encoding(config::PackedIntegerScheme::gptq, 4, 32, false)};
-}
-
-// Llama-3.1-8B q | k | v in mxfp4 over fake, aligned device addresses.
-GemmParams llama_qkv_params(int m) {
-  GemmParams params{};
-  params.a = fake_pointer<const bf16_bits>(0x10000);
-  params.c = fake_pointer<bf16_bits>(0x20000);
-  params.m = m;
-  params.n = 6144;
-  params.k = 4096;
-  params.lda = 4096;
-  params.ldc = 6144;
-  const int bounds[] = {0, 4096, 5120, 6144};
-  for (int s = 0; s < 3; ++s) {
-    params.segments[s] = {fake_pointer<const bf16_bits>(0x100000 * (s + 1)), nullptr, bounds[s],
-                          bounds[s + 1]};
-    params.segments[s].scales = fake_pointer<const void>(0x1000000 * (s + 1));
-  }
-  return params;
 }
 
 }  // namespace

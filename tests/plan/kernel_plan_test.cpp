@@ -41,23 +41,13 @@ TEST_CASE("on sm_90a both projections run the wgmma kernel; elsewhere mma.sync",
 }
 
 TEST_CASE(
-    "on sm_90a the weight-only plans run the decoding kernel (codes in rows of bytes) or wgmma_w4 (AWQ); "
-    "GPTQ with act order and other archs mma.sync",
+    "on sm_90a the weight-only plans run the wgmma_w4 kernel; GPTQ with act order and other archs "
+    "mma.sync",
     "[plan][gemm][gemm_w4]") {
   const config::Arch hopper{9, 0, true};
-  for (const char* name : {"llama-3.1-8b-nvfp4", "llama-3.1-8b-mlx-4bit", "gpt-oss-20b-mxfp4",
-                           "llama-3.1-8b-fp8", "qwen3-8b-fp8-block", "llama-3.1-8b-mxfp8"}) {
-    INFO(name);
-    const config::AttentionConfig config =
-        config::load_file(std::string(ATTNPLAN_SOURCE_DIR) + "/plans/" + name + ".json");
-    const plan::KernelPlan kernels = plan::plan_kernels(config, hopper);
-    CHECK(kernels.qkv_projection.kernel == plan::GemmKernel::wgmma_decode);
-    CHECK(kernels.output_projection.kernel == plan::GemmKernel::wgmma_decode);
-    CHECK(kernels.kernels[1].source.header == "attnplan/gemm_sm90_decode.cuh");
-    CHECK(plan::plan_kernels(config, config::Arch{8, 0, false}).qkv_projection.kernel ==
-          plan::GemmKernel::mma_sync);
-  }
-  for (const char* name : {"llama-3.1-8b-awq"}) {
+  for (const char* name :
+       {"llama-3.1-8b-nvfp4", "llama-3.1-8b-mlx-4bit", "gpt-oss-20b-mxfp4", "llama-3.1-8b-awq",
+        "llama-3.1-8b-fp8", "qwen3-8b-fp8-block", "llama-3.1-8b-mxfp8"}) {
     INFO(name);
     const config::AttentionConfig config =
         config::load_file(std::string(ATTNPLAN_SOURCE_DIR) + "/plans/" + name + ".json");

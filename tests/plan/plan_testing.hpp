@@ -6,7 +6,9 @@
 #include <cstdlib>
 #include <string>
 
+#include "attnplan/gemm_params.h"
 #include "compiler/compiler.hpp"
+#include "config/attention_config.hpp"
 #include "config/target.hpp"
 #include "support/catch.hpp"
 
@@ -67,6 +69,34 @@ inline compiler::CompiledKernel compile_sm90a_gemm(const compiler::KernelSource&
 template <class T>
 T* fake_pointer(std::uintptr_t address) {
   return reinterpret_cast<T*>(address);
+}
+
+// An encoding of `format` with every other field at its default.
+inline config::WeightEncoding weight_format(config::WeightFormat format) {
+  config::WeightEncoding result;
+  result.format = format;
+  return result;
+}
+
+// Llama-3.1-8B's q | k | v product (N 6144 = 4096 | 1024 | 1024, K 4096) over fake, aligned device
+// addresses, with scales and an nvfp4 scale_2 per segment (what the quantized kernels check for).
+inline GemmParams llama_qkv_params(int m) {
+  GemmParams params{};
+  params.a = fake_pointer<const bf16_bits>(0x10000);
+  params.c = fake_pointer<bf16_bits>(0x20000);
+  params.m = m;
+  params.n = 6144;
+  params.k = 4096;
+  params.lda = 4096;
+  params.ldc = 6144;
+  const int bounds[] = {0, 4096, 5120, 6144};
+  for (int s = 0; s < 3; ++s) {
+    params.segments[s] = {fake_pointer<const bf16_bits>(0x100000 * (s + 1)), nullptr, bounds[s],
+                          bounds[s + 1]};
+    params.segments[s].scales = fake_pointer<const void>(0x1000000 * (s + 1));
+    params.segments[s].scale_2 = fake_pointer<const float>(0x4000000);
+  }
+  return params;
 }
 
 }  // namespace attnplan::plan_testing
