@@ -56,10 +56,10 @@ struct GemmSm90DecodeTraits : GemmSm90Traits<kBlockN, kStages, kSegments, kHasBi
   // Registers after setmaxnreg. The CTA keeps what it was launched with, 384 x 168 (the launch bound's
   // 65536 / 384, rounded down to 8): what the consumers' setmaxnreg.inc takes, the decoders' .dec must
   // have given back first, or .inc waits forever. So 128 x decoder + 256 x consumer <= 384 x 168. The
-  // consumers of a tile up to 192 wide (96 accumulators) fit in 208, leaving the decoders 88: a slice's
-  // scales and codes; a 128-wide tile's (64) in 184, leaving 136 (at 88, ptxas spilled the 8-bit decoders).
-  // (A 256-wide tile's consumers need 232, which would leave 40: no room to keep the scale loads of a slice
-  // in flight, so there is no 256-wide decoding kernel.)
+  // consumers of a tile up to 192 wide (96 accumulators) fit in 184, leaving the decoders 136: two slices'
+  // scales (the next one's loads in flight) and a slice's codes (with 88, ptxas spilled them). A 256-wide
+  // tile's consumers need 232, which would leave 40: no room to keep the scale loads of a slice in flight,
+  // so there is no 256-wide decoding kernel.
   static constexpr int launch_registers = 168;
   static constexpr int consumer_registers = 184;
   static constexpr int decoder_registers = 3 * launch_registers - 2 * consumer_registers;
