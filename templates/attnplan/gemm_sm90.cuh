@@ -93,7 +93,7 @@ struct GemmSm90Traits {
   static_assert(consumer_rows == kGemmSm90StoreBox, "a staging box holds a consumer warpgroup's 64 rows");
   static_assert(dynamic_shared_bytes <= 227 * 1024, "more shared memory than an H100/H200 SM gives a CTA");
   static_assert(producer_registers * 128 + consumer_registers * 128 * consumers <=
-                    threads * (65536 / threads / 8 * 8),
+                    gemm_sm90_launch_registers(threads),
                 "setmaxnreg targets exceed the registers the CTA launched with");
 };
 

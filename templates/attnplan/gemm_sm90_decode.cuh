@@ -80,7 +80,9 @@ struct GemmSm90DecodeTraits : GemmSm90Traits<kBlockN, kStages, kSegments, kHasBi
   static_assert(code_stages >= 2, "the code ring needs at least two slots");
   static_assert(dynamic_shared_bytes <= 227 * 1024, "more shared memory than an H100/H200 SM gives a CTA");
   static_assert(decoder_registers >= 24 && decoder_registers % 8 == 0, "setmaxnreg takes 24..256, by 8");
-  static_assert(launch_registers == 65536 / Base::threads / 8 * 8, "the registers each thread launches with");
+  static_assert(128 * decoder_registers + 128 * Base::consumers * consumer_registers <=
+                    gemm_sm90_launch_registers(Base::threads),
+                "setmaxnreg targets exceed the registers the CTA launched with");
 };
 
 // The 8 codes of one row a decoder step reads: 4 bytes of 4-bit codes, 8 of 8-bit ones.

@@ -124,8 +124,9 @@ struct GemmSm90Fp8Traits {
                 "every slot must start 1024-byte aligned");
   static_assert(dynamic_shared_bytes <= 227 * 1024, "more shared memory than an H100/H200 SM gives a CTA");
   static_assert(consumer_rows == kGemmSm90StoreBox, "a staging box holds a consumer warpgroup's 64 rows");
-  static_assert(producer_registers * 128 + consumer_registers * 128 * consumers <= 65536,
-                "setmaxnreg targets exceed the register file");
+  static_assert(producer_registers * 128 + consumer_registers * 128 * consumers <=
+                    gemm_sm90_launch_registers(threads),
+                "setmaxnreg targets exceed the registers the CTA launched with");
 };
 
 // What a K block's promotion multiplies by: the activation scales of a consumer thread's two rows and,

@@ -42,6 +42,13 @@ struct GemmSm90Params {
   GemmParams gemm;
 };
 
+// The registers a CTA of `threads` holds from launch (a launch bound of one CTA per SM: 65536 / threads each,
+// rounded down to 8). setmaxnreg moves registers only among its warps: the consumers' setmaxnreg.inc waits
+// until the producers' .dec gave back what it takes, forever if the targets add up to more than this.
+ATTNPLAN_HOST_DEVICE constexpr int gemm_sm90_launch_registers(int threads) {
+  return threads * (65536 / threads / 8 * 8);
+}
+
 // The epilogue's staging boxes (gemm_sm90_epilogue.cuh): per consumer warpgroup two [64, 64] bf16 boxes
 // (one filled while the other's TMA store drains), 32 KiB for a CTA's two consumers. The fp8 kernel
 // shares them.

@@ -109,8 +109,9 @@ struct GemmSm90W4Traits {
   static_assert(block_k * 2 == sm90::kSwizzle128Bytes, "an X slot row is one 128-byte swizzle row");
   static_assert(consumer_rows == kGemmSm90StoreBox, "a staging box holds a consumer warpgroup's 64 rows");
   static_assert(dynamic_shared_bytes <= 227 * 1024, "more shared memory than an H100/H200 SM gives a CTA");
-  static_assert(producer_registers * 128 + consumer_registers * 128 * consumers <= 65536,
-                "setmaxnreg targets exceed the register file");
+  static_assert(producer_registers * 128 + consumer_registers * 128 * consumers <=
+                    gemm_sm90_launch_registers(threads),
+                "setmaxnreg targets exceed the registers the CTA launched with");
 };
 
 // grid: [min(tiles, SMs)] persistent CTAs, block: [Traits::threads], dynamic shared memory:
