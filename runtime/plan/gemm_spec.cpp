@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "core/error.hpp"
@@ -250,6 +251,23 @@ compiler::KernelSource sm90_decode_source(const GemmSpec& spec) {
   return source;
 }
 
+// Of `candidates` (widest first) whose block_n the segment widths allow, the least gemm_sm90_cost for
+// [m_hint, n] on `arch`'s SMs; the earlier, wider one on a tie (fewer tile ends). None when no width fits.
+std::optional<GemmSm90Tiling> least_cost_tiling(std::span<const GemmSm90Tiling> candidates, config::Arch arch,
+                                                int m_hint, int n, std::span<const int> segment_widths) {
+  std::optional<GemmSm90Tiling> best;
+  double best_cost = 0;
+  const int sms = typical_sm_count(arch);
+  for (const GemmSm90Tiling& tiling : candidates) {
+    if (!gemm_sm90_segments_fit(segment_widths, tiling.block_n)) continue;
+    const double cost = gemm_sm90_cost(m_hint, n, tiling, sms);
+    if (best && cost >= best_cost) continue;
+    best = tiling;
+    best_cost = cost;
+  }
+  return best;
+}
+
 }  // namespace
 
 std::string_view gemm_kernel_name(GemmKernel kernel) {
@@ -267,26 +285,16 @@ std::string_view gemm_kernel_name(GemmKernel kernel) {
 
 GemmKernelChoice choose_gemm_kernel(config::Arch arch, int m_hint, int n, int k,
                                     std::span<const int> segment_widths) {
-  GemmKernelChoice choice;
-  if (arch.sm() != 90 || !arch.arch_specific) return choice;  // wgmma exists only in sm_90a
-  if (n <= 0 || k <= 0 || segment_widths.empty()) return choice;
-  // Widest first: a tie keeps the wider tile (fewer tile ends). As many slots as fit beside the staging
-  // boxes: 192 takes 4 (5 would need 233 KiB), 160 5.
+  if (arch.sm() != 90 || !arch.arch_specific) return {};  // wgmma exists only in sm_90a
+  if (n <= 0 || k <= 0 || segment_widths.empty()) return {};
+  // As many slots as fit beside the staging boxes: 192 takes 4 (5 would need 233 KiB), 160 5.
   constexpr GemmSm90Tiling kTilings[] = {{.block_n = 256, .stages = 4},
                                          {.block_n = 192, .stages = 4},
                                          {.block_n = 160, .stages = 5},
                                          {.block_n = 128, .stages = 6}};
-  const int sms = typical_sm_count(arch);
-  double best = 0;
-  for (const GemmSm90Tiling& tiling : kTilings) {
-    if (!gemm_sm90_segments_fit(segment_widths, tiling.block_n)) continue;
-    const double cost = gemm_sm90_cost(m_hint, n, tiling, sms);
-    if (choice.kernel == GemmKernel::wgmma && cost >= best) continue;
-    choice.kernel = GemmKernel::wgmma;
-    choice.sm90 = tiling;
-    best = cost;
-  }
-  return choice;
+  const std::optional<GemmSm90Tiling> tiling = least_cost_tiling(kTilings, arch, m_hint, n, segment_widths);
+  if (!tiling) return {};
+  return {GemmKernel::wgmma, *tiling};
 }
 
 bool gemm_sm90_segments_fit(std::span<const int> segment_widths, int block_n) {
@@ -402,19 +410,12 @@ GemmKernelChoice choose_decode_gemm_kernel(const config::WeightEncoding& encodin
   const int bits = weight_bits(encoding);
   if (k <= 0 || k % (128 / bits) != 0) return {};  // 16-byte rows of codes (TMA strides)
   if (arch.sm() != 90 || !arch.arch_specific || n <= 0 || segment_widths.empty()) return {};
-  // The bf16 kernel's cost model over the widths the decoders have registers for (192, 160, 128).
-  GemmKernelChoice choice;
-  const int sms = typical_sm_count(arch);
-  double best = 0;
-  for (const int block_n : {192, 160, 128}) {
-    if (!gemm_sm90_segments_fit(segment_widths, block_n)) continue;
-    const GemmSm90Tiling tiling = gemm_sm90_decode_tiling(block_n, bits);
-    const double cost = gemm_sm90_cost(m_hint, n, tiling, sms);
-    if (choice.kernel == GemmKernel::wgmma_decode && cost >= best) continue;
-    choice = {GemmKernel::wgmma_decode, tiling};
-    best = cost;
-  }
-  return choice;
+  // The bf16 kernel's cost model over the widths the decoders have registers for.
+  const GemmSm90Tiling candidates[] = {gemm_sm90_decode_tiling(192, bits), gemm_sm90_decode_tiling(160, bits),
+                                       gemm_sm90_decode_tiling(128, bits)};
+  const std::optional<GemmSm90Tiling> tiling = least_cost_tiling(candidates, arch, m_hint, n, segment_widths);
+  if (!tiling) return {};
+  return {GemmKernel::wgmma_decode, *tiling};
 }
 
 GemmSm90Params make_gemm_sm90_w4_params(const GemmSpec& spec, const GemmParams& params) {
@@ -708,17 +709,13 @@ void GemmSpec::check(const GemmParams& params) const {
                           "rows of N / 8 words as 16-byte TMA strides)",
                           s, width));
     }
-    const int bits = weight_bits(weights);
-    require(params.k % (128 / bits) == 0,
-            fmt::format("K = {} is not a multiple of {} (the wgmma_w4 kernel's 16-byte rows of {}-bit codes)",
-                        params.k, 128 / bits, bits));
   }
-  if (kernel == GemmKernel::wgmma_decode) {
+  if (kernel == GemmKernel::wgmma_w4 || kernel == GemmKernel::wgmma_decode) {
+    // Both load the codes by TMA, whose global rows are whole 16-byte strides.
     const int bits = weight_bits(weights);
     require(params.k % (128 / bits) == 0,
-            fmt::format("K = {} is not a multiple of {} (the wgmma_decode kernel's 16-byte rows of {}-bit "
-                        "codes)",
-                        params.k, 128 / bits, bits));
+            fmt::format("K = {} is not a multiple of {} (the {} kernel's 16-byte rows of {}-bit codes)",
+                        params.k, 128 / bits, gemm_kernel_name(kernel), bits));
   }
 }
 

@@ -134,6 +134,14 @@ __device__ __forceinline__ SegmentTile segment_tile(const GemmSm90Params& params
   return tile;
 }
 
+// A's and each weight segment's tensor maps, fetched ahead of the producer's first TMA load of them.
+template <int kSegments>
+__device__ __forceinline__ void prefetch_tensor_maps(const GemmSm90Params& params) {
+  sm90::prefetch_tensor_map(&params.a_map);
+#pragma unroll
+  for (int s = 0; s < kSegments; ++s) sm90::prefetch_tensor_map(&params.w_maps[s]);
+}
+
 // The producer thread's walk: prefetches the tensor maps, then goes through the CTA's tiles (blockIdx.x,
 // + gridDim.x, ... of tiles_m x tiles_n in grouped order) as its consumers do, and for each of a tile's
 // k_tiles ring slots waits until the consumers released the slot's previous use (a fresh barrier passes
@@ -145,9 +153,7 @@ __device__ __forceinline__ void produce_ring(const GemmSm90Params& params, unsig
                                              unsigned full_barriers, unsigned empty_barriers, int tiles_m,
                                              int tiles_n, int k_tiles, Load&& load,
                                              unsigned cluster_rank = 0) {
-  sm90::prefetch_tensor_map(&params.a_map);
-#pragma unroll
-  for (int s = 0; s < kSegments; ++s) sm90::prefetch_tensor_map(&params.w_maps[s]);
+  prefetch_tensor_maps<kSegments>(params);
   const TileWalk<kClusterM, kGroup> walk{tiles_m, tiles_n, cluster_rank};
   int slot_use = 0;
   for (int unit = walk.first(); unit < walk.units(); unit += walk.stride()) {

@@ -242,9 +242,7 @@ __global__ void __launch_bounds__(Traits::threads, 1)
       }
     };
     if (thread == 0) {
-      sm90::prefetch_tensor_map(&params.a_map);
-#pragma unroll
-      for (int s = 0; s < Traits::segments; ++s) sm90::prefetch_tensor_map(&params.w_maps[s]);
+      prefetch_tensor_maps<Traits::segments>(params);
       for (int u = 0; u < Traits::code_stages - 1; ++u) load_codes(u);
     }
     // Scales of the slice being decoded, and of the next one (use u + 1: this tile's next k slice, or the
