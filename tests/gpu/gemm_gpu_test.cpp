@@ -553,6 +553,28 @@ double median_launch_ms(const plan::GemmSpec& spec, const GemmParams& params, co
       [&] { plan::launch_gemm(function, spec, params, stream.handle(), device_multiprocessors()); }, stream);
 }
 
+// The dequantized path on quantized `params` (`segments` segments of `weights`), as the plan launches it:
+// the dequantize kernel into `workspace` (W [N, K] bf16), then `gemm` over it, timed as one. Poisons C first
+// (params.c, `c` on the device), so C holds the path's output after.
+double median_dequantized_ms(const config::WeightEncoding& weights, int segments, const GemmParams& params,
+                             const plan::GemmSpec& gemm, driver::DeviceBuffer& workspace,
+                             driver::DeviceBuffer& c, const driver::Stream& stream) {
+  const plan::DequantizeSpec dequantize{segments, weights};
+  const DequantizeParams dequantize_params{params, workspace.data<bf16_bits>()};
+  dequantize.check(dequantize_params);
+  const GemmParams on_dequantized = plan::dequantized_gemm_params(params, dequantize_params.weight);
+  gemm.check(on_dequantized);
+  const driver::Function& dequantize_function = kernel_function(dequantize.source(), 0);
+  const driver::Function& gemm_kernel = gemm_function(gemm);
+  c.fill_bytes_async(kPoisonByte, stream.handle());
+  return median_ms(
+      [&] {
+        plan::launch_dequantize(dequantize_function, dequantize, dequantize_params, stream.handle());
+        plan::launch_gemm(gemm_kernel, gemm, on_dequantized, stream.handle(), device_multiprocessors());
+      },
+      stream);
+}
+
 }  // namespace
 
 namespace {
@@ -840,20 +862,7 @@ TEST_CASE("quantized weight GEMM speed: wgmma_w4 and the dequantized path vs bf1
       // The dequantized path at every M (the plan takes it from dequantized_min_tokens rows): the dequantize
       // kernel and the bf16 row's GEMM on its W, timed as one.
       {
-        const plan::DequantizeSpec dequantize{3, encodings[f]};
-        const DequantizeParams dequantize_params{params, d_dequantized.data<bf16_bits>()};
-        dequantize.check(dequantize_params);
-        const GemmParams on_dequantized = plan::dequantized_gemm_params(params, dequantize_params.weight);
-        bf16.check(on_dequantized);
-        const driver::Function& dequantize_function = kernel_function(dequantize.source(), 0);
-        const driver::Function& gemm = gemm_function(bf16);
-        d_c.fill_bytes_async(kPoisonByte, stream.handle());
-        const double ms = median_ms(
-            [&] {
-              plan::launch_dequantize(dequantize_function, dequantize, dequantize_params, stream.handle());
-              plan::launch_gemm(gemm, bf16, on_dequantized, stream.handle(), device_multiprocessors());
-            },
-            stream);
+        const double ms = median_dequantized_ms(encodings[f], 3, params, bf16, d_dequantized, d_c, stream);
         const std::vector<std::uint16_t> output = d_c.download_all<std::uint16_t>();
         const std::size_t unwritten = std::size_t(std::count(output.begin(), output.end(), kPoisonBits));
         const double difference = reference::relative_l2_error(to_doubles(baseline), to_doubles(output));
@@ -1013,24 +1022,10 @@ TEST_CASE("decoding weight GEMM speed: wgmma_decode against wgmma_w4, the dequan
         std::copy(std::begin(quantized[f].segments), std::end(quantized[f].segments),
                   std::begin(params.segments));
         // The dequantized path: the baseline every other output is compared with.
-        const plan::DequantizeSpec dequantize{segments, weights};
-        const DequantizeParams dequantize_params{params, d_dequantized.data<bf16_bits>()};
-        dequantize.check(dequantize_params);
-        const GemmParams on_dequantized = plan::dequantized_gemm_params(params, dequantize_params.weight);
-        plan::GemmSpec dequantized_gemm = bf16;
-        dequantized_gemm.check(on_dequantized);
-        const driver::Function& dequantize_function = kernel_function(dequantize.source(), 0);
-        const driver::Function& gemm = gemm_function(dequantized_gemm);
-        d_c.fill_bytes_async(kPoisonByte, stream.handle());
-        const double dequantized_ms = median_ms(
-            [&] {
-              plan::launch_dequantize(dequantize_function, dequantize, dequantize_params, stream.handle());
-              plan::launch_gemm(gemm, dequantized_gemm, on_dequantized, stream.handle(),
-                                device_multiprocessors());
-            },
-            stream);
+        const double dequantized_ms =
+            median_dequantized_ms(weights, segments, params, bf16, d_dequantized, d_c, stream);
         const std::vector<std::uint16_t> baseline = d_c.download_all<std::uint16_t>();
-        row(encoding_name(weights), "dequantize + " + spec_name(dequantized_gemm), dequantized_ms, bf16_ms,
+        row(encoding_name(weights), "dequantize + " + spec_name(bf16), dequantized_ms, bf16_ms,
             m >= plan::dequantized_min_tokens(weights) ? "(plan today)" : "");
         CHECK(std::count(baseline.begin(), baseline.end(), kPoisonBits) == 0);
 
