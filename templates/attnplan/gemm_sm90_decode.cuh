@@ -102,13 +102,30 @@ struct CodeWord<8> {
 template <class Traits>
 struct SliceScales {
   using Format = typename Traits::Format;
+  static constexpr float kUnit = Format::code_pair_unit;
   float scale[Traits::passes];
   float offset[Format::has_offset ? Traits::passes : 1];
+  // Whether any step's E2M1 scale is within 2^14 of overflow (then the slice takes the guarded decode).
+  bool unfolded;
 
   __device__ __forceinline__ void load(const GemmParams& gemm, int n0, int k0, int thread) {
+    // A tile inside one segment (all but the one a 160- or 192-wide tile straddles at a q | k | v boundary;
+    // rows past N count as the last segment's) looks its segment up once, not once per step.
+    const GemmSegment first = segment_of<Traits::segments>(gemm, n0);
+    if (Traits::segments == 1 || n0 + Traits::block_n <= first.n_end || first.n_end >= gemm.n) {
+      load_rows<true>(gemm, first, n0, k0, thread);
+    } else {
+      load_rows<false>(gemm, first, n0, k0, thread);
+    }
+  }
+
+  template <bool kOneSegment>
+  __device__ __forceinline__ void load_rows(const GemmParams& gemm, const GemmSegment& first, int n0, int k0,
+                                            int thread) {
     const int k = k0 + 8 * (thread % Traits::chunks_per_row);
     const bool in_k = k < gemm.k;
     const int group = in_k ? k / Traits::group_size : 0;
+    bool folds = true;
 #pragma unroll
     for (int pass = 0; pass < Traits::passes; ++pass) {
       const int n = n0 + Traits::rows_per_pass * pass + thread / Traits::chunks_per_row;
@@ -117,25 +134,22 @@ struct SliceScales {
       // is dropped after: a load under `valid` would be a branch per step, and each step's load would
       // wait for the one before (12 L2 round trips per slice instead of one).
       const int row = min(n, gemm.n - 1);
-      const GemmSegment segment = segment_of<Traits::segments>(gemm, row);
+      const GemmSegment segment = kOneSegment ? first : segment_of<Traits::segments>(gemm, row);
       const float s = Format::group_scale(segment, row - segment.n_begin, group, gemm.k);
       scale[pass] = valid ? s : 0.0f;
+      if constexpr (kUnit != 1.0f)
+        folds = folds && !(fabsf(scale[pass]) > 0x1.fffffep+127f * kUnit);  // NaN folds
       if constexpr (Format::has_offset) {
         const float b = Format::group_offset(segment, row - segment.n_begin, group, gemm.k);
         offset[pass] = valid ? b : 0.0f;
       }
     }
+    unfolded = !folds;
   }
 };
 
-// Decoder thread `thread` (0..127) of warpgroup 0: its steps of one slice, codes [block_n, 64 k] at `codes`
-// -> W [block_n, 64] bf16 at `w` (128-byte swizzle: the 16-byte chunk c of row r sits at chunk c ^ (r % 8)),
-// with the slice's scales. n0, k0: the slice's first W row and k. Each value is code * s (+ offset) in f32,
-// rounded once to bf16, as the dequantize kernel and the mma.sync loaders compute it: s / code_pair_unit is
-// exact (a power of two), except for E2M1 scales within 2^14 of overflow (E8M0 exponents 241 and up), which
-// take the format's own guarded decode.
-template <class Traits>
-__device__ __forceinline__ void decode_slice(const GemmParams& gemm, const unsigned char* codes,
+template <class Traits, bool kGuarded>
+__device__ __forceinline__ void decode_steps(const GemmParams& gemm, const unsigned char* codes,
                                              unsigned char* w, const SliceScales<Traits>& scales, int n0,
                                              int k0, int thread) {
   using Format = typename Traits::Format;
@@ -158,9 +172,9 @@ __device__ __forceinline__ void decode_slice(const GemmParams& gemm, const unsig
     unsigned pairs[4];
     constexpr float kUnit = Format::code_pair_unit;
     bool unfolded = false;
-    if constexpr (kUnit != 1.0f) unfolded = fabsf(s) > 0x1.fffffep+127f * kUnit;  // NaN folds
+    if constexpr (kGuarded && kUnit != 1.0f) unfolded = fabsf(s) > 0x1.fffffep+127f * kUnit;  // NaN folds
     if (unfolded) {
-      if constexpr (kUnit != 1.0f) {
+      if constexpr (kGuarded && kUnit != 1.0f) {
         const int n = n0 + row;
         const GemmSegment segment = segment_of<Traits::segments>(gemm, n);
         float values[8];
@@ -184,6 +198,23 @@ __device__ __forceinline__ void decode_slice(const GemmParams& gemm, const unsig
     }
     *reinterpret_cast<uint4*>(w + row * sm90::kSwizzle128Bytes + ((chunk ^ (row % 8)) << 4)) =
         make_uint4(pairs[0], pairs[1], pairs[2], pairs[3]);
+  }
+}
+
+// Decoder thread `thread` (0..127) of warpgroup 0: its steps of one slice, codes [block_n, 64 k] at `codes`
+// -> W [block_n, 64] bf16 at `w` (128-byte swizzle: the 16-byte chunk c of row r sits at chunk c ^ (r % 8)),
+// with the slice's scales. n0, k0: the slice's first W row and k. Each value is code * s (+ offset) in f32,
+// rounded once to bf16, as the dequantize kernel and the mma.sync loaders compute it: s / code_pair_unit is
+// exact (a power of two), except for E2M1 scales within 2^14 of overflow (E8M0 exponents 241 and up), which
+// take the format's own guarded decode (a slice with any such scale checks each step; others none).
+template <class Traits>
+__device__ __forceinline__ void decode_slice(const GemmParams& gemm, const unsigned char* codes,
+                                             unsigned char* w, const SliceScales<Traits>& scales, int n0,
+                                             int k0, int thread) {
+  if (scales.unfolded) {
+    decode_steps<Traits, true>(gemm, codes, w, scales, n0, k0, thread);
+  } else {
+    decode_steps<Traits, false>(gemm, codes, w, scales, n0, k0, thread);
   }
 }
 
