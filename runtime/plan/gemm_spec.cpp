@@ -600,7 +600,9 @@ compiler::KernelSource GemmSpec::source() const {
 }
 
 int GemmSpec::threads() const {
-  // wgmma kernels: producer + 2 consumer warpgroups.
+  // wgmma kernels: producer + 2 consumer warpgroups; wgmma_decode: 2 decoder warpgroups (the first one's
+  // thread 0 produces) + 2 consumer warpgroups.
+  if (kernel == GemmKernel::wgmma_decode) return 4 * 128;
   return kernel == GemmKernel::mma_sync ? tiling.threads() : 3 * 128;
 }
 

@@ -6,15 +6,16 @@
 // It is gemm_sm90.cuh with another producer. Short launches of a 4-bit projection are compute-bound, like
 // bf16 ones: the mixed-input kernel (gemm_sm90_w4.cuh) loses there because its consumers decode between
 // their wgmmas, and the dequantized path (dequantize.cuh, then the bf16 GEMM) because it writes and reads
-// W as bf16 once per launch. Here warpgroup 0 decodes instead of only streaming: its thread 0 issues the TMA
-// loads (A [128, 64] bf16 into each ring slot as the bf16 kernel does, and the slice's codes into a ring of
-// `code_stages` code slots, code_stages - 1 slices ahead), and all its 128 threads turn each code slice into
-// the bf16 W slice [block_n, 64], 128-byte swizzled exactly as TMA writes it, in the ring slot beside A.
+// W as bf16 once per launch. Here warpgroups 0 and 1 decode instead of only streaming: thread 0 issues the
+// TMA loads (A [128, 64] bf16 into each ring slot as the bf16 kernel does, and the slice's codes into a ring
+// of `code_stages` code slots, code_stages - 1 slices ahead), and all 256 decoder threads turn each code
+// slice into the bf16 W slice [block_n, 64], 128-byte swizzled exactly as TMA writes it, in the ring slot
+// beside A. Warpgroups 2 and 3 consume.
 // The consumers are the bf16 kernel's (consume_tiles): they read W from shared memory as if TMA had loaded
 // it. Each slot's "full" barrier completes with the A bytes and one arrival per decoder warp (after its
 // writes and a proxy fence: wgmma reads through the async proxy).
 //
-// Decoder thread t writes the 8 k [8 (t % 8), + 8) of rows t / 8 + 16 i of every slice: a warp's 4-byte
+// Decoder thread t writes the 8 k [8 (t % 8), + 8) of rows t / 8 + 32 i of every slice: a warp's 4-byte
 // (8-byte) code loads cover 4 whole code rows, conflict-free, and its 16-byte stores 4 whole swizzled W
 // rows, 4 wavefronts. The 8 k share one group scale (groups are multiples of 8; the scales come through
 // L1). Rows past N and k past K are written as zeros (their codes are TMA's zero fill; their scales are not
@@ -48,24 +49,27 @@ struct GemmSm90DecodeTraits : GemmSm90Traits<kBlockN, kStages, kSegments, kHasBi
   static constexpr int code_ring_bytes = code_stages * code_slot_bytes;
   static constexpr int dynamic_shared_bytes =
       gemm_sm90_decode_dynamic_shared_bytes(kBlockN, kStages, kCodeStages, bits);
-  static constexpr int chunks_per_row = Base::block_k / 8;    // 8-k steps per W slice row
-  static constexpr int rows_per_pass = 128 / chunks_per_row;  // 16 rows per decoder pass
-  static constexpr int passes = kBlockN / rows_per_pass;      // steps per thread per slice
+  static constexpr int chunks_per_row = Base::block_k / 8;  // 8-k steps per W slice row
+  // Two decoder warpgroups (0 and 1; 2 and 3 consume): one decoder warp per SM sub-partition left their
+  // dependent chains exposed (session 16: ~0.2 instructions per cycle per warp), two hide each other's.
+  static constexpr int decoder_warpgroups = 2;
+  static constexpr int decoder_threads = 128 * decoder_warpgroups;
+  static constexpr int threads = decoder_threads + 128 * Base::consumers;
+  static constexpr int rows_per_pass = decoder_threads / chunks_per_row;  // 32 rows per decoder pass
+  static constexpr int passes = kBlockN / rows_per_pass;                  // steps per thread per slice
   static constexpr int group_size = Format::group_size > 0 ? Format::group_size : (1 << 30);  // -1: a row
 
-  // Registers after setmaxnreg. The CTA keeps what it was launched with, 384 x 168 (the launch bound's
-  // 65536 / 384, rounded down to 8): what the consumers' setmaxnreg.inc takes, the decoders' .dec must
-  // have given back first, or .inc waits forever. So 128 x decoder + 256 x consumer <= 384 x 168. The
-  // consumers of a tile up to 192 wide (96 accumulators) fit in 184, leaving the decoders 136: two slices'
-  // scales (the next one's loads in flight) and a slice's codes (with 88, ptxas spilled them). A 256-wide
-  // tile's consumers need 232, which would leave 40: no room to keep the scale loads of a slice in flight,
-  // so there is no 256-wide decoding kernel.
-  static constexpr int launch_registers = 168;
-  static constexpr int consumer_registers = 184;
-  static constexpr int decoder_registers = 3 * launch_registers - 2 * consumer_registers;
+  // Registers after setmaxnreg. The CTA keeps what it was launched with, 512 x 128 (the launch bound's
+  // 65536 / 512): what the consumers' setmaxnreg.inc takes, the decoders' .dec must have given back first,
+  // or .inc waits forever (the first build hung on that). So 256 x decoder + 256 x consumer <= 512 x 128:
+  // the consumers of a tile up to 192 wide (96 accumulators) take 152, the decoders 104.
+  static constexpr int consumer_registers = 152;
+  static constexpr int decoder_registers =
+      (gemm_sm90_launch_registers(threads) - 128 * Base::consumers * consumer_registers) / decoder_threads /
+      8 * 8;
   // Full-barrier arrivals per phase: thread 0's arrive_expect_tx for A, then one per decoder warp.
-  static constexpr unsigned full_arrivals = 1 + 4;
-  static constexpr int decoder_barrier = 3;  // named barrier of warpgroup 0 (1, 2: the epilogue's)
+  static constexpr unsigned full_arrivals = 1 + decoder_threads / 32;
+  static constexpr int decoder_barrier = 3;  // named barrier of the decoders (1, 2: the epilogue's)
 
   static_assert(bits == 4 || bits == 8, "4-bit codes two per byte, or 8-bit bytes");
   static_assert(kBlockN <= 192, "the consumers' 96 accumulators at most (see consumer_registers)");
@@ -80,8 +84,8 @@ struct GemmSm90DecodeTraits : GemmSm90Traits<kBlockN, kStages, kSegments, kHasBi
   static_assert(code_stages >= 2, "the code ring needs at least two slots");
   static_assert(dynamic_shared_bytes <= 227 * 1024, "more shared memory than an H100/H200 SM gives a CTA");
   static_assert(decoder_registers >= 24 && decoder_registers % 8 == 0, "setmaxnreg takes 24..256, by 8");
-  static_assert(128 * decoder_registers + 128 * Base::consumers * consumer_registers <=
-                    gemm_sm90_launch_registers(Base::threads),
+  static_assert(decoder_threads * decoder_registers + 128 * Base::consumers * consumer_registers <=
+                    gemm_sm90_launch_registers(threads),
                 "setmaxnreg targets exceed the registers the CTA launched with");
 };
 
@@ -201,7 +205,8 @@ __device__ __forceinline__ void decode_steps(const GemmParams& gemm, const unsig
   }
 }
 
-// Decoder thread `thread` (0..127) of warpgroup 0: its steps of one slice, codes [block_n, 64 k] at `codes`
+// Decoder thread `thread` (0..255) of warpgroups 0 and 1: its steps of one slice, codes [block_n, 64 k] at
+// `codes`
 // -> W [block_n, 64] bf16 at `w` (128-byte swizzle: the 16-byte chunk c of row r sits at chunk c ^ (r % 8)),
 // with the slice's scales. n0, k0: the slice's first W row and k. Each value is code * s (+ offset) in f32,
 // rounded once to bf16, as the dequantize kernel and the mma.sync loaders compute it: s / code_pair_unit is
@@ -216,6 +221,12 @@ __device__ __forceinline__ void decode_slice(const GemmParams& gemm, const unsig
   } else {
     decode_steps<Traits, false>(gemm, codes, w, scales, n0, k0, thread);
   }
+}
+
+// bar.sync on the decoders' named barrier, for their decoder_threads.
+template <class Traits>
+__device__ __forceinline__ void decoders_barrier() {
+  asm volatile("bar.sync %0, %1;\n" ::"n"(Traits::decoder_barrier), "n"(Traits::decoder_threads) : "memory");
 }
 
 // grid: [min(tiles, SMs)] persistent CTAs, block: [Traits::threads], dynamic shared memory:
@@ -248,7 +259,7 @@ __global__ void __launch_bounds__(Traits::threads, 1)
   const int k_tiles = (gemm.k + Traits::block_k - 1) / Traits::block_k;
   const TileWalk<1, Traits::group_m> walk{tiles_m, tiles_n, 0u};
 
-  if (warpgroup == 0) {
+  if (warpgroup < Traits::decoder_warpgroups) {
     // Producer and decoders. Ring use u (slot u % stages, phase (u / stages) % 2) is k slice u % k_tiles of
     // the CTA's (u / k_tiles)-th tile; its codes sit in code slot u % code_stages.
     sm90::setmaxnreg_decrease<Traits::decoder_registers>();
@@ -312,14 +323,15 @@ __global__ void __launch_bounds__(Traits::threads, 1)
         sm90::fence_proxy_async_shared();
         __syncwarp();
         if (lane == 0) sm90::mbarrier_arrive(full);
-        sm90::warpgroup_barrier(Traits::decoder_barrier);
+        decoders_barrier<Traits>();
       }
     }
     return;
   }
 
-  // Consumers: warpgroup c = 1, 2 owns tile rows [64 (c - 1), 64 c), as in the bf16 kernel.
-  consume_tiles<Traits>(params, ring, staging, full_barriers, empty_barriers, warpgroup, walk, k_tiles);
+  // Consumers: warpgroup 1 + c (c = 1, 2) owns tile rows [64 (c - 1), 64 c), as in the bf16 kernel.
+  consume_tiles<Traits>(params, ring, staging, full_barriers, empty_barriers,
+                        warpgroup - (Traits::decoder_warpgroups - 1), walk, k_tiles);
 #else
   (void)params;
   __trap();  // an sm_90a kernel instantiated for another target

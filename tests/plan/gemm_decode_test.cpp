@@ -122,7 +122,7 @@ TEST_CASE("wgmma_decode spec: stub, shared memory, persistent launch shape, chec
   CHECK(source.name_expression() == "attnplan::kernels::gemm_sm90_decode_kernel<Traits>");
   CHECK(source.spec.at("kernel") == "wgmma_decode");
   CHECK(source.spec.at("code_stages") == 4);
-  CHECK(spec.threads() == 384);
+  CHECK(spec.threads() == 512);
   // 4 slots of A [128, 64] + W [192, 64] bf16, the staging boxes, 8 slot barriers, 1 KiB alignment, then 4
   // code slots of [192, 32] bytes and their barriers.
   CHECK(spec.dynamic_shared_bytes() ==
@@ -169,7 +169,7 @@ TEST_CASE("wgmma_decode specializations compile for sm_90a: no spills, wgmma fro
       spec.weights = encoding;
       const compiler::KernelSource source = spec.source();
       INFO(source.render_stub());
-      const compiler::CompiledKernel kernel = plan_testing::compile_sm90a_gemm(source, 184);
+      const compiler::CompiledKernel kernel = plan_testing::compile_sm90a_gemm(source, 152);
       INFO(kernel.log);
       const compiler::ResourceUsage& usage = kernel.resources;
       std::printf(
