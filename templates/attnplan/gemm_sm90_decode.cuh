@@ -99,18 +99,18 @@ struct CodeWord<8> {
   using type = uint2;
 };
 
-// A decoder thread's group scales (and affine offsets) for its steps of one slice: step i is W row
-// n0 + 16 i + thread / 8, k k0 + 8 (thread % 8). 0 past N or past K (whose codes are TMA's zeros), so those
-// steps write zeros. All loaded before any step, unconditionally: one L2 round trip per slice, not one
-// per step (docs/kernels-notes.md, "Session 16": one per step ran the kernel at 0.1-0.3x the bf16 one).
+// A decoder thread's stored group scales (and affine offsets) for its steps of one slice: step i is W row
+// n0 + 32 i + thread / 8, k k0 + 8 (thread % 8). Loaded a slice ahead, unconditionally (from row N - 1 and
+// group 0 past N and K: a load under `valid` would be a branch per step), and nothing here reads what was
+// loaded: the first instruction that does waits for the load, so the conversion (scale_value) and the
+// zeroing of steps past N or K wait until the slice is decoded (SliceScaleValues), after its barriers.
+// Converting at load time had every decoder wait one L2 round trip per slice (session 17).
 template <class Traits>
 struct SliceScales {
   using Format = typename Traits::Format;
-  static constexpr float kUnit = Format::code_pair_unit;
-  float scale[Traits::passes];
+  typename Format::ScaleCode code[Traits::passes];
   float offset[Format::has_offset ? Traits::passes : 1];
-  // Whether any step's E2M1 scale is within 2^14 of overflow (then the slice takes the guarded decode).
-  bool unfolded;
+  unsigned valid;  // bit i: step i's row is inside N and its k inside K
 
   __device__ __forceinline__ void load(const GemmParams& gemm, int n0, int k0, int thread) {
     // A tile inside one segment (all but the one a 160- or 192-wide tile straddles at a q | k | v boundary;
@@ -129,24 +129,40 @@ struct SliceScales {
     const int k = k0 + 8 * (thread % Traits::chunks_per_row);
     const bool in_k = k < gemm.k;
     const int group = in_k ? k / Traits::group_size : 0;
-    bool folds = true;
+    valid = 0;
 #pragma unroll
     for (int pass = 0; pass < Traits::passes; ++pass) {
       const int n = n0 + Traits::rows_per_pass * pass + thread / Traits::chunks_per_row;
-      const bool valid = in_k && n < gemm.n;
-      // Every step loads, from a row and group that exist (row N - 1, group 0 past them), and the value
-      // is dropped after: a load under `valid` would be a branch per step, and each step's load would
-      // wait for the one before (12 L2 round trips per slice instead of one).
       const int row = min(n, gemm.n - 1);
       const GemmSegment segment = kOneSegment ? first : segment_of<Traits::segments>(gemm, row);
-      const float s = Format::group_scale(segment, row - segment.n_begin, group, gemm.k);
-      scale[pass] = valid ? s : 0.0f;
+      code[pass] = Format::scale_code(segment, row - segment.n_begin, group, gemm.k);
+      if constexpr (Format::has_offset)
+        offset[pass] = Format::group_offset(segment, row - segment.n_begin, group, gemm.k);
+      valid |= (in_k && n < gemm.n ? 1u : 0u) << pass;
+    }
+  }
+};
+
+// The slice's scales as values (0 for steps past N or K, whose codes are TMA's zeros), from SliceScales
+// once its loads have landed.
+template <class Traits>
+struct SliceScaleValues {
+  using Format = typename Traits::Format;
+  float scale[Traits::passes];
+  float offset[Format::has_offset ? Traits::passes : 1];
+  // Whether any step's E2M1 scale is within 2^14 of overflow (then the slice takes the guarded decode).
+  bool unfolded;
+
+  __device__ __forceinline__ explicit SliceScaleValues(const SliceScales<Traits>& stored) {
+    constexpr float kUnit = Format::code_pair_unit;
+    bool folds = true;
+#pragma unroll
+    for (int pass = 0; pass < Traits::passes; ++pass) {
+      const bool valid = (stored.valid >> pass) & 1u;
+      scale[pass] = valid ? Format::scale_value(stored.code[pass]) : 0.0f;
       if constexpr (kUnit != 1.0f)
         folds = folds && !(fabsf(scale[pass]) > 0x1.fffffep+127f * kUnit);  // NaN folds
-      if constexpr (Format::has_offset) {
-        const float b = Format::group_offset(segment, row - segment.n_begin, group, gemm.k);
-        offset[pass] = valid ? b : 0.0f;
-      }
+      if constexpr (Format::has_offset) offset[pass] = valid ? stored.offset[pass] : 0.0f;
     }
     unfolded = !folds;
   }
@@ -154,7 +170,7 @@ struct SliceScales {
 
 template <class Traits, bool kGuarded>
 __device__ __forceinline__ void decode_steps(const GemmParams& gemm, const unsigned char* codes,
-                                             unsigned char* w, const SliceScales<Traits>& scales, int n0,
+                                             unsigned char* w, const SliceScaleValues<Traits>& scales, int n0,
                                              int k0, int thread) {
   using Format = typename Traits::Format;
   using Codes = typename CodeWord<Traits::bits>::type;
@@ -214,8 +230,9 @@ __device__ __forceinline__ void decode_steps(const GemmParams& gemm, const unsig
 // take the format's own guarded decode (a slice with any such scale checks each step; others none).
 template <class Traits>
 __device__ __forceinline__ void decode_slice(const GemmParams& gemm, const unsigned char* codes,
-                                             unsigned char* w, const SliceScales<Traits>& scales, int n0,
+                                             unsigned char* w, const SliceScales<Traits>& stored, int n0,
                                              int k0, int thread) {
+  const SliceScaleValues<Traits> scales(stored);
   if (scales.unfolded) {
     decode_steps<Traits, true>(gemm, codes, w, scales, n0, k0, thread);
   } else {
