@@ -37,7 +37,10 @@ namespace attnplan::kernels {
 
 // kFormat: a row-byte policy of gemm.cuh with code_pair and group_scale (group_offset where has_offset):
 // Mxfp4Weights, Nvfp4Weights, AffineWeights<4, group>, Fp8Weights<granularity> or Mxfp8Weights.
-template <int kBlockN, int kStages, int kCodeStages, int kSegments, bool kHasBias, class kFormat>
+// kClusterM: CTAs per cluster along M (1, 2 or 4); each decodes its share of every W slice and copies it
+// into the others' slots.
+template <int kBlockN, int kStages, int kCodeStages, int kSegments, bool kHasBias, class kFormat,
+          int kClusterM = 1>
 struct GemmSm90DecodeTraits : GemmSm90Traits<kBlockN, kStages, kSegments, kHasBias> {
   using Base = GemmSm90Traits<kBlockN, kStages, kSegments, kHasBias>;
   using Format = kFormat;
@@ -55,8 +58,17 @@ struct GemmSm90DecodeTraits : GemmSm90Traits<kBlockN, kStages, kSegments, kHasBi
   static constexpr int decoder_warpgroups = 2;
   static constexpr int decoder_threads = 128 * decoder_warpgroups;
   static constexpr int threads = decoder_threads + 128 * Base::consumers;
+  // Clusters (consume_tiles and TileWalk read these): the consumers release each slot to every CTA of
+  // the cluster, whose decoders copy their shares into it.
+  static constexpr int cluster_m = kClusterM;
+  static constexpr unsigned empty_arrivals = 4 * Base::consumers * cluster_m;
+  static constexpr int share_rows = kBlockN / cluster_m;  // W rows of a slice this CTA decodes
+  static constexpr int share_bytes = share_rows * sm90::kSwizzle128Bytes;
+  static constexpr int remote_bytes = (cluster_m - 1) * share_bytes;  // copied in per slice by the others
+  static constexpr int code_box_rows = gemm_sm90_decode_code_box_rows(kBlockN, kClusterM, kSegments);
   static constexpr int rows_per_pass = decoder_threads / chunks_per_row;  // 32 rows per decoder pass
-  static constexpr int passes = kBlockN / rows_per_pass;                  // steps per thread per slice
+  // Steps per thread per slice; a last pass of 16 rows (shares of 48 or 80) takes the first 128 threads.
+  static constexpr int passes = (share_rows + rows_per_pass - 1) / rows_per_pass;
   static constexpr int group_size = Format::group_size > 0 ? Format::group_size : (1 << 30);  // -1: a row
 
   // Registers after setmaxnreg. The CTA keeps what it was launched with, 512 x 128 (the launch bound's
@@ -76,10 +88,14 @@ struct GemmSm90DecodeTraits : GemmSm90Traits<kBlockN, kStages, kSegments, kHasBi
   static_assert(
       !requires { Format::k_major_words; } && !requires { Format::n_major_words; },
       "codes in rows of bytes, k order (not GPTQ's or AWQ's words)");
-  static_assert(Base::cluster_m == 1, "no clusters");
+  static_assert(cluster_m == 1 || cluster_m == 2 || cluster_m == 4, "clusters of 1, 2 or 4 CTAs along M");
+  static_assert(Base::group_m % cluster_m == 0, "a rasterization group holds whole clusters");
+  static_assert(share_rows % 16 == 0 && share_rows % code_box_rows == 0,
+                "a CTA's share is whole code boxes and whole half passes (16 rows)");
+  static_assert(share_bytes % sm90::kSwizzle128AtomBytes == 0 || cluster_m == 1,
+                "each share starts on a swizzle atom (8 rows)");
   static_assert(group_size % 8 == 0, "the 8 k of a decoder step share one group scale");
-  static_assert(kBlockN % rows_per_pass == 0, "every decoder thread writes the same rows per slice");
-  static_assert(Base::w_box_rows * code_row_bytes % 128 == 0 && code_slot_bytes % 1024 == 0,
+  static_assert(code_box_rows * code_row_bytes % 128 == 0 && code_slot_bytes % 1024 == 0,
                 "code pieces 128-byte aligned, and the staging boxes after the code ring 1024-byte aligned");
   static_assert(code_stages >= 2, "the code ring needs at least two slots");
   static_assert(dynamic_shared_bytes <= 227 * 1024, "more shared memory than an H100/H200 SM gives a CTA");
@@ -116,7 +132,7 @@ struct SliceScales {
     // A tile inside one segment (all but the one a 160- or 192-wide tile straddles at a q | k | v boundary;
     // rows past N count as the last segment's) looks its segment up once, not once per step.
     const GemmSegment first = segment_of<Traits::segments>(gemm, n0);
-    if (Traits::segments == 1 || n0 + Traits::block_n <= first.n_end || first.n_end >= gemm.n) {
+    if (Traits::segments == 1 || n0 + Traits::share_rows <= first.n_end || first.n_end >= gemm.n) {
       load_rows<true>(gemm, first, n0, k0, thread);
     } else {
       load_rows<false>(gemm, first, n0, k0, thread);
@@ -138,7 +154,7 @@ struct SliceScales {
       code[pass] = Format::scale_code(segment, row - segment.n_begin, group, gemm.k);
       if constexpr (Format::has_offset)
         offset[pass] = Format::group_offset(segment, row - segment.n_begin, group, gemm.k);
-      valid |= (in_k && n < gemm.n ? 1u : 0u) << pass;
+      valid |= (in_k && n < gemm.n ? 1u : 0u) << pass;  // (a step past the share writes nothing)
     }
   }
 };
@@ -186,7 +202,8 @@ __device__ __forceinline__ void decode_steps(const GemmParams& gemm, const unsig
   }
 #pragma unroll
   for (int pass = 0; pass < Traits::passes; ++pass) {
-    const int row = Traits::rows_per_pass * pass + first_row;  // of the slice
+    const int row = Traits::rows_per_pass * pass + first_row;  // of the share
+    if (row >= Traits::share_rows) continue;  // the half pass of a 48- or 80-row share (whole warps)
     const float s = scales.scale[pass];
     const float offset = Format::has_offset ? scales.offset[Format::has_offset ? pass : 0] : 0.0f;
     unsigned pairs[4];
@@ -271,10 +288,17 @@ __global__ void __launch_bounds__(Traits::threads, 1)
   init_ring_barriers<Traits::stages, Traits::empty_arrivals, Traits::full_arrivals>(full_barriers,
                                                                                     empty_barriers);
 
+  constexpr bool clustered = Traits::cluster_m > 1;
+  // The other CTAs' barriers must be initialized before this one copies into them or arrives on them.
+  if constexpr (clustered) sm90::cluster_sync();
+  const unsigned rank = clustered ? sm90::cluster_rank() : 0u;
+
   const int tiles_m = (gemm.m + Traits::block_m - 1) / Traits::block_m;
   const int tiles_n = (gemm.n + Traits::block_n - 1) / Traits::block_n;
   const int k_tiles = (gemm.k + Traits::block_k - 1) / Traits::block_k;
-  const TileWalk<1, Traits::group_m> walk{tiles_m, tiles_n, 0u};
+  const TileWalk<Traits::cluster_m, Traits::group_m> walk{tiles_m, tiles_n, rank};
+  // This CTA's share of each W slice: rows [share, share + share_rows) of the tile.
+  const int share = static_cast<int>(rank) * Traits::share_rows;
 
   if (warpgroup < Traits::decoder_warpgroups) {
     // Producer and decoders. Ring use u (slot u % stages, phase (u / stages) % 2) is k slice u % k_tiles of
@@ -284,17 +308,17 @@ __global__ void __launch_bounds__(Traits::threads, 1)
     const int lane = thread % 32;
     const int units = walk.first() < walk.units() ? (walk.units() - 1 - walk.first()) / walk.stride() + 1 : 0;
     const int uses = units * k_tiles;
-    // Thread 0: the TMA loads of use u's codes (nothing past the last use), in 32-row pieces where tiles
-    // straddle segments, each through the map of its own segment (a piece past N reads zeros).
+    // Thread 0: the TMA loads of use u's codes of the share (nothing past the last use), in pieces where
+    // tiles straddle segments, each through the map of its own segment (a piece past N reads zeros).
     const auto load_codes = [&](int u) {
       if (u >= uses) return;
       const TileCoordinates coordinates = walk.tile(walk.first() + (u / k_tiles) * walk.stride());
-      const int n0 = coordinates.n * Traits::block_n;
+      const int n0 = coordinates.n * Traits::block_n + share;
       const unsigned slot = code_ring + (u % Traits::code_stages) * Traits::code_slot_bytes;
       const unsigned barrier = code_barriers + 8 * (u % Traits::code_stages);
-      sm90::mbarrier_arrive_expect_tx(barrier, Traits::code_slot_bytes);
+      sm90::mbarrier_arrive_expect_tx(barrier, Traits::share_rows * Traits::code_row_bytes);
 #pragma unroll
-      for (int piece = 0; piece < Traits::block_n; piece += Traits::w_box_rows) {
+      for (int piece = 0; piece < Traits::share_rows; piece += Traits::code_box_rows) {
         const SegmentTile codes = segment_tile<Traits::segments>(params, n0 + piece);
         sm90::tma_load_2d(slot + piece * Traits::code_row_bytes, codes.map, barrier,
                           (u % k_tiles) * Traits::code_row_bytes, codes.row);
@@ -307,48 +331,70 @@ __global__ void __launch_bounds__(Traits::threads, 1)
     // Scales of the slice being decoded, and of the next one (use u + 1: this tile's next k slice, or the
     // next tile's first): their loads are in flight while this slice is decoded.
     SliceScales<Traits> scales, next_scales;
-    if (uses > 0) next_scales.load(gemm, walk.tile(walk.first()).n * Traits::block_n, 0, thread);
+    if (uses > 0) next_scales.load(gemm, walk.tile(walk.first()).n * Traits::block_n + share, 0, thread);
     int u = 0;
     for (int unit = walk.first(); unit < walk.units(); unit += walk.stride()) {
       const TileCoordinates coordinates = walk.tile(unit);
-      const int next_unit_n0 =
-          unit + walk.stride() < walk.units() ? walk.tile(unit + walk.stride()).n * Traits::block_n : 0;
+      const int n0 = coordinates.n * Traits::block_n + share;
+      const int next_unit_n0 = unit + walk.stride() < walk.units()
+                                   ? walk.tile(unit + walk.stride()).n * Traits::block_n + share
+                                   : 0;
+      // A cluster's CTA past M (the last row of tiles padded to whole clusters) reads the last tile's
+      // A rows: any bytes do, its stores fall outside C. It still decodes its share for the others.
+      const int m_tile = clustered ? min(coordinates.m, tiles_m - 1) : coordinates.m;
       for (int k_tile = 0; k_tile < k_tiles; ++k_tile, ++u) {
         scales = next_scales;
         if (k_tile + 1 < k_tiles) {
-          next_scales.load(gemm, coordinates.n * Traits::block_n, (k_tile + 1) * Traits::block_k, thread);
+          next_scales.load(gemm, n0, (k_tile + 1) * Traits::block_k, thread);
         } else {  // the next tile's first slice (past the last tile: any rows, never used)
           next_scales.load(gemm, next_unit_n0, 0, thread);
         }
         // Codes code_stages - 1 slices ahead: the slot they go to was read by every decoder at use u - 1
-        // (the warpgroup barrier at the end of each use).
+        // (the decoders' barrier at the end of each use).
         if (thread == 0) load_codes(u + Traits::code_stages - 1);
         const int slot = u % Traits::stages;
         const unsigned full = full_barriers + 8 * slot;
+        // Free in every CTA of the cluster: each one's consumers released it here.
         sm90::mbarrier_wait_parity(empty_barriers + 8 * slot, ((u / Traits::stages) & 1u) ^ 1u);
         if (thread == 0) {
-          sm90::mbarrier_arrive_expect_tx(full, Traits::a_slot_bytes);
+          // A, and the other CTAs' shares of W (their copies complete on this barrier).
+          sm90::mbarrier_arrive_expect_tx(full, Traits::a_slot_bytes + Traits::remote_bytes);
           sm90::tma_load_2d(ring + slot * Traits::slot_bytes, &params.a_map, full, k_tile * Traits::block_k,
-                            coordinates.m * Traits::block_m);
+                            m_tile * Traits::block_m);
         }
         const int code_slot = u % Traits::code_stages;
         sm90::mbarrier_wait_parity(code_barriers + 8 * code_slot, (u / Traits::code_stages) & 1u);
+        const int w_share = slot * Traits::slot_bytes + Traits::a_slot_bytes + share * sm90::kSwizzle128Bytes;
         decode_slice<Traits>(gemm, ring_pointer + Traits::ring_bytes + code_slot * Traits::code_slot_bytes,
-                             ring_pointer + slot * Traits::slot_bytes + Traits::a_slot_bytes, scales,
-                             coordinates.n * Traits::block_n, k_tile * Traits::block_k, thread);
-        // The slice's writes, then the arrival the consumers' wgmmas (async proxy) wait for.
+                             ring_pointer + w_share, scales, n0, k_tile * Traits::block_k, thread);
+        // The slice's writes, then the arrival this CTA's consumers' wgmmas (async proxy) wait for.
         sm90::fence_proxy_async_shared();
         __syncwarp();
         if (lane == 0) sm90::mbarrier_arrive(full);
         decoders_barrier<Traits>();
+        if constexpr (clustered) {
+          // Every decoder's writes of the share are fenced and behind the barrier: the copy engine takes
+          // the share to the same place in the other CTAs' slots (free: this CTA's empty barrier counted
+          // their consumers' releases too).
+          if (thread == 0) {
+#pragma unroll
+            for (unsigned other = 1; other < Traits::cluster_m; ++other) {
+              sm90::bulk_copy_to_cluster(ring + w_share, Traits::share_bytes, full,
+                                         (rank + other) % Traits::cluster_m);
+            }
+          }
+        }
       }
     }
+    // The other CTAs may still copy into this one's ring and arrive on its barriers until they are done.
+    if constexpr (clustered) sm90::cluster_sync();
     return;
   }
 
   // Consumers: warpgroup 1 + c (c = 1, 2) owns tile rows [64 (c - 1), 64 c), as in the bf16 kernel.
   consume_tiles<Traits>(params, ring, staging, full_barriers, empty_barriers,
                         warpgroup - (Traits::decoder_warpgroups - 1), walk, k_tiles);
+  if constexpr (clustered) sm90::cluster_sync();  // see the decoders'
 #else
   (void)params;
   __trap();  // an sm_90a kernel instantiated for another target
