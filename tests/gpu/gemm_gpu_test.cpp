@@ -939,9 +939,9 @@ TEST_CASE("sm_90a decoding weight GEMM matches the reference per format", "[gpu]
     // Every width, then clusters along M: shares of 96, 48 (a half pass) and 32 rows, 80 (16-row pieces).
     std::vector<plan::GemmSm90Tiling> all, straddling;
     for (const int block_n : {192, 160, 128}) all.push_back(tiling(block_n, 1));
-    for (const auto [block_n, cluster_m] : {std::pair{192, 2}, {192, 4}, {128, 4}, {160, 2}})
+    for (const auto& [block_n, cluster_m] : {std::pair{192, 2}, {192, 4}, {128, 4}, {160, 2}})
       all.push_back(tiling(block_n, cluster_m));
-    for (const auto [block_n, cluster_m] : {std::pair{192, 1}, {160, 1}, {192, 4}, {160, 2}})
+    for (const auto& [block_n, cluster_m] : {std::pair{192, 1}, {160, 1}, {192, 4}, {160, 2}})
       straddling.push_back(tiling(block_n, cluster_m));
     const auto decode = plan::GemmKernel::wgmma_decode;
     // M 1000 (7.8 tiles of 128: clusters of 4 pad the last), N 1536 + 64 (a ragged last segment), K 4096,

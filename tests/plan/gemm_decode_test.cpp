@@ -177,7 +177,7 @@ TEST_CASE("wgmma_decode specializations compile for sm_90a: no spills, wgmma fro
   for (const config::WeightEncoding& encoding : decode_encodings()) {
     const int bits = eight_bit(encoding) ? 8 : 4;
     // Every width, unclustered, and the clusters whose shares decode in half passes or 16-row code pieces.
-    for (const auto [block_n, cluster_m] : {std::pair{192, 1}, {160, 1}, {128, 1}, {192, 4}, {160, 2}}) {
+    for (const auto& [block_n, cluster_m] : {std::pair{192, 1}, {160, 1}, {128, 1}, {192, 4}, {160, 2}}) {
       GemmSpec spec{.segments = 3, .has_bias = true};
       spec.kernel = GemmKernel::wgmma_decode;
       spec.sm90 = gemm_sm90_decode_tiling(block_n, bits);
