@@ -237,6 +237,8 @@ compiler::KernelSource sm90_decode_source(const GemmSpec& spec) {
                       {"segments", std::to_string(spec.segments)},
                       {"has_bias", cxx_bool(spec.has_bias)},
                       {"weights", weight_policy(spec.weights)}};
+  if (spec.sm90.cluster_m != 1)
+    source.arguments.push_back({"cluster_m", std::to_string(spec.sm90.cluster_m)});
   source.spec = {{"family", source.family},
                  {"kernel", gemm_kernel_name(spec.kernel)},
                  {"block_m", kGemmSm90BlockM},
@@ -248,6 +250,7 @@ compiler::KernelSource sm90_decode_source(const GemmSpec& spec) {
                  {"has_bias", spec.has_bias},
                  {"weights", weights_spec(spec.weights)},
                  {"dynamic_shared_bytes", spec.dynamic_shared_bytes()}};
+  if (spec.sm90.cluster_m != 1) source.spec["cluster_m"] = spec.sm90.cluster_m;
   return source;
 }
 
@@ -529,10 +532,16 @@ compiler::KernelSource GemmSpec::source() const {
     throw Error(Stage::input, fmt::format("gemm: the wgmma kernel reads bf16 weights only, not {}",
                                           config::to_string(weights.format)));
   }
-  if (sm90.cluster_m != 1 && (kernel != GemmKernel::wgmma || sm90.cluster_m != 2)) {
-    throw Error(Stage::input, fmt::format("gemm: cluster_m {} with the {} kernel (clusters of 2 are the bf16 "
-                                          "wgmma kernel's only)",
-                                          sm90.cluster_m, gemm_kernel_name(kernel)));
+  const bool decode_cluster = kernel == GemmKernel::wgmma_decode &&
+                              (sm90.cluster_m == 2 || sm90.cluster_m == 4) &&
+                              sm90.block_n % (16 * sm90.cluster_m) == 0;
+  if (sm90.cluster_m != 1 && !decode_cluster && (kernel != GemmKernel::wgmma || sm90.cluster_m != 2)) {
+    throw Error(
+        Stage::input,
+        fmt::format("gemm: cluster_m {} with the {} kernel and block_n {} (clusters of 2 are the bf16 "
+                    "wgmma kernel's; the wgmma_decode kernel's are of 2 or 4, each CTA's share of "
+                    "block_n a multiple of 16 rows)",
+                    sm90.cluster_m, gemm_kernel_name(kernel), sm90.block_n));
   }
   if (kernel == GemmKernel::wgmma && sm90.cluster_m != 1 && sm90.block_n == 160) {
     throw Error(Stage::input,
@@ -600,7 +609,9 @@ compiler::KernelSource GemmSpec::source() const {
 }
 
 int GemmSpec::threads() const {
-  // wgmma kernels: producer + 2 consumer warpgroups.
+  // wgmma kernels: producer + 2 consumer warpgroups; wgmma_decode: 2 decoder warpgroups (the first one's
+  // thread 0 produces) + 2 consumer warpgroups.
+  if (kernel == GemmKernel::wgmma_decode) return 4 * 128;
   return kernel == GemmKernel::mma_sync ? tiling.threads() : 3 * 128;
 }
 
@@ -621,8 +632,9 @@ driver::LaunchShape GemmSpec::launch_shape(int m, int n, int multiprocessors) co
   const bool bf16_tiles = kernel == GemmKernel::wgmma || kernel == GemmKernel::wgmma_decode;
   const int block_m = bf16_tiles ? kGemmSm90BlockM : wgmma ? sm90.block_n : tiling.block_m;
   const int block_n = bf16_tiles ? sm90.block_n : wgmma ? kGemmSm90W4BlockRows : tiling.block_n;
-  // Clusters of the bf16 wgmma kernel take tiles in columns of cluster_m (the last one padded).
-  const int cluster = kernel == GemmKernel::wgmma ? sm90.cluster_m : 1;
+  // Clusters (the bf16 wgmma and wgmma_decode kernels) take tiles in columns of cluster_m (the last one
+  // padded).
+  const int cluster = bf16_tiles ? sm90.cluster_m : 1;
   std::int64_t tiles = ceil_div(m, block_m * cluster) * cluster * ceil_div(n, block_n);
   if (m <= 0 || n <= 0 || tiles > 0x7fffffff) {
     throw Error(Stage::input, fmt::format("gemm: no launch shape for M = {}, N = {}", m, n));
@@ -745,11 +757,11 @@ GemmSm90Params make_gemm_sm90_decode_params(const GemmSpec& spec, const GemmPara
   const long long row_bytes = static_cast<long long>(params.k) * bits / 8;
   for (int s = 0; s < spec.segments; ++s) {
     const GemmSegment& segment = params.segments[s];
-    // Bytes [rows, K * bits / 8]: boxes of 64 k (32 or 64 bytes) of a tile's rows, or of 32-row pieces
-    // where tiles straddle segments, unswizzled.
+    // Bytes [rows, K * bits / 8]: boxes of 64 k (32 or 64 bytes) of a CTA's share of a tile's rows, or
+    // of pieces where tiles straddle segments, unswizzled.
     encode_tensor_map(sm90.w_maps[s], CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, segment.weight, row_bytes,
                       segment.n_end - segment.n_begin, row_bytes, kGemmSm90BlockK * bits / 8,
-                      gemm_sm90_w_box_rows(spec.sm90.block_n, 1, spec.segments),
+                      gemm_sm90_decode_code_box_rows(spec.sm90.block_n, spec.sm90.cluster_m, spec.segments),
                       fmt::format("gemm segments[{}].weight", s), CU_TENSOR_MAP_SWIZZLE_NONE);
   }
   encode_gemm_c_map(sm90.c_map, params);

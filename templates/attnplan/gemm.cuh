@@ -131,14 +131,25 @@ struct Fp8Weights : E4m3Codes {
   __device__ static float group_scale(const GemmSegment& segment, int row, int group, int k_total) {
     return scale(segment, row, group * 128, k_total);  // group is 0 unless block-scaled
   }
+  // For gemm_sm90_decode.cuh (see scale_code there): the scale is stored as an f32.
+  using ScaleCode = float;
+  __device__ static ScaleCode scale_code(const GemmSegment& segment, int row, int group, int k_total) {
+    return group_scale(segment, row, group, k_total);
+  }
+  __device__ static float scale_value(ScaleCode code) { return code; }
 };
 
 // OCP MXFP8: e4m3fn values, one E8M0 scale per 32 values of a row ([rows, K / 32]).
 struct Mxfp8Weights : E4m3Codes {
   static constexpr int bits = 8;
   static constexpr int group_size = 32;  // for gemm_sm90_w4.cuh
+  using ScaleCode = unsigned;            // the E8M0 byte
+  __device__ static ScaleCode scale_code(const GemmSegment& segment, int row, int group, int k_total) {
+    return static_cast<const unsigned char*>(segment.scales)[row * (k_total / 32) + group];
+  }
+  __device__ static float scale_value(ScaleCode code) { return e8m0_to_float(code); }
   __device__ static float group_scale(const GemmSegment& segment, int row, int group, int k_total) {
-    return e8m0_to_float(static_cast<const unsigned char*>(segment.scales)[row * (k_total / 32) + group]);
+    return scale_value(scale_code(segment, row, group, k_total));
   }
   __device__ static void dequantize(const unsigned char* raw, const GemmSegment& segment, int row, int k,
                                     int k_total, float (&values)[8]) {
@@ -152,6 +163,9 @@ struct Mxfp8Weights : E4m3Codes {
 // `group_size` consecutive k of a row. The mma.sync loaders below decode through the same functions.
 // code_pair(byte) is the fast form for both codes of a byte: code_value of each times code_pair_unit
 // (the E2M1 loader and so the dequantize kernel decode through it).
+// The row-byte formats also split group_scale into scale_code (the loads alone: the stored scale, a
+// ScaleCode) and scale_value (its conversion to f32): the decoding kernel (gemm_sm90_decode.cuh) issues one
+// slice's loads while it decodes the slice before, and converts them only when it needs them.
 
 // The E2M1 formats' codes and their mma.sync loader; Format supplies group_size and group_scale (CRTP).
 template <class Format>
@@ -193,15 +207,31 @@ struct E2m1Codes {
 // OCP MXFP4: E2M1 pairs per byte (low nibble = even k), one E8M0 scale per 32 values ([rows, K / 32]).
 struct Mxfp4Weights : E2m1Codes<Mxfp4Weights> {
   static constexpr int group_size = 32;
+  using ScaleCode = unsigned;  // the E8M0 byte
   // row: W row within the segment; group: k / group_size.
+  __device__ static ScaleCode scale_code(const GemmSegment& segment, int row, int group, int k_total) {
+    return static_cast<const unsigned char*>(segment.scales)[row * (k_total / 32) + group];
+  }
+  __device__ static float scale_value(ScaleCode code) { return e8m0_to_float(code); }
   __device__ static float group_scale(const GemmSegment& segment, int row, int group, int k_total) {
-    return e8m0_to_float(static_cast<const unsigned char*>(segment.scales)[row * (k_total / 32) + group]);
+    return scale_value(scale_code(segment, row, group, k_total));
   }
 };
 
 // NVFP4 (ModelOpt): E2M1 pairs, one e4m3fn scale per 16 values ([rows, K / 16]) times the f32 scale_2.
 struct Nvfp4Weights : E2m1Codes<Nvfp4Weights> {
   static constexpr int group_size = 16;
+  struct ScaleCode {
+    unsigned e4m3;  // the group's byte
+    float scale_2;  // the segment's
+  };
+  __device__ static ScaleCode scale_code(const GemmSegment& segment, int row, int group, int k_total) {
+    return {static_cast<const unsigned char*>(segment.scales)[row * (k_total / 16) + group],
+            segment.scale_2[0]};
+  }
+  __device__ static float scale_value(ScaleCode code) { return e4m3fn_to_float(code.e4m3) * code.scale_2; }
+  // Not scale_value(scale_code(...)): that would load scale_2 before the byte's conversion, not after, and
+  // change the other kernels' code for no gain.
   __device__ static float group_scale(const GemmSegment& segment, int row, int group, int k_total) {
     return e4m3fn_to_float(static_cast<const unsigned char*>(segment.scales)[row * (k_total / 16) + group]) *
            segment.scale_2[0];
@@ -400,6 +430,11 @@ struct AffineWeights {
     return static_cast<const float*>(
         segment.scales)[static_cast<long long>(row) * (k_total / kGroupSize) + group];
   }
+  using ScaleCode = float;  // for gemm_sm90_decode.cuh (see scale_code there)
+  __device__ static ScaleCode scale_code(const GemmSegment& segment, int row, int group, int k_total) {
+    return group_scale(segment, row, group, k_total);
+  }
+  __device__ static float scale_value(ScaleCode code) { return code; }
   __device__ static float group_offset(const GemmSegment& segment, int row, int group, int k_total) {
     return static_cast<const float*>(
         segment.zeros)[static_cast<long long>(row) * (k_total / kGroupSize) + group];

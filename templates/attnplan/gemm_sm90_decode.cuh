@@ -6,15 +6,16 @@
 // It is gemm_sm90.cuh with another producer. Short launches of a 4-bit projection are compute-bound, like
 // bf16 ones: the mixed-input kernel (gemm_sm90_w4.cuh) loses there because its consumers decode between
 // their wgmmas, and the dequantized path (dequantize.cuh, then the bf16 GEMM) because it writes and reads
-// W as bf16 once per launch. Here warpgroup 0 decodes instead of only streaming: its thread 0 issues the TMA
-// loads (A [128, 64] bf16 into each ring slot as the bf16 kernel does, and the slice's codes into a ring of
-// `code_stages` code slots, code_stages - 1 slices ahead), and all its 128 threads turn each code slice into
-// the bf16 W slice [block_n, 64], 128-byte swizzled exactly as TMA writes it, in the ring slot beside A.
+// W as bf16 once per launch. Here warpgroups 0 and 1 decode instead of only streaming: thread 0 issues the
+// TMA loads (A [128, 64] bf16 into each ring slot as the bf16 kernel does, and the slice's codes into a ring
+// of `code_stages` code slots, code_stages - 1 slices ahead), and all 256 decoder threads turn each code
+// slice into the bf16 W slice [block_n, 64], 128-byte swizzled exactly as TMA writes it, in the ring slot
+// beside A. Warpgroups 2 and 3 consume.
 // The consumers are the bf16 kernel's (consume_tiles): they read W from shared memory as if TMA had loaded
 // it. Each slot's "full" barrier completes with the A bytes and one arrival per decoder warp (after its
 // writes and a proxy fence: wgmma reads through the async proxy).
 //
-// Decoder thread t writes the 8 k [8 (t % 8), + 8) of rows t / 8 + 16 i of every slice: a warp's 4-byte
+// Decoder thread t writes the 8 k [8 (t % 8), + 8) of rows t / 8 + 32 i of every slice: a warp's 4-byte
 // (8-byte) code loads cover 4 whole code rows, conflict-free, and its 16-byte stores 4 whole swizzled W
 // rows, 4 wavefronts. The 8 k share one group scale (groups are multiples of 8; the scales come through
 // L1). Rows past N and k past K are written as zeros (their codes are TMA's zero fill; their scales are not
@@ -36,7 +37,10 @@ namespace attnplan::kernels {
 
 // kFormat: a row-byte policy of gemm.cuh with code_pair and group_scale (group_offset where has_offset):
 // Mxfp4Weights, Nvfp4Weights, AffineWeights<4, group>, Fp8Weights<granularity> or Mxfp8Weights.
-template <int kBlockN, int kStages, int kCodeStages, int kSegments, bool kHasBias, class kFormat>
+// kClusterM: CTAs per cluster along M (1, 2 or 4); each decodes its share of every W slice and copies it
+// into the others' slots.
+template <int kBlockN, int kStages, int kCodeStages, int kSegments, bool kHasBias, class kFormat,
+          int kClusterM = 1>
 struct GemmSm90DecodeTraits : GemmSm90Traits<kBlockN, kStages, kSegments, kHasBias> {
   using Base = GemmSm90Traits<kBlockN, kStages, kSegments, kHasBias>;
   using Format = kFormat;
@@ -48,40 +52,56 @@ struct GemmSm90DecodeTraits : GemmSm90Traits<kBlockN, kStages, kSegments, kHasBi
   static constexpr int code_ring_bytes = code_stages * code_slot_bytes;
   static constexpr int dynamic_shared_bytes =
       gemm_sm90_decode_dynamic_shared_bytes(kBlockN, kStages, kCodeStages, bits);
-  static constexpr int chunks_per_row = Base::block_k / 8;    // 8-k steps per W slice row
-  static constexpr int rows_per_pass = 128 / chunks_per_row;  // 16 rows per decoder pass
-  static constexpr int passes = kBlockN / rows_per_pass;      // steps per thread per slice
+  static constexpr int chunks_per_row = Base::block_k / 8;  // 8-k steps per W slice row
+  // Two decoder warpgroups (0 and 1; 2 and 3 consume): one decoder warp per SM sub-partition left their
+  // dependent chains exposed (session 16: ~0.2 instructions per cycle per warp), two hide each other's.
+  static constexpr int decoder_warpgroups = 2;
+  static constexpr int decoder_threads = 128 * decoder_warpgroups;
+  static constexpr int threads = decoder_threads + 128 * Base::consumers;
+  // Clusters (consume_tiles and TileWalk read these): the consumers release each slot to every CTA of
+  // the cluster, whose decoders copy their shares into it.
+  static constexpr int cluster_m = kClusterM;
+  static constexpr unsigned empty_arrivals = 4 * Base::consumers * cluster_m;
+  static constexpr int share_rows = kBlockN / cluster_m;  // W rows of a slice this CTA decodes
+  static constexpr int share_bytes = share_rows * sm90::kSwizzle128Bytes;
+  static constexpr int remote_bytes = (cluster_m - 1) * share_bytes;  // copied in per slice by the others
+  static constexpr int code_box_rows = gemm_sm90_decode_code_box_rows(kBlockN, kClusterM, kSegments);
+  static constexpr int rows_per_pass = decoder_threads / chunks_per_row;  // 32 rows per decoder pass
+  // Steps per thread per slice; a last pass of 16 rows (shares of 48 or 80) takes the first 128 threads.
+  static constexpr int passes = (share_rows + rows_per_pass - 1) / rows_per_pass;
   static constexpr int group_size = Format::group_size > 0 ? Format::group_size : (1 << 30);  // -1: a row
 
-  // Registers after setmaxnreg. The CTA keeps what it was launched with, 384 x 168 (the launch bound's
-  // 65536 / 384, rounded down to 8): what the consumers' setmaxnreg.inc takes, the decoders' .dec must
-  // have given back first, or .inc waits forever. So 128 x decoder + 256 x consumer <= 384 x 168. The
-  // consumers of a tile up to 192 wide (96 accumulators) fit in 184, leaving the decoders 136: two slices'
-  // scales (the next one's loads in flight) and a slice's codes (with 88, ptxas spilled them). A 256-wide
-  // tile's consumers need 232, which would leave 40: no room to keep the scale loads of a slice in flight,
-  // so there is no 256-wide decoding kernel.
-  static constexpr int launch_registers = 168;
-  static constexpr int consumer_registers = 184;
-  static constexpr int decoder_registers = 3 * launch_registers - 2 * consumer_registers;
+  // Registers after setmaxnreg. The CTA keeps what it was launched with, 512 x 128 (the launch bound's
+  // 65536 / 512): what the consumers' setmaxnreg.inc takes, the decoders' .dec must have given back first,
+  // or .inc waits forever (the first build hung on that). So 256 x decoder + 256 x consumer <= 512 x 128:
+  // the consumers of a tile up to 192 wide (96 accumulators) take 152, the decoders 104.
+  static constexpr int consumer_registers = 152;
+  static constexpr int decoder_registers =
+      (gemm_sm90_launch_registers(threads) - 128 * Base::consumers * consumer_registers) / decoder_threads /
+      8 * 8;
   // Full-barrier arrivals per phase: thread 0's arrive_expect_tx for A, then one per decoder warp.
-  static constexpr unsigned full_arrivals = 1 + 4;
-  static constexpr int decoder_barrier = 3;  // named barrier of warpgroup 0 (1, 2: the epilogue's)
+  static constexpr unsigned full_arrivals = 1 + decoder_threads / 32;
+  static constexpr int decoder_barrier = 3;  // named barrier of the decoders (1, 2: the epilogue's)
 
   static_assert(bits == 4 || bits == 8, "4-bit codes two per byte, or 8-bit bytes");
   static_assert(kBlockN <= 192, "the consumers' 96 accumulators at most (see consumer_registers)");
   static_assert(
       !requires { Format::k_major_words; } && !requires { Format::n_major_words; },
       "codes in rows of bytes, k order (not GPTQ's or AWQ's words)");
-  static_assert(Base::cluster_m == 1, "no clusters");
+  static_assert(cluster_m == 1 || cluster_m == 2 || cluster_m == 4, "clusters of 1, 2 or 4 CTAs along M");
+  static_assert(Base::group_m % cluster_m == 0, "a rasterization group holds whole clusters");
+  static_assert(share_rows % 16 == 0 && share_rows % code_box_rows == 0,
+                "a CTA's share is whole code boxes and whole half passes (16 rows)");
+  static_assert(share_bytes % sm90::kSwizzle128AtomBytes == 0 || cluster_m == 1,
+                "each share starts on a swizzle atom (8 rows)");
   static_assert(group_size % 8 == 0, "the 8 k of a decoder step share one group scale");
-  static_assert(kBlockN % rows_per_pass == 0, "every decoder thread writes the same rows per slice");
-  static_assert(Base::w_box_rows * code_row_bytes % 128 == 0 && code_slot_bytes % 1024 == 0,
+  static_assert(code_box_rows * code_row_bytes % 128 == 0 && code_slot_bytes % 1024 == 0,
                 "code pieces 128-byte aligned, and the staging boxes after the code ring 1024-byte aligned");
   static_assert(code_stages >= 2, "the code ring needs at least two slots");
   static_assert(dynamic_shared_bytes <= 227 * 1024, "more shared memory than an H100/H200 SM gives a CTA");
   static_assert(decoder_registers >= 24 && decoder_registers % 8 == 0, "setmaxnreg takes 24..256, by 8");
-  static_assert(128 * decoder_registers + 128 * Base::consumers * consumer_registers <=
-                    gemm_sm90_launch_registers(Base::threads),
+  static_assert(decoder_threads * decoder_registers + 128 * Base::consumers * consumer_registers <=
+                    gemm_sm90_launch_registers(threads),
                 "setmaxnreg targets exceed the registers the CTA launched with");
 };
 
@@ -95,48 +115,78 @@ struct CodeWord<8> {
   using type = uint2;
 };
 
-// A decoder thread's group scales (and affine offsets) for its steps of one slice: step i is W row
-// n0 + 16 i + thread / 8, k k0 + 8 (thread % 8). 0 past N or past K (whose codes are TMA's zeros), so those
-// steps write zeros. All loaded before any step, unconditionally: one L2 round trip per slice, not one
-// per step (docs/kernels-notes.md, "Session 16": one per step ran the kernel at 0.1-0.3x the bf16 one).
+// A decoder thread's stored group scales (and affine offsets) for its steps of one slice: step i is W row
+// n0 + 32 i + thread / 8, k k0 + 8 (thread % 8). Loaded a slice ahead, unconditionally (from row N - 1 and
+// group 0 past N and K: a load under `valid` would be a branch per step), and nothing here reads what was
+// loaded: the first instruction that does waits for the load, so the conversion (scale_value) and the
+// zeroing of steps past N or K wait until the slice is decoded (SliceScaleValues), after its barriers.
+// Converting at load time had every decoder wait one L2 round trip per slice (session 17).
 template <class Traits>
 struct SliceScales {
   using Format = typename Traits::Format;
-  float scale[Traits::passes];
+  typename Format::ScaleCode code[Traits::passes];
   float offset[Format::has_offset ? Traits::passes : 1];
+  unsigned valid;  // bit i: step i's row is inside N and its k inside K
 
   __device__ __forceinline__ void load(const GemmParams& gemm, int n0, int k0, int thread) {
+    // A tile inside one segment (all but the one a 160- or 192-wide tile straddles at a q | k | v boundary;
+    // rows past N count as the last segment's) looks its segment up once, not once per step.
+    const GemmSegment first = segment_of<Traits::segments>(gemm, n0);
+    if (Traits::segments == 1 || n0 + Traits::share_rows <= first.n_end || first.n_end >= gemm.n) {
+      load_rows<true>(gemm, first, n0, k0, thread);
+    } else {
+      load_rows<false>(gemm, first, n0, k0, thread);
+    }
+  }
+
+  template <bool kOneSegment>
+  __device__ __forceinline__ void load_rows(const GemmParams& gemm, const GemmSegment& first, int n0, int k0,
+                                            int thread) {
     const int k = k0 + 8 * (thread % Traits::chunks_per_row);
     const bool in_k = k < gemm.k;
     const int group = in_k ? k / Traits::group_size : 0;
+    valid = 0;
 #pragma unroll
     for (int pass = 0; pass < Traits::passes; ++pass) {
       const int n = n0 + Traits::rows_per_pass * pass + thread / Traits::chunks_per_row;
-      const bool valid = in_k && n < gemm.n;
-      // Every step loads, from a row and group that exist (row N - 1, group 0 past them), and the value
-      // is dropped after: a load under `valid` would be a branch per step, and each step's load would
-      // wait for the one before (12 L2 round trips per slice instead of one).
       const int row = min(n, gemm.n - 1);
-      const GemmSegment segment = segment_of<Traits::segments>(gemm, row);
-      const float s = Format::group_scale(segment, row - segment.n_begin, group, gemm.k);
-      scale[pass] = valid ? s : 0.0f;
-      if constexpr (Format::has_offset) {
-        const float b = Format::group_offset(segment, row - segment.n_begin, group, gemm.k);
-        offset[pass] = valid ? b : 0.0f;
-      }
+      const GemmSegment segment = kOneSegment ? first : segment_of<Traits::segments>(gemm, row);
+      code[pass] = Format::scale_code(segment, row - segment.n_begin, group, gemm.k);
+      if constexpr (Format::has_offset)
+        offset[pass] = Format::group_offset(segment, row - segment.n_begin, group, gemm.k);
+      valid |= (in_k && n < gemm.n ? 1u : 0u) << pass;  // (a step past the share writes nothing)
     }
   }
 };
 
-// Decoder thread `thread` (0..127) of warpgroup 0: its steps of one slice, codes [block_n, 64 k] at `codes`
-// -> W [block_n, 64] bf16 at `w` (128-byte swizzle: the 16-byte chunk c of row r sits at chunk c ^ (r % 8)),
-// with the slice's scales. n0, k0: the slice's first W row and k. Each value is code * s (+ offset) in f32,
-// rounded once to bf16, as the dequantize kernel and the mma.sync loaders compute it: s / code_pair_unit is
-// exact (a power of two), except for E2M1 scales within 2^14 of overflow (E8M0 exponents 241 and up), which
-// take the format's own guarded decode.
+// The slice's scales as values (0 for steps past N or K, whose codes are TMA's zeros), from SliceScales
+// once its loads have landed.
 template <class Traits>
-__device__ __forceinline__ void decode_slice(const GemmParams& gemm, const unsigned char* codes,
-                                             unsigned char* w, const SliceScales<Traits>& scales, int n0,
+struct SliceScaleValues {
+  using Format = typename Traits::Format;
+  float scale[Traits::passes];
+  float offset[Format::has_offset ? Traits::passes : 1];
+  // Whether any step's E2M1 scale is within 2^14 of overflow (then the slice takes the guarded decode).
+  bool unfolded;
+
+  __device__ __forceinline__ explicit SliceScaleValues(const SliceScales<Traits>& stored) {
+    constexpr float kUnit = Format::code_pair_unit;
+    bool folds = true;
+#pragma unroll
+    for (int pass = 0; pass < Traits::passes; ++pass) {
+      const bool valid = (stored.valid >> pass) & 1u;
+      scale[pass] = valid ? Format::scale_value(stored.code[pass]) : 0.0f;
+      if constexpr (kUnit != 1.0f)
+        folds = folds && !(fabsf(scale[pass]) > 0x1.fffffep+127f * kUnit);  // NaN folds
+      if constexpr (Format::has_offset) offset[pass] = valid ? stored.offset[pass] : 0.0f;
+    }
+    unfolded = !folds;
+  }
+};
+
+template <class Traits, bool kGuarded>
+__device__ __forceinline__ void decode_steps(const GemmParams& gemm, const unsigned char* codes,
+                                             unsigned char* w, const SliceScaleValues<Traits>& scales, int n0,
                                              int k0, int thread) {
   using Format = typename Traits::Format;
   using Codes = typename CodeWord<Traits::bits>::type;
@@ -152,15 +202,16 @@ __device__ __forceinline__ void decode_slice(const GemmParams& gemm, const unsig
   }
 #pragma unroll
   for (int pass = 0; pass < Traits::passes; ++pass) {
-    const int row = Traits::rows_per_pass * pass + first_row;  // of the slice
+    const int row = Traits::rows_per_pass * pass + first_row;  // of the share
+    if (row >= Traits::share_rows) continue;  // the half pass of a 48- or 80-row share (whole warps)
     const float s = scales.scale[pass];
     const float offset = Format::has_offset ? scales.offset[Format::has_offset ? pass : 0] : 0.0f;
     unsigned pairs[4];
     constexpr float kUnit = Format::code_pair_unit;
     bool unfolded = false;
-    if constexpr (kUnit != 1.0f) unfolded = fabsf(s) > 0x1.fffffep+127f * kUnit;  // NaN folds
+    if constexpr (kGuarded && kUnit != 1.0f) unfolded = fabsf(s) > 0x1.fffffep+127f * kUnit;  // NaN folds
     if (unfolded) {
-      if constexpr (kUnit != 1.0f) {
+      if constexpr (kGuarded && kUnit != 1.0f) {
         const int n = n0 + row;
         const GemmSegment segment = segment_of<Traits::segments>(gemm, n);
         float values[8];
@@ -185,6 +236,31 @@ __device__ __forceinline__ void decode_slice(const GemmParams& gemm, const unsig
     *reinterpret_cast<uint4*>(w + row * sm90::kSwizzle128Bytes + ((chunk ^ (row % 8)) << 4)) =
         make_uint4(pairs[0], pairs[1], pairs[2], pairs[3]);
   }
+}
+
+// Decoder thread `thread` (0..255) of warpgroups 0 and 1: its steps of one slice, codes [block_n, 64 k] at
+// `codes`
+// -> W [block_n, 64] bf16 at `w` (128-byte swizzle: the 16-byte chunk c of row r sits at chunk c ^ (r % 8)),
+// with the slice's scales. n0, k0: the slice's first W row and k. Each value is code * s (+ offset) in f32,
+// rounded once to bf16, as the dequantize kernel and the mma.sync loaders compute it: s / code_pair_unit is
+// exact (a power of two), except for E2M1 scales within 2^14 of overflow (E8M0 exponents 241 and up), which
+// take the format's own guarded decode (a slice with any such scale checks each step; others none).
+template <class Traits>
+__device__ __forceinline__ void decode_slice(const GemmParams& gemm, const unsigned char* codes,
+                                             unsigned char* w, const SliceScales<Traits>& stored, int n0,
+                                             int k0, int thread) {
+  const SliceScaleValues<Traits> scales(stored);
+  if (scales.unfolded) {
+    decode_steps<Traits, true>(gemm, codes, w, scales, n0, k0, thread);
+  } else {
+    decode_steps<Traits, false>(gemm, codes, w, scales, n0, k0, thread);
+  }
+}
+
+// bar.sync on the decoders' named barrier, for their decoder_threads.
+template <class Traits>
+__device__ __forceinline__ void decoders_barrier() {
+  asm volatile("bar.sync %0, %1;\n" ::"n"(Traits::decoder_barrier), "n"(Traits::decoder_threads) : "memory");
 }
 
 // grid: [min(tiles, SMs)] persistent CTAs, block: [Traits::threads], dynamic shared memory:
@@ -212,12 +288,19 @@ __global__ void __launch_bounds__(Traits::threads, 1)
   init_ring_barriers<Traits::stages, Traits::empty_arrivals, Traits::full_arrivals>(full_barriers,
                                                                                     empty_barriers);
 
+  constexpr bool clustered = Traits::cluster_m > 1;
+  // The other CTAs' barriers must be initialized before this one copies into them or arrives on them.
+  if constexpr (clustered) sm90::cluster_sync();
+  const unsigned rank = clustered ? sm90::cluster_rank() : 0u;
+
   const int tiles_m = (gemm.m + Traits::block_m - 1) / Traits::block_m;
   const int tiles_n = (gemm.n + Traits::block_n - 1) / Traits::block_n;
   const int k_tiles = (gemm.k + Traits::block_k - 1) / Traits::block_k;
-  const TileWalk<1, Traits::group_m> walk{tiles_m, tiles_n, 0u};
+  const TileWalk<Traits::cluster_m, Traits::group_m> walk{tiles_m, tiles_n, rank};
+  // This CTA's share of each W slice: rows [share, share + share_rows) of the tile.
+  const int share = static_cast<int>(rank) * Traits::share_rows;
 
-  if (warpgroup == 0) {
+  if (warpgroup < Traits::decoder_warpgroups) {
     // Producer and decoders. Ring use u (slot u % stages, phase (u / stages) % 2) is k slice u % k_tiles of
     // the CTA's (u / k_tiles)-th tile; its codes sit in code slot u % code_stages.
     sm90::setmaxnreg_decrease<Traits::decoder_registers>();
@@ -225,17 +308,17 @@ __global__ void __launch_bounds__(Traits::threads, 1)
     const int lane = thread % 32;
     const int units = walk.first() < walk.units() ? (walk.units() - 1 - walk.first()) / walk.stride() + 1 : 0;
     const int uses = units * k_tiles;
-    // Thread 0: the TMA loads of use u's codes (nothing past the last use), in 32-row pieces where tiles
-    // straddle segments, each through the map of its own segment (a piece past N reads zeros).
+    // Thread 0: the TMA loads of use u's codes of the share (nothing past the last use), in pieces where
+    // tiles straddle segments, each through the map of its own segment (a piece past N reads zeros).
     const auto load_codes = [&](int u) {
       if (u >= uses) return;
       const TileCoordinates coordinates = walk.tile(walk.first() + (u / k_tiles) * walk.stride());
-      const int n0 = coordinates.n * Traits::block_n;
+      const int n0 = coordinates.n * Traits::block_n + share;
       const unsigned slot = code_ring + (u % Traits::code_stages) * Traits::code_slot_bytes;
       const unsigned barrier = code_barriers + 8 * (u % Traits::code_stages);
-      sm90::mbarrier_arrive_expect_tx(barrier, Traits::code_slot_bytes);
+      sm90::mbarrier_arrive_expect_tx(barrier, Traits::share_rows * Traits::code_row_bytes);
 #pragma unroll
-      for (int piece = 0; piece < Traits::block_n; piece += Traits::w_box_rows) {
+      for (int piece = 0; piece < Traits::share_rows; piece += Traits::code_box_rows) {
         const SegmentTile codes = segment_tile<Traits::segments>(params, n0 + piece);
         sm90::tma_load_2d(slot + piece * Traits::code_row_bytes, codes.map, barrier,
                           (u % k_tiles) * Traits::code_row_bytes, codes.row);
@@ -248,47 +331,70 @@ __global__ void __launch_bounds__(Traits::threads, 1)
     // Scales of the slice being decoded, and of the next one (use u + 1: this tile's next k slice, or the
     // next tile's first): their loads are in flight while this slice is decoded.
     SliceScales<Traits> scales, next_scales;
-    if (uses > 0) next_scales.load(gemm, walk.tile(walk.first()).n * Traits::block_n, 0, thread);
+    if (uses > 0) next_scales.load(gemm, walk.tile(walk.first()).n * Traits::block_n + share, 0, thread);
     int u = 0;
     for (int unit = walk.first(); unit < walk.units(); unit += walk.stride()) {
       const TileCoordinates coordinates = walk.tile(unit);
-      const int next_unit_n0 =
-          unit + walk.stride() < walk.units() ? walk.tile(unit + walk.stride()).n * Traits::block_n : 0;
+      const int n0 = coordinates.n * Traits::block_n + share;
+      const int next_unit_n0 = unit + walk.stride() < walk.units()
+                                   ? walk.tile(unit + walk.stride()).n * Traits::block_n + share
+                                   : 0;
+      // A cluster's CTA past M (the last row of tiles padded to whole clusters) reads the last tile's
+      // A rows: any bytes do, its stores fall outside C. It still decodes its share for the others.
+      const int m_tile = clustered ? min(coordinates.m, tiles_m - 1) : coordinates.m;
       for (int k_tile = 0; k_tile < k_tiles; ++k_tile, ++u) {
         scales = next_scales;
         if (k_tile + 1 < k_tiles) {
-          next_scales.load(gemm, coordinates.n * Traits::block_n, (k_tile + 1) * Traits::block_k, thread);
+          next_scales.load(gemm, n0, (k_tile + 1) * Traits::block_k, thread);
         } else {  // the next tile's first slice (past the last tile: any rows, never used)
           next_scales.load(gemm, next_unit_n0, 0, thread);
         }
         // Codes code_stages - 1 slices ahead: the slot they go to was read by every decoder at use u - 1
-        // (the warpgroup barrier at the end of each use).
+        // (the decoders' barrier at the end of each use).
         if (thread == 0) load_codes(u + Traits::code_stages - 1);
         const int slot = u % Traits::stages;
         const unsigned full = full_barriers + 8 * slot;
+        // Free in every CTA of the cluster: each one's consumers released it here.
         sm90::mbarrier_wait_parity(empty_barriers + 8 * slot, ((u / Traits::stages) & 1u) ^ 1u);
         if (thread == 0) {
-          sm90::mbarrier_arrive_expect_tx(full, Traits::a_slot_bytes);
+          // A, and the other CTAs' shares of W (their copies complete on this barrier).
+          sm90::mbarrier_arrive_expect_tx(full, Traits::a_slot_bytes + Traits::remote_bytes);
           sm90::tma_load_2d(ring + slot * Traits::slot_bytes, &params.a_map, full, k_tile * Traits::block_k,
-                            coordinates.m * Traits::block_m);
+                            m_tile * Traits::block_m);
         }
         const int code_slot = u % Traits::code_stages;
         sm90::mbarrier_wait_parity(code_barriers + 8 * code_slot, (u / Traits::code_stages) & 1u);
+        const int w_share = slot * Traits::slot_bytes + Traits::a_slot_bytes + share * sm90::kSwizzle128Bytes;
         decode_slice<Traits>(gemm, ring_pointer + Traits::ring_bytes + code_slot * Traits::code_slot_bytes,
-                             ring_pointer + slot * Traits::slot_bytes + Traits::a_slot_bytes, scales,
-                             coordinates.n * Traits::block_n, k_tile * Traits::block_k, thread);
-        // The slice's writes, then the arrival the consumers' wgmmas (async proxy) wait for.
+                             ring_pointer + w_share, scales, n0, k_tile * Traits::block_k, thread);
+        // The slice's writes, then the arrival this CTA's consumers' wgmmas (async proxy) wait for.
         sm90::fence_proxy_async_shared();
         __syncwarp();
         if (lane == 0) sm90::mbarrier_arrive(full);
-        sm90::warpgroup_barrier(Traits::decoder_barrier);
+        decoders_barrier<Traits>();
+        if constexpr (clustered) {
+          // Every decoder's writes of the share are fenced and behind the barrier: the copy engine takes
+          // the share to the same place in the other CTAs' slots (free: this CTA's empty barrier counted
+          // their consumers' releases too).
+          if (thread == 0) {
+#pragma unroll
+            for (unsigned other = 1; other < Traits::cluster_m; ++other) {
+              sm90::bulk_copy_to_cluster(ring + w_share, Traits::share_bytes, full,
+                                         (rank + other) % Traits::cluster_m);
+            }
+          }
+        }
       }
     }
+    // The other CTAs may still copy into this one's ring and arrive on its barriers until they are done.
+    if constexpr (clustered) sm90::cluster_sync();
     return;
   }
 
-  // Consumers: warpgroup c = 1, 2 owns tile rows [64 (c - 1), 64 c), as in the bf16 kernel.
-  consume_tiles<Traits>(params, ring, staging, full_barriers, empty_barriers, warpgroup, walk, k_tiles);
+  // Consumers: warpgroup 1 + c (c = 1, 2) owns tile rows [64 (c - 1), 64 c), as in the bf16 kernel.
+  consume_tiles<Traits>(params, ring, staging, full_barriers, empty_barriers,
+                        warpgroup - (Traits::decoder_warpgroups - 1), walk, k_tiles);
+  if constexpr (clustered) sm90::cluster_sync();  // see the decoders'
 #else
   (void)params;
   __trap();  // an sm_90a kernel instantiated for another target

@@ -500,6 +500,26 @@ __device__ __forceinline__ void tma_load_2d_multicast(unsigned destination, cons
 #endif
 }
 
+// `bytes` (a multiple of 16) of this CTA's shared memory at `source` to the same offset in cluster rank
+// `cta`'s shared memory, by the bulk-copy (TMA) engine: the issuing thread goes on at once, and the bytes
+// complete on the barrier at `barrier`'s offset in that CTA (PTX cp.async.bulk.shared::cluster.shared::cta).
+// The source must be visible to the async proxy (its writers' fence_proxy_async_shared, then a barrier
+// with the issuing thread) and stay unchanged until the copy is done; the destination must be free.
+__device__ __forceinline__ void bulk_copy_to_cluster(unsigned source, unsigned bytes, unsigned barrier,
+                                                     unsigned cta) {
+#if ATTNPLAN_SM90A_ENABLED
+  asm volatile(
+      "{\n.reg .b32 destination, remote_barrier;\nmapa.shared::cluster.u32 destination, %0, %3;\n"
+      "mapa.shared::cluster.u32 remote_barrier, %2, %3;\n"
+      "cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes [destination], [%0], %1, "
+      "[remote_barrier];\n}\n" ::"r"(source),
+      "r"(bytes), "r"(barrier), "r"(cta)
+      : "memory");
+#else
+  (void)source, (void)bytes, (void)barrier, (void)cta;
+#endif
+}
+
 // ---------------------------------------------------------------------------------------------------
 // Thread block clusters (launched with a cluster dimension; CTAs of a cluster run at once on one GPC and
 // can reach each other's shared memory).

@@ -55,7 +55,8 @@ std::string spec_name(const plan::GemmSpec& spec) {
     return "wgmma_w4 " + std::to_string(spec.sm90.block_n) + "x128x64/" + std::to_string(spec.sm90.stages);
   if (spec.kernel == plan::GemmKernel::wgmma_decode)  // ring slots + code slots
     return "wgmma_decode 128x" + std::to_string(spec.sm90.block_n) + "x64/" +
-           std::to_string(spec.sm90.stages) + "+" + std::to_string(spec.sm90.code_stages);
+           std::to_string(spec.sm90.stages) + "+" + std::to_string(spec.sm90.code_stages) +
+           (spec.sm90.cluster_m > 1 ? " x" + std::to_string(spec.sm90.cluster_m) : "");
   return "wgmma 128x" + std::to_string(spec.sm90.block_n) + "x64/" + std::to_string(spec.sm90.stages) +
          (spec.sm90.cluster_m > 1 ? " x" + std::to_string(spec.sm90.cluster_m) : "");
 }
@@ -930,18 +931,28 @@ TEST_CASE("sm_90a decoding weight GEMM matches the reference per format", "[gpu]
   std::uint64_t seed = 6700;
   for (const config::WeightEncoding& weights : decode_encodings()) {
     const int bits = code_bits(weights);
+    const auto tiling = [&](int block_n, int cluster_m) {
+      plan::GemmSm90Tiling each = plan::gemm_sm90_decode_tiling(block_n, bits);
+      each.cluster_m = cluster_m;
+      return each;
+    };
+    // Every width, then clusters along M: shares of 96, 48 (a half pass) and 32 rows, 80 (16-row pieces).
     std::vector<plan::GemmSm90Tiling> all, straddling;
-    for (const int block_n : {192, 160, 128}) all.push_back(plan::gemm_sm90_decode_tiling(block_n, bits));
-    for (const int block_n : {192, 160}) straddling.push_back(plan::gemm_sm90_decode_tiling(block_n, bits));
+    for (const int block_n : {192, 160, 128}) all.push_back(tiling(block_n, 1));
+    for (const auto& [block_n, cluster_m] : {std::pair{192, 2}, {192, 4}, {128, 4}, {160, 2}})
+      all.push_back(tiling(block_n, cluster_m));
+    for (const auto& [block_n, cluster_m] : {std::pair{192, 1}, {160, 1}, {192, 4}, {160, 2}})
+      straddling.push_back(tiling(block_n, cluster_m));
     const auto decode = plan::GemmKernel::wgmma_decode;
-    // M 1000 (7.8 tiles of 128), N 1536 + 64 (a ragged last segment), K 4096, bias; every width.
+    // M 1000 (7.8 tiles of 128: clusters of 4 pad the last), N 1536 + 64 (a ragged last segment), K 4096,
+    // bias; every width.
     check_quantized_gemm(weights, 1000, 4096, {1536, 64}, true, seed++, all, decode);
     // K past the last whole slot where the group allows (4064 = 63.5 slots; groups of 64: 4032, of 128:
     // 3968), no bias.
     const int k_tail = weights.group_size == 128 ? 3968 : (weights.group_size == 64 ? 4032 : 4064);
     check_quantized_gemm(weights, 1000, k_tail, {1536, 64}, false, seed++, {all[0], all[1]}, decode);
     // q | k | v segments of 32-row multiples that 160- and 192-wide tiles straddle (code pieces from two
-    // segments), few tokens, bias; then one token.
+    // segments), few tokens (one row tile: a cluster's other CTAs lie past M), bias; then one token.
     const int k_few = 2880 - (weights.group_size == 128 ? 64 : 0);
     check_quantized_gemm(weights, 37, k_few, {4064, 1056, 1000}, true, seed++, straddling, decode);
     check_quantized_gemm(weights, 1, k_few, {128, 128, 8}, true, seed++, {all[2]}, decode);
@@ -1055,10 +1066,15 @@ TEST_CASE("decoding weight GEMM speed: wgmma_decode against wgmma_w4, the dequan
         spec.weights = weights;
         time_spec(spec, "<- choose_decode_gemm_kernel");
         for (const int block_n : {192, 160, 128}) {
-          if (block_n == decode.sm90.block_n || !plan::gemm_sm90_segments_fit(shape.widths, block_n))
-            continue;
-          spec.sm90 = plan::gemm_sm90_decode_tiling(block_n, code_bits(weights));
-          time_spec(spec, "");
+          if (!plan::gemm_sm90_segments_fit(shape.widths, block_n)) continue;
+          for (const int cluster_m : {1, 2, 4}) {
+            if ((block_n == decode.sm90.block_n && cluster_m == 1) || block_n % (16 * cluster_m) != 0 ||
+                (cluster_m > 1 && m > 2048))
+              continue;
+            spec.sm90 = plan::gemm_sm90_decode_tiling(block_n, code_bits(weights));
+            spec.sm90.cluster_m = cluster_m;
+            time_spec(spec, "");
+          }
         }
       }
     }

@@ -122,7 +122,7 @@ TEST_CASE("wgmma_decode spec: stub, shared memory, persistent launch shape, chec
   CHECK(source.name_expression() == "attnplan::kernels::gemm_sm90_decode_kernel<Traits>");
   CHECK(source.spec.at("kernel") == "wgmma_decode");
   CHECK(source.spec.at("code_stages") == 4);
-  CHECK(spec.threads() == 384);
+  CHECK(spec.threads() == 512);
   // 4 slots of A [128, 64] + W [192, 64] bf16, the staging boxes, 8 slot barriers, 1 KiB alignment, then 4
   // code slots of [192, 32] bytes and their barriers.
   CHECK(spec.dynamic_shared_bytes() ==
@@ -142,11 +142,25 @@ TEST_CASE("wgmma_decode spec: stub, shared memory, persistent launch shape, chec
   GemmParams k_tail = llama_qkv_params(512);
   k_tail.k = k_tail.lda = 4048;  // a multiple of nvfp4's 16, not of 32 (16-byte code rows)
   CHECK(contains(expect_error([&] { spec.check(k_tail); }).what(), "not a multiple of 32"));
-  // No clusters; a format without codes in rows of bytes is refused when rendered, by name.
-  spec.sm90.cluster_m = 2;
+  // Clusters of 2 or 4 along M, each CTA's share of the tile a multiple of 16 rows (192 / 4 = 48, not
+  // 160 / 4 = 40); the launch takes whole clusters, tiles in columns of 4.
+  spec.sm90.cluster_m = 4;
+  const compiler::KernelSource clustered = spec.source();
+  CHECK(clustered.spec.at("cluster_m") == 4);
+  CHECK(clustered.render_stub().find("/*cluster_m=*/4>") != std::string::npos);
+  CHECK(spec.launch_shape(512, 6144, 132).grid.x == 128);
+  CHECK(spec.launch_shape(512, 6144, 132).cluster.x == 4);
+  CHECK(spec.launch_shape(300, 6144, 132).grid.x == 128);  // 3 row tiles padded to a cluster of 4
+  CHECK(spec.launch_shape(8192, 6144, 132).grid.x == 132);
+  spec.sm90.block_n = 160;
   CHECK(contains(expect_error([&] { (void)spec.source(); }).what(),
-                 "cluster_m 2 with the wgmma_decode kernel"));
-  spec.sm90.cluster_m = 1;
+                 "cluster_m 4 with the wgmma_decode kernel and block_n 160"));
+  spec.sm90.cluster_m = 2;
+  CHECK_NOTHROW(spec.source());
+  spec.sm90.cluster_m = 3;
+  CHECK(contains(expect_error([&] { (void)spec.source(); }).what(), "cluster_m 3 with the wgmma_decode"));
+  spec.sm90 = gemm_sm90_decode_tiling(192, 4);
+  // A format without codes in rows of bytes is refused when rendered, by name.
   spec.sm90.block_n = 256;
   CHECK(contains(expect_error([&] { (void)spec.source(); }).what(),
                  "block_n 256 with the wgmma_decode kernel"));
@@ -162,21 +176,23 @@ TEST_CASE("wgmma_decode specializations compile for sm_90a: no spills, wgmma fro
           "[plan][gemm][gemm_decode][nvrtc]") {
   for (const config::WeightEncoding& encoding : decode_encodings()) {
     const int bits = eight_bit(encoding) ? 8 : 4;
-    for (const int block_n : {192, 160, 128}) {
+    // Every width, unclustered, and the clusters whose shares decode in half passes or 16-row code pieces.
+    for (const auto& [block_n, cluster_m] : {std::pair{192, 1}, {160, 1}, {128, 1}, {192, 4}, {160, 2}}) {
       GemmSpec spec{.segments = 3, .has_bias = true};
       spec.kernel = GemmKernel::wgmma_decode;
       spec.sm90 = gemm_sm90_decode_tiling(block_n, bits);
+      spec.sm90.cluster_m = cluster_m;
       spec.weights = encoding;
       const compiler::KernelSource source = spec.source();
       INFO(source.render_stub());
-      const compiler::CompiledKernel kernel = plan_testing::compile_sm90a_gemm(source, 184);
+      const compiler::CompiledKernel kernel = plan_testing::compile_sm90a_gemm(source, 152);
       INFO(kernel.log);
       const compiler::ResourceUsage& usage = kernel.resources;
       std::printf(
-          "gemm_sm90_decode %-44s block_n %d stages %d + %d: %3d registers, %d spill bytes, %d stack bytes, "
-          "%d dynamic smem\n",
-          source.spec.at("weights").at("policy").get<std::string>().c_str(), block_n, spec.sm90.stages,
-          spec.sm90.code_stages, usage.registers, usage.spill_bytes(), usage.stack_bytes,
+          "gemm_sm90_decode %-44s block_n %d x%d stages %d + %d: %3d registers, %d spill bytes, %d stack "
+          "bytes, %d dynamic smem\n",
+          source.spec.at("weights").at("policy").get<std::string>().c_str(), block_n, cluster_m,
+          spec.sm90.stages, spec.sm90.code_stages, usage.registers, usage.spill_bytes(), usage.stack_bytes,
           spec.dynamic_shared_bytes());
       CHECK(kernel.lowered_name.find("gemm_sm90_decode_kernel") != std::string::npos);
       CHECK(kernel.ptx.find("wgmma.mma_async.sync.aligned.m64n" + std::to_string(block_n) +
