@@ -15,7 +15,14 @@
 // it. Each slot's "full" barrier completes with the A bytes and one arrival per decoder warp (after its
 // writes and a proxy fence: wgmma reads through the async proxy).
 //
-// Decoder thread t writes the 8 k [8 (t % 8), + 8) of rows t / 8 + 32 i of every slice: a warp's 4-byte
+// Clusters of 2 or 4 CTAs along M (vertically adjacent tiles share every W slice): each CTA decodes only
+// its share, block_n / cluster_m rows, and after the decoders' barrier thread 0 has the bulk-copy engine
+// take it to the same place in the other CTAs' slots, where the copies complete on those CTAs' full
+// barriers (their expected bytes: A and the others' shares). The consumers release a slot to every CTA of
+// the cluster, so it is free everywhere before anyone writes or copies into it. Without clusters every
+// tile decodes the whole slice (4 times per slice at 512 tokens).
+//
+// Decoder thread t writes the 8 k [8 (t % 8), + 8) of rows t / 8 + 32 i of its share: a warp's 4-byte
 // (8-byte) code loads cover 4 whole code rows, conflict-free, and its 16-byte stores 4 whole swizzled W
 // rows, 4 wavefronts. The 8 k share one group scale (groups are multiples of 8; the scales come through
 // L1). Rows past N and k past K are written as zeros (their codes are TMA's zero fill; their scales are not
@@ -23,7 +30,7 @@
 //
 // Tails and segments as gemm_sm90.cuh: any M and N, K a multiple of 128 / bits (16-byte code rows, a TMA
 // requirement), every segment but the last a multiple of block_n (128, 256) or of 32 (160, 192: codes come
-// in 32-row pieces, each from its own segment's map). No clusters.
+// in 32- or 16-row pieces, each from its own segment's map).
 //
 // Compiles for every target; its body exists only for sm_90a (ATTNPLAN_SM90A_ENABLED) and traps elsewhere.
 #pragma once
@@ -238,13 +245,14 @@ __device__ __forceinline__ void decode_steps(const GemmParams& gemm, const unsig
   }
 }
 
-// Decoder thread `thread` (0..255) of warpgroups 0 and 1: its steps of one slice, codes [block_n, 64 k] at
-// `codes`
-// -> W [block_n, 64] bf16 at `w` (128-byte swizzle: the 16-byte chunk c of row r sits at chunk c ^ (r % 8)),
-// with the slice's scales. n0, k0: the slice's first W row and k. Each value is code * s (+ offset) in f32,
-// rounded once to bf16, as the dequantize kernel and the mma.sync loaders compute it: s / code_pair_unit is
-// exact (a power of two), except for E2M1 scales within 2^14 of overflow (E8M0 exponents 241 and up), which
-// take the format's own guarded decode (a slice with any such scale checks each step; others none).
+// Decoder thread `thread` (0..255) of warpgroups 0 and 1: its steps of one slice, the share's codes
+// [share_rows, 64 k] at `codes` -> W [share_rows, 64] bf16 at `w` (the share's first row in the slot;
+// 128-byte swizzle: the 16-byte chunk c of row r sits at chunk c ^ (r % 8), shares start on 8-row atoms),
+// with the slice's scales. n0, k0: the share's first W row and the slice's first k. Each value is code * s (+
+// offset) in f32, rounded once to bf16, as the dequantize kernel and the mma.sync loaders compute it: s /
+// code_pair_unit is exact (a power of two), except for E2M1 scales within 2^14 of overflow (E8M0 exponents
+// 241 and up), which take the format's own guarded decode (a slice with any such scale checks each step;
+// others none).
 template <class Traits>
 __device__ __forceinline__ void decode_slice(const GemmParams& gemm, const unsigned char* codes,
                                              unsigned char* w, const SliceScales<Traits>& stored, int n0,
