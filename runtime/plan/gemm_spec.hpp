@@ -112,8 +112,9 @@ GemmSm90Tiling gemm_sm90_decode_tiling(int block_n, int bits);
 // The decoding kernel for a quantized [m_hint, k] x [k, n] product on `arch` (segments as in
 // choose_gemm_kernel), or mma_sync where it cannot run: sm_90a, a format it reads, K a multiple of 128 /
 // bits, segments the tiles allow. block_n: the least gemm_sm90_cost of 192, 160 and 128 (the consumers
-// are the bf16 kernel's; 256 leaves the decoders too few registers), the wider on a tie; no clusters; the
-// ring is gemm_sm90_decode_tiling's. Pure. The plan does not call it yet (see GemmKernel::wgmma_decode).
+// are the bf16 kernel's; 256 leaves the decoders too few registers), the wider on a tie; clusters of 2
+// along M from two row tiles (128 rows each) up; the ring is gemm_sm90_decode_tiling's. Pure. The plan does
+// not call it yet (see GemmKernel::wgmma_decode).
 GemmKernelChoice choose_decode_gemm_kernel(const config::WeightEncoding& encoding, config::Arch arch,
                                            int m_hint, int n, int k, std::span<const int> segment_widths);
 

@@ -1068,8 +1068,8 @@ TEST_CASE("decoding weight GEMM speed: wgmma_decode against wgmma_w4, the dequan
         for (const int block_n : {192, 160, 128}) {
           if (!plan::gemm_sm90_segments_fit(shape.widths, block_n)) continue;
           for (const int cluster_m : {1, 2, 4}) {
-            if ((block_n == decode.sm90.block_n && cluster_m == 1) || block_n % (16 * cluster_m) != 0 ||
-                (cluster_m > 1 && m > 2048))
+            if ((block_n == decode.sm90.block_n && cluster_m == decode.sm90.cluster_m) ||
+                block_n % (16 * cluster_m) != 0 || (cluster_m > 1 && m > 2048))
               continue;
             spec.sm90 = plan::gemm_sm90_decode_tiling(block_n, code_bits(weights));
             spec.sm90.cluster_m = cluster_m;

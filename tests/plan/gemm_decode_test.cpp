@@ -47,10 +47,15 @@ TEST_CASE("wgmma_decode: sm_90a, codes in rows of bytes, the bf16 kernel's tiles
     // The bf16 kernel's cost model over 192, 160 and 128: 192 for N 6144 at 8k tokens (as at 512).
     const GemmKernelChoice long_launch = choose_decode_gemm_kernel(encoding, kSm90a, 8192, 6144, 4096, llama);
     CHECK(long_launch.kernel == GemmKernel::wgmma_decode);
-    CHECK(long_launch.sm90 == gemm_sm90_decode_tiling(192, eight_bit(encoding) ? 8 : 4));
+    GemmSm90Tiling paired = gemm_sm90_decode_tiling(192, eight_bit(encoding) ? 8 : 4);
+    paired.cluster_m = 2;  // a W slice decoded once per pair of row tiles
+    CHECK(long_launch.sm90 == paired);
     const GemmKernelChoice short_launch = choose_decode_gemm_kernel(encoding, kSm90a, 512, 6144, 4096, llama);
     CHECK(short_launch.sm90.block_n == 192);
-    CHECK(short_launch.sm90.cluster_m == 1);
+    CHECK(short_launch.sm90.cluster_m == 2);
+    // One row tile has nothing to pair with.
+    CHECK(choose_decode_gemm_kernel(encoding, kSm90a, 128, 6144, 4096, llama).sm90.cluster_m == 1);
+    CHECK(choose_decode_gemm_kernel(encoding, kSm90a, 129, 6144, 4096, llama).sm90.cluster_m == 2);
     // No wgmma outside sm_90a.
     CHECK(choose_decode_gemm_kernel(encoding, kSm80, 8192, 6144, 4096, llama).kernel == GemmKernel::mma_sync);
     CHECK(choose_decode_gemm_kernel(encoding, {9, 0, false}, 8192, 6144, 4096, llama).kernel ==
