@@ -419,8 +419,8 @@ GemmKernelChoice choose_decode_gemm_kernel(const config::WeightEncoding& encodin
   std::optional<GemmSm90Tiling> tiling = least_cost_tiling(candidates, arch, m_hint, n, segment_widths);
   if (!tiling) return {};
   // Clusters of 2 along M wherever two row tiles can pair: each W slice is then decoded once per pair, not
-  // once per tile (session 17: 1.3-1.5x the unclustered kernel on every measured row; clusters of 4 were
-  // slower than 2). Every width's half is a multiple of 16 rows.
+  // once per tile (session 17: 1.2-1.5x the unclustered kernel of the same width on every row measured
+  // both ways; clusters of 4 were slower than 2). Every width's half is a multiple of 16 rows.
   if (ceil_div(m_hint, kGemmSm90BlockM) >= 2) tiling->cluster_m = 2;
   return {GemmKernel::wgmma_decode, *tiling};
 }
