@@ -45,6 +45,23 @@ __device__ __forceinline__ float e8m0_to_float(unsigned e) {
   return e == 0u ? __int_as_float(0x00400000) : __int_as_float(int(e << 23));
 }
 
+// For the decoding kernel (gemm_sm90_decode.cuh), which loads a slice's scale bytes well before it
+// converts them: byte `index` of read-only global `bytes` into a 32-bit register as it is (ld.global.nc.u8
+// zero-extends), so no instruction reads the loaded register before the conversion does (a u8 load
+// through C++ leaves a zero-extension right behind it, which waits for the load).
+__device__ __forceinline__ unsigned load_scale_byte(const void* bytes, long long index) {
+  unsigned value;
+  asm("ld.global.nc.u8 %0, [%1];" : "=r"(value) : "l"(static_cast<const unsigned char*>(bytes) + index));
+  return value;
+}
+
+// e8m0_to_float with selects, not branches (the same values): the decoding kernel converts a slice's
+// scales in one run, where each branch cost it a branch resolution.
+__device__ __forceinline__ float e8m0_to_float_select(unsigned e) {
+  const unsigned bits = e == 0u ? 0x00400000u : e << 23;
+  return __uint_as_float(e == 0xFFu ? 0x7fc00000u : bits);
+}
+
 // E2M1 from the low 4 bits: magnitudes {0, .5, 1, 1.5, 2, 3, 4, 6}, bit 3 the sign.
 __device__ __forceinline__ float e2m1_to_float(unsigned nibble) {
   const unsigned magnitude = nibble & 7u;
@@ -143,13 +160,13 @@ struct Fp8Weights : E4m3Codes {
 struct Mxfp8Weights : E4m3Codes {
   static constexpr int bits = 8;
   static constexpr int group_size = 32;  // for gemm_sm90_w4.cuh
-  using ScaleCode = unsigned;            // the E8M0 byte
+  using ScaleCode = unsigned;            // the E8M0 byte, for gemm_sm90_decode.cuh
   __device__ static ScaleCode scale_code(const GemmSegment& segment, int row, int group, int k_total) {
-    return static_cast<const unsigned char*>(segment.scales)[row * (k_total / 32) + group];
+    return load_scale_byte(segment.scales, static_cast<long long>(row) * (k_total / 32) + group);
   }
-  __device__ static float scale_value(ScaleCode code) { return e8m0_to_float(code); }
+  __device__ static float scale_value(ScaleCode code) { return e8m0_to_float_select(code); }
   __device__ static float group_scale(const GemmSegment& segment, int row, int group, int k_total) {
-    return scale_value(scale_code(segment, row, group, k_total));
+    return e8m0_to_float(static_cast<const unsigned char*>(segment.scales)[row * (k_total / 32) + group]);
   }
   __device__ static void dequantize(const unsigned char* raw, const GemmSegment& segment, int row, int k,
                                     int k_total, float (&values)[8]) {
@@ -207,15 +224,15 @@ struct E2m1Codes {
 // OCP MXFP4: E2M1 pairs per byte (low nibble = even k), one E8M0 scale per 32 values ([rows, K / 32]).
 struct Mxfp4Weights : E2m1Codes<Mxfp4Weights> {
   static constexpr int group_size = 32;
-  using ScaleCode = unsigned;  // the E8M0 byte
   // row: W row within the segment; group: k / group_size.
-  __device__ static ScaleCode scale_code(const GemmSegment& segment, int row, int group, int k_total) {
-    return static_cast<const unsigned char*>(segment.scales)[row * (k_total / 32) + group];
-  }
-  __device__ static float scale_value(ScaleCode code) { return e8m0_to_float(code); }
   __device__ static float group_scale(const GemmSegment& segment, int row, int group, int k_total) {
-    return scale_value(scale_code(segment, row, group, k_total));
+    return e8m0_to_float(static_cast<const unsigned char*>(segment.scales)[row * (k_total / 32) + group]);
   }
+  using ScaleCode = unsigned;  // the E8M0 byte, for gemm_sm90_decode.cuh
+  __device__ static ScaleCode scale_code(const GemmSegment& segment, int row, int group, int k_total) {
+    return load_scale_byte(segment.scales, static_cast<long long>(row) * (k_total / 32) + group);
+  }
+  __device__ static float scale_value(ScaleCode code) { return e8m0_to_float_select(code); }
 };
 
 // NVFP4 (ModelOpt): E2M1 pairs, one e4m3fn scale per 16 values ([rows, K / 16]) times the f32 scale_2.
@@ -226,12 +243,19 @@ struct Nvfp4Weights : E2m1Codes<Nvfp4Weights> {
     float scale_2;  // the segment's
   };
   __device__ static ScaleCode scale_code(const GemmSegment& segment, int row, int group, int k_total) {
-    return {static_cast<const unsigned char*>(segment.scales)[row * (k_total / 16) + group],
+    return {load_scale_byte(segment.scales, static_cast<long long>(row) * (k_total / 16) + group),
             segment.scale_2[0]};
   }
-  __device__ static float scale_value(ScaleCode code) { return e4m3fn_to_float(code.e4m3) * code.scale_2; }
-  // Not scale_value(scale_code(...)): that would load scale_2 before the byte's conversion, not after, and
-  // change the other kernels' code for no gain.
+  // From sm_89 one cvt (e4m3 -> f16 is exact, as is f16 -> f32), not e4m3fn_to_float's branches.
+  __device__ static float scale_value(ScaleCode code) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+    const __half value(__nv_cvt_fp8_to_halfraw(static_cast<__nv_fp8_storage_t>(code.e4m3), __NV_E4M3));
+    return __half2float(value) * code.scale_2;
+#else
+    return e4m3fn_to_float(code.e4m3) * code.scale_2;
+#endif
+  }
+  // Not scale_value(scale_code(...)): the other kernels keep their code.
   __device__ static float group_scale(const GemmSegment& segment, int row, int group, int k_total) {
     return e4m3fn_to_float(static_cast<const unsigned char*>(segment.scales)[row * (k_total / 16) + group]) *
            segment.scale_2[0];
