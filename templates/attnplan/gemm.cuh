@@ -156,18 +156,23 @@ struct Fp8Weights : E4m3Codes {
   __device__ static float scale_value(ScaleCode code) { return code; }
 };
 
-// OCP MXFP8: e4m3fn values, one E8M0 scale per 32 values of a row ([rows, K / 32]).
-struct Mxfp8Weights : E4m3Codes {
-  static constexpr int bits = 8;
-  static constexpr int group_size = 32;  // for gemm_sm90_w4.cuh
-  using ScaleCode = unsigned;            // the E8M0 byte, for gemm_sm90_decode.cuh
+// The OCP MX formats' scales (mxfp4, mxfp8): one E8M0 byte per 32 values of a row, [rows, K / 32].
+// row: W row within the segment; group: k / group_size.
+struct E8m0GroupScales {
+  static constexpr int group_size = 32;
+  __device__ static float group_scale(const GemmSegment& segment, int row, int group, int k_total) {
+    return e8m0_to_float(static_cast<const unsigned char*>(segment.scales)[row * (k_total / 32) + group]);
+  }
+  using ScaleCode = unsigned;  // the E8M0 byte, for gemm_sm90_decode.cuh
   __device__ static ScaleCode scale_code(const GemmSegment& segment, int row, int group, int k_total) {
     return load_scale_byte(segment.scales, static_cast<long long>(row) * (k_total / 32) + group);
   }
   __device__ static float scale_value(ScaleCode code) { return e8m0_to_float_select(code); }
-  __device__ static float group_scale(const GemmSegment& segment, int row, int group, int k_total) {
-    return e8m0_to_float(static_cast<const unsigned char*>(segment.scales)[row * (k_total / 32) + group]);
-  }
+};
+
+// OCP MXFP8: e4m3fn values, one E8M0 scale per 32 values of a row ([rows, K / 32]).
+struct Mxfp8Weights : E4m3Codes, E8m0GroupScales {
+  static constexpr int bits = 8;
   __device__ static void dequantize(const unsigned char* raw, const GemmSegment& segment, int row, int k,
                                     int k_total, float (&values)[8]) {
     scale_codes(raw, group_scale(segment, row, k / 32, k_total), values);
@@ -222,18 +227,7 @@ struct E2m1Codes {
 };
 
 // OCP MXFP4: E2M1 pairs per byte (low nibble = even k), one E8M0 scale per 32 values ([rows, K / 32]).
-struct Mxfp4Weights : E2m1Codes<Mxfp4Weights> {
-  static constexpr int group_size = 32;
-  // row: W row within the segment; group: k / group_size.
-  __device__ static float group_scale(const GemmSegment& segment, int row, int group, int k_total) {
-    return e8m0_to_float(static_cast<const unsigned char*>(segment.scales)[row * (k_total / 32) + group]);
-  }
-  using ScaleCode = unsigned;  // the E8M0 byte, for gemm_sm90_decode.cuh
-  __device__ static ScaleCode scale_code(const GemmSegment& segment, int row, int group, int k_total) {
-    return load_scale_byte(segment.scales, static_cast<long long>(row) * (k_total / 32) + group);
-  }
-  __device__ static float scale_value(ScaleCode code) { return e8m0_to_float_select(code); }
-};
+struct Mxfp4Weights : E2m1Codes<Mxfp4Weights>, E8m0GroupScales {};
 
 // NVFP4 (ModelOpt): E2M1 pairs, one e4m3fn scale per 16 values ([rows, K / 16]) times the f32 scale_2.
 struct Nvfp4Weights : E2m1Codes<Nvfp4Weights> {

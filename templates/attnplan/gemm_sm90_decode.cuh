@@ -98,9 +98,8 @@ struct GemmSm90DecodeTraits : GemmSm90Traits<kBlockN, kStages, kSegments, kHasBi
   static_assert(cluster_m == 1 || cluster_m == 2 || cluster_m == 4, "clusters of 1, 2 or 4 CTAs along M");
   static_assert(Base::group_m % cluster_m == 0, "a rasterization group holds whole clusters");
   static_assert(share_rows % 16 == 0 && share_rows % code_box_rows == 0,
-                "a CTA's share is whole code boxes and whole half passes (16 rows)");
-  static_assert(share_bytes % sm90::kSwizzle128AtomBytes == 0 || cluster_m == 1,
-                "each share starts on a swizzle atom (8 rows)");
+                "a CTA's share is whole code boxes and whole half passes (16 rows), so each share also "
+                "starts on a swizzle atom (8 rows)");
   static_assert(group_size % 8 == 0, "the 8 k of a decoder step share one group scale");
   static_assert(code_box_rows * code_row_bytes % 128 == 0 && code_slot_bytes % 1024 == 0,
                 "code pieces 128-byte aligned, and the staging boxes after the code ring 1024-byte aligned");
