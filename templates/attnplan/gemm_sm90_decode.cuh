@@ -88,7 +88,6 @@ struct GemmSm90DecodeTraits : GemmSm90Traits<kBlockN, kStages, kSegments, kHasBi
       8 * 8;
   // Full-barrier arrivals per phase: thread 0's arrive_expect_tx for A, then one per decoder warp.
   static constexpr unsigned full_arrivals = 1 + decoder_threads / 32;
-  static constexpr int decoder_barrier = 3;  // named barrier of the decoders (1, 2: the epilogue's)
 
   static_assert(bits == 4 || bits == 8, "4-bit codes two per byte, or 8-bit bytes");
   static_assert(kBlockN <= 192, "the consumers' 96 accumulators at most (see consumer_registers)");
@@ -264,12 +263,6 @@ __device__ __forceinline__ void decode_slice(const GemmParams& gemm, const unsig
   }
 }
 
-// bar.sync on the decoders' named barrier, for their decoder_threads.
-template <class Traits>
-__device__ __forceinline__ void decoders_barrier() {
-  asm volatile("bar.sync %0, %1;\n" ::"n"(Traits::decoder_barrier), "n"(Traits::decoder_threads) : "memory");
-}
-
 // grid: [min(tiles, SMs)] persistent CTAs, block: [Traits::threads], dynamic shared memory:
 // Traits::dynamic_shared_bytes.
 template <class Traits>
@@ -288,9 +281,17 @@ __global__ void __launch_bounds__(Traits::threads, 1)
   const unsigned code_barriers = empty_barriers + Traits::stages * 8;  // [code_stages] x 8 bytes
   const GemmParams& gemm = params.gemm;
 
+  // [code_stages] counters after the code barriers: per code slot, how many decoder warps have read it
+  // (ever). The warp that makes it a multiple of the decoder warps reloads the slot, so no decoder waits
+  // for the others between slices.
+  unsigned* const code_readers = reinterpret_cast<unsigned*>(
+      shared + (code_barriers + Traits::code_stages * 8 - sm90::smem_address(shared)));
   const int warpgroup = threadIdx.x / 128;
   if (threadIdx.x == 0) {  // made visible with the ring's barriers below
-    for (int s = 0; s < Traits::code_stages; ++s) sm90::mbarrier_init(code_barriers + 8 * s, 1);
+    for (int s = 0; s < Traits::code_stages; ++s) {
+      sm90::mbarrier_init(code_barriers + 8 * s, 1);
+      code_readers[s] = 0;
+    }
   }
   init_ring_barriers<Traits::stages, Traits::empty_arrivals, Traits::full_arrivals>(full_barriers,
                                                                                     empty_barriers);
@@ -313,9 +314,10 @@ __global__ void __launch_bounds__(Traits::threads, 1)
     sm90::setmaxnreg_decrease<Traits::decoder_registers>();
     const int thread = threadIdx.x;
     const int lane = thread % 32;
+    const int warp = thread / 32;
     const int units = walk.first() < walk.units() ? (walk.units() - 1 - walk.first()) / walk.stride() + 1 : 0;
     const int uses = units * k_tiles;
-    // Thread 0: the TMA loads of use u's codes of the share (nothing past the last use), in pieces where
+    // One thread: the TMA loads of use u's codes of the share (nothing past the last use), in pieces where
     // tiles straddle segments, each through the map of its own segment (a piece past N reads zeros).
     const auto load_codes = [&](int u) {
       if (u >= uses) return;
@@ -333,7 +335,7 @@ __global__ void __launch_bounds__(Traits::threads, 1)
     };
     if (thread == 0) {
       prefetch_tensor_maps<Traits::segments>(params);
-      for (int u = 0; u < Traits::code_stages - 1; ++u) load_codes(u);
+      for (int u = 0; u < Traits::code_stages; ++u) load_codes(u);
     }
     // Scales of the slice being decoded, and of the next one (use u + 1: this tile's next k slice, or the
     // next tile's first): their loads are in flight while this slice is decoded.
@@ -356,14 +358,11 @@ __global__ void __launch_bounds__(Traits::threads, 1)
         } else {  // the next tile's first slice (past the last tile: any rows, never used)
           next_scales.load(gemm, next_unit_n0, 0, thread);
         }
-        // Codes code_stages - 1 slices ahead: the slot they go to was read by every decoder at use u - 1
-        // (the decoders' barrier at the end of each use).
-        if (thread == 0) load_codes(u + Traits::code_stages - 1);
         const int slot = u % Traits::stages;
         const unsigned full = full_barriers + 8 * slot;
         // Free in every CTA of the cluster: each one's consumers released it here.
         sm90::mbarrier_wait_parity(empty_barriers + 8 * slot, ((u / Traits::stages) & 1u) ^ 1u);
-        if (thread == 0) {
+        if (warp == u % (Traits::decoder_threads / 32) && lane == 0) {  // in turn: every decoder waited
           // A, and the other CTAs' shares of W (their copies complete on this barrier).
           sm90::mbarrier_arrive_expect_tx(full, Traits::a_slot_bytes + Traits::remote_bytes);
           sm90::tma_load_2d(ring + slot * Traits::slot_bytes, &params.a_map, full, k_tile * Traits::block_k,
@@ -374,22 +373,30 @@ __global__ void __launch_bounds__(Traits::threads, 1)
         const int w_share = slot * Traits::slot_bytes + Traits::a_slot_bytes + share * sm90::kSwizzle128Bytes;
         decode_slice<Traits>(gemm, ring_pointer + Traits::ring_bytes + code_slot * Traits::code_slot_bytes,
                              ring_pointer + w_share, scales, n0, k_tile * Traits::block_k, thread);
-        // The slice's writes, then the arrival this CTA's consumers' wgmmas (async proxy) wait for.
+        // The warp's writes, then the arrival this CTA's consumers' wgmmas (async proxy) wait for.
         sm90::fence_proxy_async_shared();
         __syncwarp();
-        if (lane == 0) sm90::mbarrier_arrive(full);
-        decoders_barrier<Traits>();
-        if constexpr (clustered) {
-          // Every decoder's writes of the share are fenced and behind the barrier: the copy engine takes
-          // the share to the same place in the other CTAs' slots (free: this CTA's empty barrier counted
-          // their consumers' releases too).
-          if (thread == 0) {
+        if (lane == 0) {
+          sm90::mbarrier_arrive(full);
+          if constexpr (clustered) {
+            // The copy engine takes the warp's rows of the share (4 rows a pass, fenced above) to the same
+            // place in the other CTAs' slots (free: this CTA's empty barrier counted their consumers'
+            // releases too).
 #pragma unroll
-            for (unsigned other = 1; other < Traits::cluster_m; ++other) {
-              sm90::bulk_copy_to_cluster(ring + w_share, Traits::share_bytes, full,
-                                         (rank + other) % Traits::cluster_m);
+            for (int pass = 0; pass < Traits::passes; ++pass) {
+              const int row = Traits::rows_per_pass * pass + 4 * warp;
+              if (row >= Traits::share_rows) continue;  // the half pass of a 48- or 80-row share
+#pragma unroll
+              for (unsigned other = 1; other < Traits::cluster_m; ++other) {
+                sm90::bulk_copy_to_cluster(ring + w_share + row * sm90::kSwizzle128Bytes,
+                                           4 * sm90::kSwizzle128Bytes, full,
+                                           (rank + other) % Traits::cluster_m);
+              }
             }
           }
+          // The last warp to have read this code slot reloads it, code_stages slices ahead.
+          const unsigned readers = atomicAdd(&code_readers[code_slot], 1u) + 1u;
+          if (readers % (Traits::decoder_threads / 32) == 0) load_codes(u + Traits::code_stages);
         }
       }
     }
