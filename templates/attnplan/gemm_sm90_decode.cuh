@@ -281,17 +281,20 @@ __global__ void __launch_bounds__(Traits::threads, 1)
   const unsigned code_barriers = empty_barriers + Traits::stages * 8;  // [code_stages] x 8 bytes
   const GemmParams& gemm = params.gemm;
 
-  // [code_stages] counters after the code barriers: per code slot, how many decoder warps have read it
-  // (ever). The warp that makes it a multiple of the decoder warps reloads the slot, so no decoder waits
-  // for the others between slices.
+  // Counters after the code barriers, so that no decoder waits for the others between slices:
+  // [code_stages] per code slot, how many decoder warps have read it (ever): the warp that makes it a
+  // multiple of the decoder warps reloads the slot; [stages] per ring slot, how many have written their
+  // rows of the share: with clusters, the last one copies the share to the other CTAs.
   unsigned* const code_readers = reinterpret_cast<unsigned*>(
       shared + (code_barriers + Traits::code_stages * 8 - sm90::smem_address(shared)));
+  unsigned* const share_writers = code_readers + Traits::code_stages;
   const int warpgroup = threadIdx.x / 128;
   if (threadIdx.x == 0) {  // made visible with the ring's barriers below
     for (int s = 0; s < Traits::code_stages; ++s) {
       sm90::mbarrier_init(code_barriers + 8 * s, 1);
       code_readers[s] = 0;
     }
+    for (int s = 0; s < Traits::stages; ++s) share_writers[s] = 0;
   }
   init_ring_barriers<Traits::stages, Traits::empty_arrivals, Traits::full_arrivals>(full_barriers,
                                                                                     empty_barriers);
@@ -379,17 +382,18 @@ __global__ void __launch_bounds__(Traits::threads, 1)
         if (lane == 0) {
           sm90::mbarrier_arrive(full);
           if constexpr (clustered) {
-            // The copy engine takes the warp's rows of the share (4 rows a pass, fenced above) to the same
-            // place in the other CTAs' slots (free: this CTA's empty barrier counted their consumers'
-            // releases too).
-#pragma unroll
-            for (int pass = 0; pass < Traits::passes; ++pass) {
-              const int row = Traits::rows_per_pass * pass + 4 * warp;
-              if (row >= Traits::share_rows) continue;  // the half pass of a 48- or 80-row share
+            // The last warp to have written its rows of the share (each fenced them for the async proxy,
+            // and the fences order them before the count) has the copy engine take the whole share to
+            // the same place in the other CTAs' slots (free: this CTA's empty barrier counted their
+            // consumers' releases too). One copy per CTA and slice: 24 of 4 rows each were slower
+            // (branch notes, kernels-notes.md "Session 17").
+            __threadfence_block();
+            const unsigned writers = atomicAdd(&share_writers[slot], 1u) + 1u;
+            if (writers % (Traits::decoder_threads / 32) == 0) {
+              __threadfence_block();
 #pragma unroll
               for (unsigned other = 1; other < Traits::cluster_m; ++other) {
-                sm90::bulk_copy_to_cluster(ring + w_share + row * sm90::kSwizzle128Bytes,
-                                           4 * sm90::kSwizzle128Bytes, full,
+                sm90::bulk_copy_to_cluster(ring + w_share, Traits::share_bytes, full,
                                            (rank + other) % Traits::cluster_m);
               }
             }

@@ -29,11 +29,12 @@ ATTNPLAN_HOST_DEVICE constexpr int gemm_sm90_decode_code_slot_bytes(int block_n,
 
 // Dynamic shared memory: the bf16 kernel's (`stages` slots of A [128, 64] and W [block_n, 64] bf16, the
 // staging boxes, the slot barriers, the alignment slack) plus `code_stages` code slots, their "full"
-// barriers and their reader counts. One formula for the traits and the host.
+// barriers and their reader counts, and a writer count per ring slot. One formula for the traits and the
+// host.
 ATTNPLAN_HOST_DEVICE constexpr int gemm_sm90_decode_dynamic_shared_bytes(int block_n, int stages,
                                                                          int code_stages, int bits) {
   return gemm_sm90_dynamic_shared_bytes(block_n, stages) +
-         code_stages * (gemm_sm90_decode_code_slot_bytes(block_n, bits) + 8 + 4);
+         code_stages * (gemm_sm90_decode_code_slot_bytes(block_n, bits) + 8 + 4) + stages * 4;
 }
 
 }  // namespace attnplan

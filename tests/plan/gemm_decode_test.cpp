@@ -129,9 +129,9 @@ TEST_CASE("wgmma_decode spec: stub, shared memory, persistent launch shape, chec
   CHECK(source.spec.at("code_stages") == 4);
   CHECK(spec.threads() == 512);
   // 4 slots of A [128, 64] + W [192, 64] bf16, the staging boxes, 8 slot barriers, 1 KiB alignment, then 4
-  // code slots of [192, 32] bytes, their barriers and reader counts.
+  // code slots of [192, 32] bytes, their barriers and reader counts, and 4 writer counts.
   CHECK(spec.dynamic_shared_bytes() ==
-        4 * (128 + 192) * 64 * 2 + 4 * 64 * 64 * 2 + 64 + 1024 + 4 * (192 * 32 + 8 + 4));
+        4 * (128 + 192) * 64 * 2 + 4 * 64 * 64 * 2 + 64 + 1024 + 4 * (192 * 32 + 8 + 4) + 4 * 4);
   // Tiles are the bf16 kernel's [128, 192]: 4 x 32 = 128 tiles at 512 tokens.
   CHECK(spec.launch_shape(512, 6144, 132).grid.x == 128);
   CHECK(spec.launch_shape(8192, 6144, 132).grid.x == 132);
