@@ -398,8 +398,8 @@ bool sm90_decode_gemm_supports(const config::WeightEncoding& encoding) {
 
 GemmSm90Tiling gemm_sm90_decode_tiling(int block_n, int bits) {
   constexpr int kSharedLimit = 227 * 1024;
-  for (int code_stages = 4; code_stages >= 3; --code_stages) {
-    for (int stages = 6; stages >= 3; --stages) {
+  for (const int stages : {6, 4, 5, 3}) {
+    for (const int code_stages : {4, 2}) {
       if (gemm_sm90_decode_dynamic_shared_bytes(block_n, stages, code_stages, bits) <= kSharedLimit)
         return {.block_n = block_n, .stages = stages, .cluster_m = 1, .code_stages = code_stages};
     }

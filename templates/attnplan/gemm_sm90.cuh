@@ -75,6 +75,12 @@ struct GemmSm90Traits {
 
   static constexpr int group_m = 8;  // tile rows per rasterization group (grouped_tile)
 
+  // Whether the consumers release each slot as soon as its own wgmmas complete (wait_group 0 per slot)
+  // rather than a slot later (one group kept in flight while the next is issued). TMA refills a slot in
+  // far less than a slice's wgmmas, so here the group in flight wins; the decoding kernel, whose
+  // producers take longer per slot than the consumers, releases early (gemm_sm90_decode.cuh).
+  static constexpr bool release_each_slot = false;
+
   static_assert(block_n == 128 || block_n == 160 || block_n == 192 || block_n == 256,
                 "block_n is 128, 160, 192 or 256 (wgmma N, TMA box <= 256 rows)");
   static_assert(b_rows_per_cta % w_box_rows == 0 &&
@@ -224,10 +230,16 @@ __device__ __forceinline__ void consume_tiles(const GemmSm90Params& params, unsi
                                         k_tile > 0 || step > 0);
       }
       sm90::wgmma_commit_group();
-      sm90::wgmma_wait_group<1>();
-      sm90::fence_registers(accumulator);
-      if (previous_slot >= 0 && releases) release(previous_slot);
-      previous_slot = slot;
+      if constexpr (Traits::release_each_slot) {
+        sm90::wgmma_wait_group<0>();
+        sm90::fence_registers(accumulator);
+        if (releases) release(slot);
+      } else {
+        sm90::wgmma_wait_group<1>();
+        sm90::fence_registers(accumulator);
+        if (previous_slot >= 0 && releases) release(previous_slot);
+        previous_slot = slot;
+      }
     }
     sm90::wgmma_wait_group<0>();
     sm90::fence_registers(accumulator);

@@ -6,27 +6,30 @@
 // It is gemm_sm90.cuh with another producer. Short launches of a 4-bit projection are compute-bound, like
 // bf16 ones: the mixed-input kernel (gemm_sm90_w4.cuh) loses there because its consumers decode between
 // their wgmmas, and the dequantized path (dequantize.cuh, then the bf16 GEMM) because it writes and reads
-// W as bf16 once per launch. Here warpgroups 0 and 1 decode instead of only streaming: thread 0 issues the
-// TMA loads (A [128, 64] bf16 into each ring slot as the bf16 kernel does, and the slice's codes into a ring
-// of `code_stages` code slots, code_stages - 1 slices ahead), and all 256 decoder threads turn each code
-// slice into the bf16 W slice [block_n, 64], 128-byte swizzled exactly as TMA writes it, in the ring slot
-// beside A. Warpgroups 2 and 3 consume.
+// W as bf16 once per launch. Here warpgroups 0 and 1 decode instead of only streaming: thread 0 first
+// issues the TMA loads of the first `code_stages` slices' codes into a ring of code slots, and the decoder
+// warps, in 1, 2 or 4 teams that take the slices in turn (decoder_teams), turn each code slice into the
+// bf16 W slice [block_n, 64], 128-byte swizzled exactly as TMA writes it, in the ring slot beside A (whose
+// TMA load one warp of the team issues when the slot is free). A team needs no barrier of its own: each of
+// its warps arrives on the slot's "full" barrier after its writes and a proxy fence (wgmma reads through
+// the async proxy), and the last of its warps to read a code slot (a count in shared memory) reloads it,
+// code_stages slices ahead. Warpgroups 2 and 3 consume.
 // The consumers are the bf16 kernel's (consume_tiles): they read W from shared memory as if TMA had loaded
-// it. Each slot's "full" barrier completes with the A bytes and one arrival per decoder warp (after its
-// writes and a proxy fence: wgmma reads through the async proxy).
+// it, and free each slot as soon as its wgmmas complete (release_each_slot). Each slot's "full" barrier
+// completes with the A bytes and one arrival per warp of the decoding team.
 //
 // Clusters of 2 or 4 CTAs along M (vertically adjacent tiles share every W slice): each CTA decodes only
-// its share, block_n / cluster_m rows, and after the decoders' barrier thread 0 has the bulk-copy engine
-// take it to the same place in the other CTAs' slots, where the copies complete on those CTAs' full
+// its share, block_n / cluster_m rows, and the last team warp to write its rows has the bulk-copy engine
+// take the share to the same place in the other CTAs' slots, where the copies complete on those CTAs' full
 // barriers (their expected bytes: A and the others' shares). The consumers release a slot to every CTA of
 // the cluster, so it is free everywhere before anyone writes or copies into it. Without clusters every
 // tile decodes the whole slice (4 times per slice at 512 tokens).
 //
-// Decoder thread t writes the 8 k [8 (t % 8), + 8) of rows t / 8 + 32 i of its share: a warp's 4-byte
-// (8-byte) code loads cover 4 whole code rows, conflict-free, and its 16-byte stores 4 whole swizzled W
-// rows, 4 wavefronts. The 8 k share one group scale (groups are multiples of 8; the scales come through
-// L1). Rows past N and k past K are written as zeros (their codes are TMA's zero fill; their scales are not
-// read).
+// Team thread t writes the 8 k [8 (t % 8), + 8) of rows t / 8 + rows_per_pass i of its share: a warp's
+// 4-byte (8-byte) code loads cover 4 whole code rows, conflict-free, and its 16-byte stores 4 whole
+// swizzled W rows, 4 wavefronts. The 8 k share one group scale (groups are multiples of 8; the scales come
+// through L1, a slice ahead). Rows past N and k past K are written as zeros (their codes are TMA's zero
+// fill; their scales are not read).
 //
 // Tails and segments as gemm_sm90.cuh: any M and N, K a multiple of 128 / bits (16-byte code rows, a TMA
 // requirement), every segment but the last a multiple of block_n (128, 256) or of 32 (160, 192: codes come
@@ -41,6 +44,17 @@
 #include "attnplan/wgmma.cuh"
 
 namespace attnplan::kernels {
+
+// Decoder teams (see GemmSm90DecodeTraits::decoder_teams) for a ring of `stages` slots, `code_stages` code
+// slots and shares of `share_rows` W rows, a thread taking at most `max_steps` steps a slice.
+constexpr int gemm_sm90_decoder_teams(int stages, int code_stages, int share_rows, int max_steps) {
+  for (int teams = 4; teams > 1; teams /= 2) {
+    const int rows_per_pass = 256 / teams / 8;
+    if (stages % teams == 0 && code_stages % teams == 0 && share_rows <= max_steps * rows_per_pass)
+      return teams;
+  }
+  return 1;
+}
 
 // kFormat: a row-byte policy of gemm.cuh with code_pair and group_scale (group_offset where has_offset):
 // Mxfp4Weights, Nvfp4Weights, AffineWeights<4, group>, Fp8Weights<granularity> or Mxfp8Weights.
@@ -73,8 +87,27 @@ struct GemmSm90DecodeTraits : GemmSm90Traits<kBlockN, kStages, kSegments, kHasBi
   static constexpr int share_bytes = share_rows * sm90::kSwizzle128Bytes;
   static constexpr int remote_bytes = (cluster_m - 1) * share_bytes;  // copied in per slice by the others
   static constexpr int code_box_rows = gemm_sm90_decode_code_box_rows(kBlockN, kClusterM, kSegments);
-  static constexpr int rows_per_pass = decoder_threads / chunks_per_row;  // 32 rows per decoder pass
-  // Steps per thread per slice; a last pass of 16 rows (shares of 48 or 80) takes the first 128 threads.
+  // The decoder warpgroups take turns: warpgroup u % decoder_teams decodes ring use u, so each has two
+  // slices' time for one, and one's waits (free slot, codes, scale loads, fence) overlap the other's
+  // decoding. With one team all 8 warps decoded every slice and each slice's fixed latency came once
+  // per slice on the critical path.
+  // Teams take ring and code slots in turn, so each slot's uses must fall to one team (a team waits on a
+  // slot's barriers one phase at a time): the most teams, up to 4 (two warps each), that divide both
+  // rings and leave a thread at most 6 steps a slice, 4 where a step's stored scale is two words (nvfp4's,
+  // or affine's scale and offset): its codes and two slices' scales are in registers, and with more some
+  // specializations spill (NVRTC, segments and bias).
+  static constexpr int decoder_teams =
+      gemm_sm90_decoder_teams(kStages, kCodeStages, kBlockN / kClusterM,
+                              sizeof(typename kFormat::ScaleCode) <= 4 && !kFormat::has_offset ? 6 : 4);
+  // The consumers free each slot as soon as its wgmmas complete: a slot they held a slice longer was one
+  // the decoders could not fill (session 18: both sides waited, the decoders 32% of their samples on a
+  // free slot, the consumers 64% on a full one).
+  static constexpr bool release_each_slot = true;
+  static constexpr int team_threads = decoder_threads / decoder_teams;
+  static constexpr int team_warps = team_threads / 32;
+  static constexpr int rows_per_pass = team_threads / chunks_per_row;  // 32, 16 or 8 rows per pass
+  // Steps per thread per slice; with one team a last pass of 16 rows (shares of 48 or 80) takes the first
+  // 128 threads.
   static constexpr int passes = (share_rows + rows_per_pass - 1) / rows_per_pass;
   static constexpr int group_size = Format::group_size > 0 ? Format::group_size : (1 << 30);  // -1: a row
 
@@ -86,8 +119,8 @@ struct GemmSm90DecodeTraits : GemmSm90Traits<kBlockN, kStages, kSegments, kHasBi
   static constexpr int decoder_registers =
       (gemm_sm90_launch_registers(threads) - 128 * Base::consumers * consumer_registers) / decoder_threads /
       8 * 8;
-  // Full-barrier arrivals per phase: thread 0's arrive_expect_tx for A, then one per decoder warp.
-  static constexpr unsigned full_arrivals = 1 + decoder_threads / 32;
+  // Full-barrier arrivals per phase: one arrive_expect_tx for A, then one per warp of the decoding team.
+  static constexpr unsigned full_arrivals = 1 + team_warps;
 
   static_assert(bits == 4 || bits == 8, "4-bit codes two per byte, or 8-bit bytes");
   static_assert(kBlockN <= 192, "the consumers' 96 accumulators at most (see consumer_registers)");
@@ -103,6 +136,8 @@ struct GemmSm90DecodeTraits : GemmSm90Traits<kBlockN, kStages, kSegments, kHasBi
   static_assert(code_box_rows * code_row_bytes % 128 == 0 && code_slot_bytes % 1024 == 0,
                 "code pieces 128-byte aligned, and the staging boxes after the code ring 1024-byte aligned");
   static_assert(code_stages >= 2, "the code ring needs at least two slots");
+  static_assert(kStages % decoder_teams == 0 && code_stages % decoder_teams == 0,
+                "each ring slot and code slot is one team's: its uses are that team's, in order");
   static_assert(dynamic_shared_bytes <= 227 * 1024, "more shared memory than an H100/H200 SM gives a CTA");
   static_assert(decoder_registers >= 24 && decoder_registers % 8 == 0, "setmaxnreg takes 24..256, by 8");
   static_assert(decoder_threads * decoder_registers + 128 * Base::consumers * consumer_registers <=
@@ -164,6 +199,31 @@ struct SliceScales {
   }
 };
 
+// mxfp4's codes go straight to bf16 (its E8M0 scales are powers of two, so the product is exact either
+// way): the three E2M1 bits e1 e0 m of a code placed at bf16 bits 8..6 (sign at 15) are its value times
+// 2^-126, e1 e0 = 0 (0 and 0.5) as a bf16 subnormal, so one bf16x2 multiply by s * 2^126 gives the pair
+// as the f32 route (code * s rounded once to bf16) does: the product has one significant bit more than the
+// code and a power-of-two scale, nothing to round, for s <= 2 (E8M0 exponents up to 128; larger ones take
+// the guarded decode, as a NaN scale's NaN does not need to). Two instructions a pair fewer than via f32.
+template <class Format>
+inline constexpr bool kBf16Codes = false;
+template <>
+inline constexpr bool kBf16Codes<Mxfp4Weights> = true;
+
+// The byte's two codes (low nibble = even k) as bf16 bits times 2^-126.
+__device__ __forceinline__ unsigned e2m1_pair_to_bf16x2_bits(unsigned byte) {
+  const unsigned magnitudes =
+      (byte * ((1u << 6) | (1u << 18))) & 0x01C001C0u;                      // bits 0-2 -> 6-8, 4-6 -> 22-24
+  const unsigned signs = (byte * ((1u << 12) | (1u << 24))) & 0x80008000u;  // bit 3 -> 15, 7 -> 31
+  return magnitudes | signs;
+}
+
+__device__ __forceinline__ unsigned bf16x2_multiply(unsigned a, unsigned b) {
+  unsigned product;
+  asm("mul.rn.bf16x2 %0, %1, %2;\n" : "=r"(product) : "r"(a), "r"(b));
+  return product;
+}
+
 // The slice's scales as values (0 for steps past N or K, whose codes are TMA's zeros), from SliceScales
 // once its loads have landed.
 template <class Traits>
@@ -171,18 +231,24 @@ struct SliceScaleValues {
   using Format = typename Traits::Format;
   float scale[Traits::passes];
   float offset[Format::has_offset ? Traits::passes : 1];
-  // Whether any step's E2M1 scale is within 2^14 of overflow (then the slice takes the guarded decode).
+  unsigned bf16_scale[kBf16Codes<Format> ? Traits::passes : 1];  // s * 2^126 twice, for kBf16Codes
+  // Whether any step's E2M1 scale is too large to fold (within 2^14 of overflow; for kBf16Codes, above 2):
+  // then the slice takes the guarded decode.
   bool unfolded;
 
   __device__ __forceinline__ explicit SliceScaleValues(const SliceScales<Traits>& stored) {
     constexpr float kUnit = Format::code_pair_unit;
+    constexpr float kMaxFolded = kBf16Codes<Format> ? 2.0f : 0x1.fffffep+127f * kUnit;
     bool folds = true;
 #pragma unroll
     for (int pass = 0; pass < Traits::passes; ++pass) {
       const bool valid = (stored.valid >> pass) & 1u;
       scale[pass] = valid ? Format::scale_value(stored.code[pass]) : 0.0f;
-      if constexpr (kUnit != 1.0f)
-        folds = folds && !(fabsf(scale[pass]) > 0x1.fffffep+127f * kUnit);  // NaN folds
+      if constexpr (kUnit != 1.0f) folds = folds && !(fabsf(scale[pass]) > kMaxFolded);  // NaN folds
+      if constexpr (kBf16Codes<Format>) {
+        const __nv_bfloat162 folded = __float2bfloat162_rn(scale[pass] * 0x1p126f);
+        bf16_scale[pass] = *reinterpret_cast<const unsigned*>(&folded);
+      }
       if constexpr (Format::has_offset) offset[pass] = valid ? stored.offset[pass] : 0.0f;
     }
     unfolded = !folds;
@@ -214,7 +280,8 @@ __device__ __forceinline__ void decode_steps(const GemmParams& gemm, const unsig
     unsigned pairs[4];
     constexpr float kUnit = Format::code_pair_unit;
     bool unfolded = false;
-    if constexpr (kGuarded && kUnit != 1.0f) unfolded = fabsf(s) > 0x1.fffffep+127f * kUnit;  // NaN folds
+    constexpr float kMaxFolded = kBf16Codes<Format> ? 2.0f : 0x1.fffffep+127f * kUnit;
+    if constexpr (kGuarded && kUnit != 1.0f) unfolded = fabsf(s) > kMaxFolded;  // NaN folds
     if (unfolded) {
       if constexpr (kGuarded && kUnit != 1.0f) {
         const int n = n0 + row;
@@ -228,6 +295,11 @@ __device__ __forceinline__ void decode_steps(const GemmParams& gemm, const unsig
           pairs[e] = *reinterpret_cast<const unsigned*>(&pair);
         }
       }
+    } else if constexpr (kBf16Codes<Format>) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        pairs[e] = bf16x2_multiply(e2m1_pair_to_bf16x2_bits((words[pass] >> (8 * e)) & 0xFFu),
+                                   scales.bf16_scale[pass]);
     } else if constexpr (Traits::bits == 4) {
 #pragma unroll
       for (int e = 0; e < 4; ++e)
@@ -243,14 +315,14 @@ __device__ __forceinline__ void decode_steps(const GemmParams& gemm, const unsig
   }
 }
 
-// Decoder thread `thread` (0..255) of warpgroups 0 and 1: its steps of one slice, the share's codes
+// Team thread `thread` (0..team_threads - 1): its steps of one slice, the share's codes
 // [share_rows, 64 k] at `codes` -> W [share_rows, 64] bf16 at `w` (the share's first row in the slot;
 // 128-byte swizzle: the 16-byte chunk c of row r sits at chunk c ^ (r % 8), shares start on 8-row atoms),
-// with the slice's scales. n0, k0: the share's first W row and the slice's first k. Each value is code * s (+
-// offset) in f32, rounded once to bf16, as the dequantize kernel and the mma.sync loaders compute it: s /
-// code_pair_unit is exact (a power of two), except for E2M1 scales within 2^14 of overflow (E8M0 exponents
-// 241 and up), which take the format's own guarded decode (a slice with any such scale checks each step;
-// others none).
+// with the slice's scales. n0, k0: the share's first W row and the slice's first k. Each value is code * s
+// (+ offset) in f32, rounded once to bf16, as the dequantize kernel and the mma.sync loaders compute it: s
+// / code_pair_unit is exact (a power of two), except for E2M1 scales within 2^14 of overflow (E8M0
+// exponents 241 and up; for mxfp4, decoded in bf16 (kBf16Codes), scales above 2), which take the format's
+// own guarded decode (a slice with any such scale checks each step; others none).
 template <class Traits>
 __device__ __forceinline__ void decode_slice(const GemmParams& gemm, const unsigned char* codes,
                                              unsigned char* w, const SliceScales<Traits>& stored, int n0,
@@ -315,17 +387,20 @@ __global__ void __launch_bounds__(Traits::threads, 1)
     // Producer and decoders. Ring use u (slot u % stages, phase (u / stages) % 2) is k slice u % k_tiles of
     // the CTA's (u / k_tiles)-th tile; its codes sit in code slot u % code_stages.
     sm90::setmaxnreg_decrease<Traits::decoder_registers>();
-    const int thread = threadIdx.x;
-    const int lane = thread % 32;
-    const int warp = thread / 32;
+    const int lane = threadIdx.x % 32;
+    const int team = threadIdx.x / Traits::team_threads;
+    const int thread = threadIdx.x % Traits::team_threads;  // in the team
+    const int warp = thread / 32;                           // in the team
     const int units = walk.first() < walk.units() ? (walk.units() - 1 - walk.first()) / walk.stride() + 1 : 0;
     const int uses = units * k_tiles;
+    // Use u's tile: the CTA's (u / k_tiles)-th.
+    const auto tile_of = [&](int u) { return walk.tile(walk.first() + (u / k_tiles) * walk.stride()); };
+    const auto share_n0 = [&](int u) { return tile_of(u).n * Traits::block_n + share; };
     // One thread: the TMA loads of use u's codes of the share (nothing past the last use), in pieces where
     // tiles straddle segments, each through the map of its own segment (a piece past N reads zeros).
     const auto load_codes = [&](int u) {
       if (u >= uses) return;
-      const TileCoordinates coordinates = walk.tile(walk.first() + (u / k_tiles) * walk.stride());
-      const int n0 = coordinates.n * Traits::block_n + share;
+      const int n0 = share_n0(u);
       const unsigned slot = code_ring + (u % Traits::code_stages) * Traits::code_slot_bytes;
       const unsigned barrier = code_barriers + 8 * (u % Traits::code_stages);
       sm90::mbarrier_arrive_expect_tx(barrier, Traits::share_rows * Traits::code_row_bytes);
@@ -336,73 +411,77 @@ __global__ void __launch_bounds__(Traits::threads, 1)
                           (u % k_tiles) * Traits::code_row_bytes, codes.row);
       }
     };
-    if (thread == 0) {
+    if (threadIdx.x == 0) {
       prefetch_tensor_maps<Traits::segments>(params);
       for (int u = 0; u < Traits::code_stages; ++u) load_codes(u);
     }
-    // Scales of the slice being decoded, and of the next one (use u + 1: this tile's next k slice, or the
-    // next tile's first): their loads are in flight while this slice is decoded.
+    // Scales of the slice being decoded, and of the team's next one (in flight while this one is decoded;
+    // past the last use: any rows, never used).
     SliceScales<Traits> scales, next_scales;
-    if (uses > 0) next_scales.load(gemm, walk.tile(walk.first()).n * Traits::block_n + share, 0, thread);
-    int u = 0;
-    for (int unit = walk.first(); unit < walk.units(); unit += walk.stride()) {
-      const TileCoordinates coordinates = walk.tile(unit);
+    if (team < uses) next_scales.load(gemm, share_n0(team), (team % k_tiles) * Traits::block_k, thread);
+    // The team's use u: k slice k_tile of the CTA's tile_index-th tile at `coordinates`, and the same of
+    // its next use, stepped without a division per slice.
+    int k_tile = team % k_tiles, tile_index = team / k_tiles;
+    TileCoordinates coordinates = tile_of(team);
+    for (int u = team; u < uses; u += Traits::decoder_teams) {
       const int n0 = coordinates.n * Traits::block_n + share;
-      const int next_unit_n0 = unit + walk.stride() < walk.units()
-                                   ? walk.tile(unit + walk.stride()).n * Traits::block_n + share
-                                   : 0;
-      // A cluster's CTA past M (the last row of tiles padded to whole clusters) reads the last tile's
-      // A rows: any bytes do, its stores fall outside C. It still decodes its share for the others.
-      const int m_tile = clustered ? min(coordinates.m, tiles_m - 1) : coordinates.m;
-      for (int k_tile = 0; k_tile < k_tiles; ++k_tile, ++u) {
-        scales = next_scales;
-        if (k_tile + 1 < k_tiles) {
-          next_scales.load(gemm, n0, (k_tile + 1) * Traits::block_k, thread);
-        } else {  // the next tile's first slice (past the last tile: any rows, never used)
-          next_scales.load(gemm, next_unit_n0, 0, thread);
-        }
-        const int slot = u % Traits::stages;
-        const unsigned full = full_barriers + 8 * slot;
-        // Free in every CTA of the cluster: each one's consumers released it here.
-        sm90::mbarrier_wait_parity(empty_barriers + 8 * slot, ((u / Traits::stages) & 1u) ^ 1u);
-        if (warp == u % (Traits::decoder_threads / 32) && lane == 0) {  // in turn: every decoder waited
-          // A, and the other CTAs' shares of W (their copies complete on this barrier).
-          sm90::mbarrier_arrive_expect_tx(full, Traits::a_slot_bytes + Traits::remote_bytes);
-          sm90::tma_load_2d(ring + slot * Traits::slot_bytes, &params.a_map, full, k_tile * Traits::block_k,
-                            m_tile * Traits::block_m);
-        }
-        const int code_slot = u % Traits::code_stages;
-        sm90::mbarrier_wait_parity(code_barriers + 8 * code_slot, (u / Traits::code_stages) & 1u);
-        const int w_share = slot * Traits::slot_bytes + Traits::a_slot_bytes + share * sm90::kSwizzle128Bytes;
-        decode_slice<Traits>(gemm, ring_pointer + Traits::ring_bytes + code_slot * Traits::code_slot_bytes,
-                             ring_pointer + w_share, scales, n0, k_tile * Traits::block_k, thread);
-        // The warp's writes, then the arrival this CTA's consumers' wgmmas (async proxy) wait for.
-        sm90::fence_proxy_async_shared();
-        __syncwarp();
-        if (lane == 0) {
-          sm90::mbarrier_arrive(full);
-          if constexpr (clustered) {
-            // The last warp to have written its rows of the share (each fenced them for the async proxy,
-            // and the fences order them before the count) has the copy engine take the whole share to
-            // the same place in the other CTAs' slots (free: this CTA's empty barrier counted their
-            // consumers' releases too). One copy per CTA and slice: 24 of 4 rows each were slower
-            // (branch notes, kernels-notes.md "Session 17").
+      int next_k_tile = k_tile + Traits::decoder_teams, next_tile_index = tile_index;
+      while (next_k_tile >= k_tiles) next_k_tile -= k_tiles, ++next_tile_index;
+      const bool next_tile = next_tile_index != tile_index && next_tile_index < units;
+      const TileCoordinates next_coordinates =
+          next_tile ? walk.tile(walk.first() + next_tile_index * walk.stride()) : coordinates;
+      scales = next_scales;
+      // (past the last use: any rows, never used)
+      next_scales.load(gemm, next_coordinates.n * Traits::block_n + share, next_k_tile * Traits::block_k,
+                       thread);
+      const int slot = u % Traits::stages;
+      const unsigned full = full_barriers + 8 * slot;
+      // Free in every CTA of the cluster: each one's consumers released it here.
+      sm90::mbarrier_wait_parity(empty_barriers + 8 * slot, ((u / Traits::stages) & 1u) ^ 1u);
+      const int use_of_team = u / Traits::decoder_teams;
+      if (warp == use_of_team % Traits::team_warps && lane == 0) {  // in turn: every team warp waited
+        // A, and the other CTAs' shares of W (their copies complete on this barrier). A cluster's CTA past
+        // M (the last row of tiles padded to whole clusters) reads the last tile's A rows: any bytes do,
+        // its stores fall outside C. It still decodes its share for the others.
+        const int m_tile = coordinates.m;
+        sm90::mbarrier_arrive_expect_tx(full, Traits::a_slot_bytes + Traits::remote_bytes);
+        sm90::tma_load_2d(ring + slot * Traits::slot_bytes, &params.a_map, full, k_tile * Traits::block_k,
+                          (clustered ? min(m_tile, tiles_m - 1) : m_tile) * Traits::block_m);
+      }
+      const int code_slot = u % Traits::code_stages;
+      sm90::mbarrier_wait_parity(code_barriers + 8 * code_slot, (u / Traits::code_stages) & 1u);
+      const int w_share = slot * Traits::slot_bytes + Traits::a_slot_bytes + share * sm90::kSwizzle128Bytes;
+      decode_slice<Traits>(gemm, ring_pointer + Traits::ring_bytes + code_slot * Traits::code_slot_bytes,
+                           ring_pointer + w_share, scales, n0, k_tile * Traits::block_k, thread);
+      // The warp's writes, then the arrival this CTA's consumers' wgmmas (async proxy) wait for.
+      sm90::fence_proxy_async_shared();
+      __syncwarp();
+      if (lane == 0) {
+        sm90::mbarrier_arrive(full);
+        if constexpr (clustered) {
+          // The last team warp to have written its rows of the share (each fenced them for the async
+          // proxy, and the fences order them before the count) has the copy engine take the whole share
+          // to the same place in the other CTAs' slots (free: this CTA's empty barrier counted their
+          // consumers' releases too). One copy per CTA and slice: 24 of 4 rows each were slower
+          // (branch notes, kernels-notes.md "Session 17").
+          __threadfence_block();
+          const unsigned writers = atomicAdd(&share_writers[slot], 1u) + 1u;
+          if (writers % Traits::team_warps == 0) {
             __threadfence_block();
-            const unsigned writers = atomicAdd(&share_writers[slot], 1u) + 1u;
-            if (writers % (Traits::decoder_threads / 32) == 0) {
-              __threadfence_block();
 #pragma unroll
-              for (unsigned other = 1; other < Traits::cluster_m; ++other) {
-                sm90::bulk_copy_to_cluster(ring + w_share, Traits::share_bytes, full,
-                                           (rank + other) % Traits::cluster_m);
-              }
+            for (unsigned other = 1; other < Traits::cluster_m; ++other) {
+              sm90::bulk_copy_to_cluster(ring + w_share, Traits::share_bytes, full,
+                                         (rank + other) % Traits::cluster_m);
             }
           }
-          // The last warp to have read this code slot reloads it, code_stages slices ahead.
-          const unsigned readers = atomicAdd(&code_readers[code_slot], 1u) + 1u;
-          if (readers % (Traits::decoder_threads / 32) == 0) load_codes(u + Traits::code_stages);
         }
+        // The last team warp to have read this code slot reloads it, code_stages slices ahead.
+        const unsigned readers = atomicAdd(&code_readers[code_slot], 1u) + 1u;
+        if (readers % Traits::team_warps == 0) load_codes(u + Traits::code_stages);
       }
+      k_tile = next_k_tile;
+      tile_index = next_tile_index;
+      coordinates = next_coordinates;
     }
     // The other CTAs may still copy into this one's ring and arrive on its barriers until they are done.
     if constexpr (clustered) sm90::cluster_sync();

@@ -93,21 +93,24 @@ TEST_CASE("wgmma_decode: sm_90a, codes in rows of bytes, the bf16 kernel's tiles
   CHECK(gemm_kernel_name(GemmKernel::wgmma_decode) == "wgmma_decode");
 }
 
-TEST_CASE("wgmma_decode ring: 4 code slots where 3 or more ring slots fit beside them",
+TEST_CASE("wgmma_decode ring: even rings (decoder teams), 4 code slots where they fit",
           "[plan][gemm][gemm_decode]") {
-  // 4-bit codes: 4 ring slots at 192 and 160 (the bf16 kernel's 4 and 5), 5 at 128 (its 6).
+  // 4-bit codes: 4 ring slots and 4 code slots at every width (at 128 a fifth ring slot would fit: an odd
+  // ring leaves one decoder team).
   CHECK(gemm_sm90_decode_tiling(192, 4) == GemmSm90Tiling{.block_n = 192, .stages = 4, .code_stages = 4});
   CHECK(gemm_sm90_decode_tiling(160, 4) == GemmSm90Tiling{.block_n = 160, .stages = 4, .code_stages = 4});
-  CHECK(gemm_sm90_decode_tiling(128, 4) == GemmSm90Tiling{.block_n = 128, .stages = 5, .code_stages = 4});
-  // 8-bit codes at 192: 12 KiB a code slot, 4 of them beside 3 ring slots.
-  CHECK(gemm_sm90_decode_tiling(192, 8) == GemmSm90Tiling{.block_n = 192, .stages = 3, .code_stages = 4});
+  CHECK(gemm_sm90_decode_tiling(128, 4) == GemmSm90Tiling{.block_n = 128, .stages = 4, .code_stages = 4});
+  // 8-bit codes at 192: 12 KiB a code slot; 4 ring slots fit beside 2 of them, not 4.
+  CHECK(gemm_sm90_decode_tiling(192, 8) == GemmSm90Tiling{.block_n = 192, .stages = 4, .code_stages = 2});
   for (const int block_n : {128, 160, 192}) {
     for (const int bits : {4, 8}) {
       const GemmSm90Tiling tiling = gemm_sm90_decode_tiling(block_n, bits);
+      CHECK(tiling.stages % 2 == 0);
+      CHECK(tiling.code_stages % 2 == 0);
       CHECK(gemm_sm90_decode_dynamic_shared_bytes(block_n, tiling.stages, tiling.code_stages, bits) <=
             227 * 1024);
-      CHECK(gemm_sm90_decode_dynamic_shared_bytes(block_n, tiling.stages + 1, tiling.code_stages, bits) >
-            227 * 1024);
+      // No larger even ring fits, with any code ring.
+      CHECK(gemm_sm90_decode_dynamic_shared_bytes(block_n, tiling.stages + 2, 2, bits) > 227 * 1024);
     }
   }
 }
@@ -182,7 +185,8 @@ TEST_CASE("wgmma_decode specializations compile for sm_90a: no spills, wgmma fro
   for (const config::WeightEncoding& encoding : decode_encodings()) {
     const int bits = eight_bit(encoding) ? 8 : 4;
     // Every width, unclustered, and the clusters whose shares decode in half passes or 16-row code pieces.
-    for (const auto& [block_n, cluster_m] : {std::pair{192, 1}, {160, 1}, {128, 1}, {192, 4}, {160, 2}}) {
+    for (const auto& [block_n, cluster_m] :
+         {std::pair{192, 1}, {160, 1}, {128, 1}, {192, 2}, {192, 4}, {160, 2}, {128, 2}}) {
       GemmSpec spec{.segments = 3, .has_bias = true};
       spec.kernel = GemmKernel::wgmma_decode;
       spec.sm90 = gemm_sm90_decode_tiling(block_n, bits);
