@@ -46,10 +46,12 @@
 namespace attnplan::kernels {
 
 // Decoder teams (see GemmSm90DecodeTraits::decoder_teams) for a ring of `stages` slots, `code_stages` code
-// slots and shares of `share_rows` W rows, a thread taking at most `max_steps` steps a slice.
-constexpr int gemm_sm90_decoder_teams(int stages, int code_stages, int share_rows, int max_steps) {
+// slots and shares of `share_rows` W rows, a thread taking at most `max_steps` steps a slice, all decoder
+// threads together covering `decoder_rows_per_pass` rows a step.
+constexpr int gemm_sm90_decoder_teams(int stages, int code_stages, int share_rows, int max_steps,
+                                      int decoder_rows_per_pass) {
   for (int teams = 4; teams > 1; teams /= 2) {
-    const int rows_per_pass = 256 / teams / 8;
+    const int rows_per_pass = decoder_rows_per_pass / teams;
     if (stages % teams == 0 && code_stages % teams == 0 && share_rows <= max_steps * rows_per_pass)
       return teams;
   }
@@ -87,18 +89,19 @@ struct GemmSm90DecodeTraits : GemmSm90Traits<kBlockN, kStages, kSegments, kHasBi
   static constexpr int share_bytes = share_rows * sm90::kSwizzle128Bytes;
   static constexpr int remote_bytes = (cluster_m - 1) * share_bytes;  // copied in per slice by the others
   static constexpr int code_box_rows = gemm_sm90_decode_code_box_rows(kBlockN, kClusterM, kSegments);
-  // The decoder warpgroups take turns: warpgroup u % decoder_teams decodes ring use u, so each has two
-  // slices' time for one, and one's waits (free slot, codes, scale loads, fence) overlap the other's
-  // decoding. With one team all 8 warps decoded every slice and each slice's fixed latency came once
-  // per slice on the critical path.
+  // The decoder warps form teams that take turns: team u % decoder_teams decodes ring use u, so each has
+  // `decoder_teams` slices' time for one, and one's waits (free slot, codes, scale loads, fence) overlap
+  // the others' decoding. With one team all 8 warps decoded every slice and each slice's fixed latency
+  // came once per slice on the critical path.
   // Teams take ring and code slots in turn, so each slot's uses must fall to one team (a team waits on a
   // slot's barriers one phase at a time): the most teams, up to 4 (two warps each), that divide both
   // rings and leave a thread at most 6 steps a slice, 4 where a step's stored scale is two words (nvfp4's,
   // or affine's scale and offset): its codes and two slices' scales are in registers, and with more some
   // specializations spill (NVRTC, segments and bias).
   static constexpr int decoder_teams =
-      gemm_sm90_decoder_teams(kStages, kCodeStages, kBlockN / kClusterM,
-                              sizeof(typename kFormat::ScaleCode) <= 4 && !kFormat::has_offset ? 6 : 4);
+      gemm_sm90_decoder_teams(kStages, kCodeStages, share_rows,
+                              sizeof(typename kFormat::ScaleCode) <= 4 && !kFormat::has_offset ? 6 : 4,
+                              decoder_threads / chunks_per_row);
   // The consumers free each slot as soon as its wgmmas complete: a slot they held a slice longer was one
   // the decoders could not fill (session 18: both sides waited, the decoders 32% of their samples on a
   // free slot, the consumers 64% on a full one).
@@ -210,6 +213,12 @@ inline constexpr bool kBf16Codes = false;
 template <>
 inline constexpr bool kBf16Codes<Mxfp4Weights> = true;
 
+// The largest E2M1 scale the unguarded decode folds: FLT_MAX * 2^-14 through f32 (s / code_pair_unit must
+// not overflow), 2 for kBf16Codes (s * 2^126 must not).
+template <class Format>
+inline constexpr float kMaxFoldedScale =
+    kBf16Codes<Format> ? 2.0f : 0x1.fffffep+127f * Format::code_pair_unit;
+
 // The byte's two codes (low nibble = even k) as bf16 bits times 2^-126.
 __device__ __forceinline__ unsigned e2m1_pair_to_bf16x2_bits(unsigned byte) {
   const unsigned magnitudes =
@@ -238,13 +247,13 @@ struct SliceScaleValues {
 
   __device__ __forceinline__ explicit SliceScaleValues(const SliceScales<Traits>& stored) {
     constexpr float kUnit = Format::code_pair_unit;
-    constexpr float kMaxFolded = kBf16Codes<Format> ? 2.0f : 0x1.fffffep+127f * kUnit;
     bool folds = true;
 #pragma unroll
     for (int pass = 0; pass < Traits::passes; ++pass) {
       const bool valid = (stored.valid >> pass) & 1u;
       scale[pass] = valid ? Format::scale_value(stored.code[pass]) : 0.0f;
-      if constexpr (kUnit != 1.0f) folds = folds && !(fabsf(scale[pass]) > kMaxFolded);  // NaN folds
+      if constexpr (kUnit != 1.0f)
+        folds = folds && !(fabsf(scale[pass]) > kMaxFoldedScale<Format>);  // NaN folds
       if constexpr (kBf16Codes<Format>) {
         const __nv_bfloat162 folded = __float2bfloat162_rn(scale[pass] * 0x1p126f);
         bf16_scale[pass] = *reinterpret_cast<const unsigned*>(&folded);
@@ -280,8 +289,7 @@ __device__ __forceinline__ void decode_steps(const GemmParams& gemm, const unsig
     unsigned pairs[4];
     constexpr float kUnit = Format::code_pair_unit;
     bool unfolded = false;
-    constexpr float kMaxFolded = kBf16Codes<Format> ? 2.0f : 0x1.fffffep+127f * kUnit;
-    if constexpr (kGuarded && kUnit != 1.0f) unfolded = fabsf(s) > kMaxFolded;  // NaN folds
+    if constexpr (kGuarded && kUnit != 1.0f) unfolded = fabsf(s) > kMaxFoldedScale<Format>;  // NaN folds
     if (unfolded) {
       if constexpr (kGuarded && kUnit != 1.0f) {
         const int n = n0 + row;
@@ -355,8 +363,8 @@ __global__ void __launch_bounds__(Traits::threads, 1)
 
   // Counters after the code barriers, so that no decoder waits for the others between slices:
   // [code_stages] per code slot, how many decoder warps have read it (ever): the warp that makes it a
-  // multiple of the decoder warps reloads the slot; [stages] per ring slot, how many have written their
-  // rows of the share: with clusters, the last one copies the share to the other CTAs.
+  // multiple of a team's warps reloads the slot; [stages] per ring slot, how many have written their rows
+  // of the share: with clusters, the last one copies the share to the other CTAs.
   unsigned* const code_readers = reinterpret_cast<unsigned*>(
       shared + (code_barriers + Traits::code_stages * 8 - sm90::smem_address(shared)));
   unsigned* const share_writers = code_readers + Traits::code_stages;
