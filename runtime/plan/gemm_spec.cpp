@@ -396,15 +396,18 @@ bool sm90_decode_gemm_supports(const config::WeightEncoding& encoding) {
   }
 }
 
-GemmSm90Tiling gemm_sm90_decode_tiling(int block_n, int bits) {
+GemmSm90Tiling gemm_sm90_decode_tiling(int block_n, int bits, int cluster_m) {
   constexpr int kSharedLimit = 227 * 1024;
-  for (const int stages : {6, 4, 5, 3}) {
+  // Four ring slots, which four decoder teams divide (six fit at 128 x2, for two teams only), then two.
+  for (const int stages : {4, 2}) {
     for (const int code_stages : {4, 2}) {
-      if (gemm_sm90_decode_dynamic_shared_bytes(block_n, stages, code_stages, bits) <= kSharedLimit)
-        return {.block_n = block_n, .stages = stages, .cluster_m = 1, .code_stages = code_stages};
+      if (gemm_sm90_decode_dynamic_shared_bytes(block_n, cluster_m, stages, code_stages, bits) <=
+          kSharedLimit)
+        return {.block_n = block_n, .stages = stages, .cluster_m = cluster_m, .code_stages = code_stages};
     }
   }
-  return {.block_n = block_n, .stages = 2, .cluster_m = 1, .code_stages = 2};  // no tiling of ours gets here
+  // No tiling of ours gets here.
+  return {.block_n = block_n, .stages = 2, .cluster_m = cluster_m, .code_stages = 2};
 }
 
 GemmKernelChoice choose_decode_gemm_kernel(const config::WeightEncoding& encoding, config::Arch arch,
@@ -421,7 +424,8 @@ GemmKernelChoice choose_decode_gemm_kernel(const config::WeightEncoding& encodin
   // Clusters of 2 along M wherever two row tiles can pair: each W slice is then decoded once per pair, not
   // once per tile (session 17: 1.2-1.5x the unclustered kernel of the same width on every row measured
   // both ways; clusters of 4 were slower than 2). Every width's half is a multiple of 16 rows.
-  if (ceil_div(m_hint, kGemmSm90BlockM) >= 2) tiling->cluster_m = 2;
+  // The ring is then chosen again: code slots hold the CTA's share, so more of them may fit.
+  if (ceil_div(m_hint, kGemmSm90BlockM) >= 2) tiling = gemm_sm90_decode_tiling(tiling->block_n, bits, 2);
   return {GemmKernel::wgmma_decode, *tiling};
 }
 
@@ -624,7 +628,7 @@ int GemmSpec::dynamic_shared_bytes() const {
   if (kernel == GemmKernel::wgmma_w4)
     return gemm_sm90_w4_dynamic_shared_bytes(sm90.block_n, sm90.stages, weight_bits(weights));
   if (kernel == GemmKernel::wgmma_decode)
-    return gemm_sm90_decode_dynamic_shared_bytes(sm90.block_n, sm90.stages, sm90.code_stages,
+    return gemm_sm90_decode_dynamic_shared_bytes(sm90.block_n, sm90.cluster_m, sm90.stages, sm90.code_stages,
                                                  weight_bits(weights));
   return gemm_dynamic_shared_bytes(tiling.block_m, tiling.block_n, tiling.block_k, tiling.stages,
                                    weight_bits(weights));

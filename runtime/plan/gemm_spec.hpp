@@ -103,13 +103,13 @@ bool gemm_sm90_segments_fit(std::span<const int> segment_widths, int block_n);
 // granularity), mxfp8.
 bool sm90_decode_gemm_supports(const config::WeightEncoding& encoding);
 
-// The decoding kernel's ring for block_n-wide tiles (128, 160, 192) of `bits`-bit codes, in 227 KiB: an
-// even number of ring slots and of code slots, so that two or four decoder teams can take them in turn
-// (gemm_sm90_decode.cuh; one team decoding every slice was 1.3-1.4x slower, session 18): 6 ring slots, else
-// 4, each with 4 code slots (3 slices of codes in flight ahead of the decoders: the loads come from HBM),
-// else 2 (4-bit: 4 + 4 at every width; 8-bit 4 + 4 at 160 and 128, 4 + 2 at 192); an odd ring where no
-// even one fits. Pure.
-GemmSm90Tiling gemm_sm90_decode_tiling(int block_n, int bits);
+// The decoding kernel's ring for block_n-wide tiles (128, 160, 192) of `bits`-bit codes in clusters of
+// cluster_m, in 227 KiB: 4 ring slots, so that four decoder teams take them in turn (gemm_sm90_decode.cuh;
+// one team decoding every slice was 1.3-1.4x slower, two 1.1x, session 18), with 4 code slots (3 slices of
+// codes in flight ahead of the decoders: the loads come from HBM) where they fit, else 2. A code slot holds
+// the CTA's share of a slice (block_n / cluster_m rows), so 8-bit codes at 192 get 4 + 2 alone and 4 + 4 in
+// clusters. Pure.
+GemmSm90Tiling gemm_sm90_decode_tiling(int block_n, int bits, int cluster_m = 1);
 
 // The decoding kernel for a quantized [m_hint, k] x [k, n] product on `arch` (segments as in
 // choose_gemm_kernel), or mma_sync where it cannot run: sm_90a, a format it reads, K a multiple of 128 /

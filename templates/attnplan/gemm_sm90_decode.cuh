@@ -25,11 +25,11 @@
 // the cluster, so it is free everywhere before anyone writes or copies into it. Without clusters every
 // tile decodes the whole slice (4 times per slice at 512 tokens).
 //
-// Team thread t writes the 8 k [8 (t % 8), + 8) of rows t / 8 + rows_per_pass i of its share: a warp's
-// 4-byte (8-byte) code loads cover 4 whole code rows, conflict-free, and its 16-byte stores 4 whole
-// swizzled W rows, 4 wavefronts. The 8 k share one group scale (groups are multiples of 8; the scales come
-// through L1, a slice ahead). Rows past N and k past K are written as zeros (their codes are TMA's zero
-// fill; their scales are not read).
+// Team thread t decodes units of 16 code bytes (32 k of 4-bit codes, 16 of 8-bit ones): unit t % 2 (t % 4)
+// of rows t / 2 (t / 4) + rows_per_pass i of its share. A warp's 16-byte code loads read 512 contiguous
+// bytes, conflict-free, and each of its 16-byte stores puts 8 distinct swizzled chunks in every 8 lanes, 4
+// wavefronts. A unit has one group scale (two for nvfp4; the scales come through L1, a slice ahead). Rows
+// past N and k past K are written as zeros (their codes are TMA's zero fill; their scales are not read).
 //
 // Tails and segments as gemm_sm90.cuh: any M and N, K a multiple of 128 / bits (16-byte code rows, a TMA
 // requirement), every segment but the last a multiple of block_n (128, 256) or of 32 (160, 192: codes come
@@ -46,13 +46,13 @@
 namespace attnplan::kernels {
 
 // Decoder teams (see GemmSm90DecodeTraits::decoder_teams) for a ring of `stages` slots, `code_stages` code
-// slots and shares of `share_rows` W rows, a thread taking at most `max_steps` steps a slice, all decoder
-// threads together covering `decoder_rows_per_pass` rows a step.
-constexpr int gemm_sm90_decoder_teams(int stages, int code_stages, int share_rows, int max_steps,
+// slots and shares of `share_rows` W rows, a thread taking at most `max_passes` units a slice, all decoder
+// threads together covering `decoder_rows_per_pass` rows a pass.
+constexpr int gemm_sm90_decoder_teams(int stages, int code_stages, int share_rows, int max_passes,
                                       int decoder_rows_per_pass) {
   for (int teams = 4; teams > 1; teams /= 2) {
     const int rows_per_pass = decoder_rows_per_pass / teams;
-    if (stages % teams == 0 && code_stages % teams == 0 && share_rows <= max_steps * rows_per_pass)
+    if (stages % teams == 0 && code_stages % teams == 0 && share_rows <= max_passes * rows_per_pass)
       return teams;
   }
   return 1;
@@ -70,12 +70,19 @@ struct GemmSm90DecodeTraits : GemmSm90Traits<kBlockN, kStages, kSegments, kHasBi
   static constexpr int bits = Format::bits;  // 4 or 8 per code
   static constexpr int code_stages = kCodeStages;
   static constexpr int code_row_bytes = Base::block_k * bits / 8;  // 32 or 64: one row's codes of a slice
-  static constexpr int code_chunk_bytes = bits;                    // 8 codes: one decoder step
-  static constexpr int code_slot_bytes = gemm_sm90_decode_code_slot_bytes(kBlockN, bits);
+  static constexpr int code_chunk_bytes = bits;                    // 8 codes: one 16-byte W chunk
+  static constexpr int code_slot_bytes = gemm_sm90_decode_code_slot_bytes(kBlockN, kClusterM, bits);
   static constexpr int code_ring_bytes = code_stages * code_slot_bytes;
   static constexpr int dynamic_shared_bytes =
-      gemm_sm90_decode_dynamic_shared_bytes(kBlockN, kStages, kCodeStages, bits);
-  static constexpr int chunks_per_row = Base::block_k / 8;  // 8-k steps per W slice row
+      gemm_sm90_decode_dynamic_shared_bytes(kBlockN, kClusterM, kStages, kCodeStages, bits);
+  // A decoder thread's unit of work: 16 code bytes of one row (32 k of 4-bit codes, 16 of 8-bit ones),
+  // one 16-byte shared load, unit_chunks 16-byte W stores and one group scale (nvfp4's 16-k groups: two).
+  // A thread once took 8 k of rows 8-32 apart, each with its own scale to load and convert (session 19).
+  static constexpr int unit_k = 128 / bits;
+  static constexpr int unit_chunks = unit_k / 8;
+  static constexpr int units_per_row = Base::block_k / unit_k;                                // 2 or 4
+  static constexpr int group_size = Format::group_size > 0 ? Format::group_size : (1 << 30);  // -1: a row
+  static constexpr int unit_groups = group_size < unit_k ? unit_k / group_size : 1;
   // Two decoder warpgroups (0 and 1; 2 and 3 consume): one decoder warp per SM sub-partition left their
   // dependent chains exposed (session 16: ~0.2 instructions per cycle per warp), two hide each other's.
   static constexpr int decoder_warpgroups = 2;
@@ -85,7 +92,7 @@ struct GemmSm90DecodeTraits : GemmSm90Traits<kBlockN, kStages, kSegments, kHasBi
   // the cluster, whose decoders copy their shares into it.
   static constexpr int cluster_m = kClusterM;
   static constexpr unsigned empty_arrivals = 4 * Base::consumers * cluster_m;
-  static constexpr int share_rows = kBlockN / cluster_m;  // W rows of a slice this CTA decodes
+  static constexpr int share_rows = kBlockN / cluster_m;  // W rows of a slice this CTA decodes (and loads)
   static constexpr int share_bytes = share_rows * sm90::kSwizzle128Bytes;
   static constexpr int remote_bytes = (cluster_m - 1) * share_bytes;  // copied in per slice by the others
   static constexpr int code_box_rows = gemm_sm90_decode_code_box_rows(kBlockN, kClusterM, kSegments);
@@ -95,24 +102,21 @@ struct GemmSm90DecodeTraits : GemmSm90Traits<kBlockN, kStages, kSegments, kHasBi
   // came once per slice on the critical path.
   // Teams take ring and code slots in turn, so each slot's uses must fall to one team (a team waits on a
   // slot's barriers one phase at a time): the most teams, up to 4 (two warps each), that divide both
-  // rings and leave a thread at most 6 steps a slice, 4 where a step's stored scale is two words (nvfp4's,
-  // or affine's scale and offset): its codes and two slices' scales are in registers, and with more some
-  // specializations spill (NVRTC, segments and bias).
+  // rings and leave a thread at most 96 k of a slice (3 units of 4-bit codes, 6 of 8-bit ones): its codes
+  // and two slices' scales are in registers.
+  static constexpr int max_passes = 96 / unit_k;
   static constexpr int decoder_teams =
-      gemm_sm90_decoder_teams(kStages, kCodeStages, share_rows,
-                              sizeof(typename kFormat::ScaleCode) <= 4 && !kFormat::has_offset ? 6 : 4,
-                              decoder_threads / chunks_per_row);
+      gemm_sm90_decoder_teams(kStages, kCodeStages, share_rows, max_passes, decoder_threads / units_per_row);
   // The consumers free each slot as soon as its wgmmas complete: a slot they held a slice longer was one
   // the decoders could not fill (session 18: both sides waited, the decoders 32% of their samples on a
   // free slot, the consumers 64% on a full one).
   static constexpr bool release_each_slot = true;
   static constexpr int team_threads = decoder_threads / decoder_teams;
   static constexpr int team_warps = team_threads / 32;
-  static constexpr int rows_per_pass = team_threads / chunks_per_row;  // 32, 16 or 8 rows per pass
-  // Steps per thread per slice; with one team a last pass of 16 rows (shares of 48 or 80) takes the first
-  // 128 threads.
+  static constexpr int rows_per_pass = team_threads / units_per_row;  // 4-bit: 128, 64 or 32; 8-bit: half
+  // Units per thread per slice; a last, partial pass (e.g. 16 rows of 48 or 80) takes the team's first
+  // warps.
   static constexpr int passes = (share_rows + rows_per_pass - 1) / rows_per_pass;
-  static constexpr int group_size = Format::group_size > 0 ? Format::group_size : (1 << 30);  // -1: a row
 
   // Registers after setmaxnreg. The CTA keeps what it was launched with, 512 x 128 (the launch bound's
   // 65536 / 512): what the consumers' setmaxnreg.inc takes, the decoders' .dec must have given back first,
@@ -135,9 +139,13 @@ struct GemmSm90DecodeTraits : GemmSm90Traits<kBlockN, kStages, kSegments, kHasBi
   static_assert(share_rows % 16 == 0 && share_rows % code_box_rows == 0,
                 "a CTA's share is whole code boxes and whole half passes (16 rows), so each share also "
                 "starts on a swizzle atom (8 rows)");
-  static_assert(group_size % 8 == 0, "the 8 k of a decoder step share one group scale");
-  static_assert(code_box_rows * code_row_bytes % 128 == 0 && code_slot_bytes % 1024 == 0,
-                "code pieces 128-byte aligned, and the staging boxes after the code ring 1024-byte aligned");
+  static_assert(group_size % unit_k == 0 || unit_k % group_size == 0, "a unit holds whole groups, or one");
+  static_assert(!Format::has_offset || unit_groups == 1, "one affine offset per unit");
+  static_assert((share_rows % rows_per_pass) * units_per_row % 32 == 0, "a partial pass is whole warps");
+  static_assert(code_box_rows * code_row_bytes % 128 == 0 && code_slot_bytes % 128 == 0,
+                "code pieces 128-byte aligned");
+  static_assert(Base::ring_bytes % 1024 == 0 && kGemmSm90StagingBytes % 1024 == 0,
+                "the staging boxes 1024-byte aligned after the ring, and the code ring 128-byte aligned");
   static_assert(code_stages >= 2, "the code ring needs at least two slots");
   static_assert(kStages % decoder_teams == 0 && code_stages % decoder_teams == 0,
                 "each ring slot and code slot is one team's: its uses are that team's, in order");
@@ -148,32 +156,24 @@ struct GemmSm90DecodeTraits : GemmSm90Traits<kBlockN, kStages, kSegments, kHasBi
                 "setmaxnreg targets exceed the registers the CTA launched with");
 };
 
-// The 8 codes of one row a decoder step reads: 4 bytes of 4-bit codes, 8 of 8-bit ones.
-template <int kBits>
-struct CodeWord {
-  using type = unsigned;
-};
-template <>
-struct CodeWord<8> {
-  using type = uint2;
-};
-
-// A decoder thread's stored group scales (and affine offsets) for its steps of one slice: step i is W row
-// n0 + 32 i + thread / 8, k k0 + 8 (thread % 8). Loaded a slice ahead, unconditionally (from row N - 1 and
-// group 0 past N and K: a load under `valid` would be a branch per step), and nothing here reads what was
-// loaded: the first instruction that does waits for the load, so the conversion (scale_value) and the
-// zeroing of steps past N or K wait until the slice is decoded (SliceScaleValues), after its barriers.
-// Converting at load time had every decoder wait one L2 round trip per slice (session 17).
+// A decoder thread's stored group scales (and affine offsets) of one slice: its pass i is the unit (see
+// GemmSm90DecodeTraits::unit_k) of W row n0 + rows_per_pass i + thread / units_per_row at k k0 + unit_k
+// (thread % units_per_row), which has one group scale (nvfp4's 16-k groups: two). Loaded a slice ahead,
+// unconditionally (from row N - 1 and group 0 past N and K: a load under `valid` would be a branch per
+// pass), and nothing here reads what was loaded: the first instruction that does waits for the load, so the
+// conversion (scale_value) and the zeroing of units past N or K wait until the slice is decoded
+// (SliceScaleValues), after its barriers. Converting at load time had every decoder wait one L2 round trip
+// per slice (session 17).
 template <class Traits>
 struct SliceScales {
   using Format = typename Traits::Format;
-  typename Format::ScaleCode code[Traits::passes];
+  typename Format::ScaleCode code[Traits::passes][Traits::unit_groups];
   float offset[Format::has_offset ? Traits::passes : 1];
-  unsigned valid;  // bit i: step i's row is inside N and its k inside K
+  unsigned valid;  // bit i: pass i's row is inside N and its unit inside K
 
   __device__ __forceinline__ void load(const GemmParams& gemm, int n0, int k0, int thread) {
     // A tile inside one segment (all but the one a 160- or 192-wide tile straddles at a q | k | v boundary;
-    // rows past N count as the last segment's) looks its segment up once, not once per step.
+    // rows past N count as the last segment's) looks its segment up once, not once per pass.
     const GemmSegment first = segment_of<Traits::segments>(gemm, n0);
     if (Traits::segments == 1 || n0 + Traits::share_rows <= first.n_end || first.n_end >= gemm.n) {
       load_rows<true>(gemm, first, n0, k0, thread);
@@ -185,19 +185,22 @@ struct SliceScales {
   template <bool kOneSegment>
   __device__ __forceinline__ void load_rows(const GemmParams& gemm, const GemmSegment& first, int n0, int k0,
                                             int thread) {
-    const int k = k0 + 8 * (thread % Traits::chunks_per_row);
+    // K is a multiple of unit_k (16-byte code rows), so a unit lies inside K or wholly past it.
+    const int k = k0 + Traits::unit_k * (thread % Traits::units_per_row);
     const bool in_k = k < gemm.k;
     const int group = in_k ? k / Traits::group_size : 0;
     valid = 0;
 #pragma unroll
     for (int pass = 0; pass < Traits::passes; ++pass) {
-      const int n = n0 + Traits::rows_per_pass * pass + thread / Traits::chunks_per_row;
+      const int n = n0 + Traits::rows_per_pass * pass + thread / Traits::units_per_row;
       const int row = min(n, gemm.n - 1);
       const GemmSegment segment = kOneSegment ? first : segment_of<Traits::segments>(gemm, row);
-      code[pass] = Format::scale_code(segment, row - segment.n_begin, group, gemm.k);
+#pragma unroll
+      for (int g = 0; g < Traits::unit_groups; ++g)
+        code[pass][g] = Format::scale_code(segment, row - segment.n_begin, group + g, gemm.k);
       if constexpr (Format::has_offset)
         offset[pass] = Format::group_offset(segment, row - segment.n_begin, group, gemm.k);
-      valid |= (in_k && n < gemm.n ? 1u : 0u) << pass;  // (a step past the share writes nothing)
+      valid |= (in_k && n < gemm.n ? 1u : 0u) << pass;  // (a pass past the share writes nothing)
     }
   }
 };
@@ -206,18 +209,17 @@ struct SliceScales {
 // way): the three E2M1 bits e1 e0 m of a code placed at bf16 bits 8..6 (sign at 15) are its value times
 // 2^-126, e1 e0 = 0 (0 and 0.5) as a bf16 subnormal, so one bf16x2 multiply by s * 2^126 gives the pair
 // as the f32 route (code * s rounded once to bf16) does: the product has one significant bit more than the
-// code and a power-of-two scale, nothing to round, for s <= 2 (E8M0 exponents up to 128; larger ones take
-// the guarded decode, as a NaN scale's NaN does not need to). Two instructions a pair fewer than via f32.
+// code and a power-of-two scale, nothing to round, for s <= 2 (E8M0 exponents up to 128, whose multiplier
+// is the bf16 with biased exponent e + 126, made from the byte alone; larger ones, NaN's 255 included,
+// take the guarded decode). Two instructions a pair fewer than via f32.
 template <class Format>
 inline constexpr bool kBf16Codes = false;
 template <>
 inline constexpr bool kBf16Codes<Mxfp4Weights> = true;
 
-// The largest E2M1 scale the unguarded decode folds: FLT_MAX * 2^-14 through f32 (s / code_pair_unit must
-// not overflow), 2 for kBf16Codes (s * 2^126 must not).
+// The largest E2M1 scale the f32 route folds: s / code_pair_unit must not overflow.
 template <class Format>
-inline constexpr float kMaxFoldedScale =
-    kBf16Codes<Format> ? 2.0f : 0x1.fffffep+127f * Format::code_pair_unit;
+inline constexpr float kMaxFoldedScale = 0x1.fffffep+127f * Format::code_pair_unit;
 
 // The byte's two codes (low nibble = even k) as bf16 bits times 2^-126.
 __device__ __forceinline__ unsigned e2m1_pair_to_bf16x2_bits(unsigned byte) {
@@ -233,114 +235,148 @@ __device__ __forceinline__ unsigned bf16x2_multiply(unsigned a, unsigned b) {
   return product;
 }
 
-// The slice's scales as values (0 for steps past N or K, whose codes are TMA's zeros), from SliceScales
-// once its loads have landed.
+// The slice's scales as the decode multiplies by them (0 for units past N or K, whose codes are TMA's
+// zeros), from SliceScales once its loads have landed: f32 scales divided by code_pair_unit, or for
+// kBf16Codes the bf16 multiplier s * 2^126 twice.
 template <class Traits>
 struct SliceScaleValues {
   using Format = typename Traits::Format;
-  float scale[Traits::passes];
+  static constexpr bool kBf16 = kBf16Codes<Format>;
+  float scale[kBf16 ? 1 : Traits::passes][Traits::unit_groups];
+  unsigned bf16_scale[kBf16 ? Traits::passes : 1];
   float offset[Format::has_offset ? Traits::passes : 1];
-  unsigned bf16_scale[kBf16Codes<Format> ? Traits::passes : 1];  // s * 2^126 twice, for kBf16Codes
-  // Whether any step's E2M1 scale is too large to fold (within 2^14 of overflow; for kBf16Codes, above 2):
-  // then the slice takes the guarded decode.
+  unsigned valid;
+  // Whether any unit's E2M1 scale is too large to fold (within 2^14 of overflow; for kBf16Codes, above 2
+  // or NaN): then the slice takes the guarded decode.
   bool unfolded;
 
-  __device__ __forceinline__ explicit SliceScaleValues(const SliceScales<Traits>& stored) {
+  __device__ __forceinline__ explicit SliceScaleValues(const SliceScales<Traits>& stored)
+      : valid(stored.valid) {
     constexpr float kUnit = Format::code_pair_unit;
     bool folds = true;
 #pragma unroll
     for (int pass = 0; pass < Traits::passes; ++pass) {
-      const bool valid = (stored.valid >> pass) & 1u;
-      scale[pass] = valid ? Format::scale_value(stored.code[pass]) : 0.0f;
-      if constexpr (kUnit != 1.0f)
-        folds = folds && !(fabsf(scale[pass]) > kMaxFoldedScale<Format>);  // NaN folds
-      if constexpr (kBf16Codes<Format>) {
-        const __nv_bfloat162 folded = __float2bfloat162_rn(scale[pass] * 0x1p126f);
-        bf16_scale[pass] = *reinterpret_cast<const unsigned*>(&folded);
+      const bool inside = (stored.valid >> pass) & 1u;
+      if constexpr (kBf16) {
+        const unsigned e = stored.code[pass][0];
+        folds = folds && !(inside && e > 128u);
+        const unsigned bits = inside ? (e + 126u) << 7 : 0u;
+        bf16_scale[pass] = bits | bits << 16;
+      } else {
+#pragma unroll
+        for (int g = 0; g < Traits::unit_groups; ++g) {
+          const float s = inside ? Format::scale_value(stored.code[pass][g]) : 0.0f;
+          if constexpr (kUnit != 1.0f) folds = folds && !(fabsf(s) > kMaxFoldedScale<Format>);  // NaN folds
+          scale[pass][g] = s * (1.0f / kUnit);  // exact where it folds
+        }
       }
-      if constexpr (Format::has_offset) offset[pass] = valid ? stored.offset[pass] : 0.0f;
+      if constexpr (Format::has_offset) offset[pass] = inside ? stored.offset[pass] : 0.0f;
     }
     unfolded = !folds;
   }
 };
 
-template <class Traits, bool kGuarded>
-__device__ __forceinline__ void decode_steps(const GemmParams& gemm, const unsigned char* codes,
-                                             unsigned char* w, const SliceScaleValues<Traits>& scales, int n0,
-                                             int k0, int thread) {
+// Team thread `thread`'s units of one slice, decoded and stored (see decode_slice). Each unit is one
+// 16-byte load of codes and unit_chunks 16-byte stores.
+template <class Traits>
+__device__ __forceinline__ void decode_units(unsigned char* w, const SliceScaleValues<Traits>& scales,
+                                             const unsigned char* codes, int thread) {
   using Format = typename Traits::Format;
-  using Codes = typename CodeWord<Traits::bits>::type;
-  const int chunk = thread % Traits::chunks_per_row;
-  const int first_row = thread / Traits::chunks_per_row;
-  // Every step's codes first: shared loads that no store of the slice has to wait behind.
-  Codes words[Traits::passes];
+  const int unit = thread % Traits::units_per_row;
+  const int first_row = thread / Traits::units_per_row;
+  // Every unit's codes first: shared loads that no store of the slice has to wait behind.
+  uint4 loaded[Traits::passes];
 #pragma unroll
   for (int pass = 0; pass < Traits::passes; ++pass) {
-    words[pass] = *reinterpret_cast<const Codes*>(
-        codes + (Traits::rows_per_pass * pass + first_row) * Traits::code_row_bytes +
-        chunk * Traits::code_chunk_bytes);
+    loaded[pass] = *reinterpret_cast<const uint4*>(
+        codes + (Traits::rows_per_pass * pass + first_row) * Traits::code_row_bytes + unit * 16);
   }
 #pragma unroll
   for (int pass = 0; pass < Traits::passes; ++pass) {
     const int row = Traits::rows_per_pass * pass + first_row;  // of the share
-    if (row >= Traits::share_rows) continue;  // the half pass of a 48- or 80-row share (whole warps)
-    const float s = scales.scale[pass];
+    if (row >= Traits::share_rows) continue;                   // a last, partial pass (whole warps)
+    const unsigned words[4] = {loaded[pass].x, loaded[pass].y, loaded[pass].z, loaded[pass].w};
     const float offset = Format::has_offset ? scales.offset[Format::has_offset ? pass : 0] : 0.0f;
-    unsigned pairs[4];
-    constexpr float kUnit = Format::code_pair_unit;
-    bool unfolded = false;
-    if constexpr (kGuarded && kUnit != 1.0f) unfolded = fabsf(s) > kMaxFoldedScale<Format>;  // NaN folds
-    if (unfolded) {
-      if constexpr (kGuarded && kUnit != 1.0f) {
-        const int n = n0 + row;
-        const GemmSegment segment = segment_of<Traits::segments>(gemm, n);
-        float values[8];
-        Format::dequantize(codes + row * Traits::code_row_bytes + chunk * Traits::code_chunk_bytes, segment,
-                           n - segment.n_begin, k0 + 8 * chunk, gemm.k, values);
+#pragma unroll
+    for (int c = 0; c < Traits::unit_chunks; ++c) {
+      unsigned pairs[4];
+      if constexpr (kBf16Codes<Format>) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          pairs[e] = bf16x2_multiply(e2m1_pair_to_bf16x2_bits((words[c] >> (8 * e)) & 0xFFu),
+                                     scales.bf16_scale[pass]);
+      } else {
+        const float s = scales.scale[pass][c * Traits::unit_groups / Traits::unit_chunks];
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          const __nv_bfloat162 pair = __floats2bfloat162_rn(values[2 * e], values[2 * e + 1]);
-          pairs[e] = *reinterpret_cast<const unsigned*>(&pair);
+          pairs[e] = Traits::bits == 4
+                         ? dequantize_code_pair<Format>(words[c] >> (8 * e), s, offset)
+                         : dequantize_code_pair<Format>(words[2 * c + e / 2] >> (16 * (e % 2)), s, offset);
         }
       }
-    } else if constexpr (kBf16Codes<Format>) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e)
-        pairs[e] = bf16x2_multiply(e2m1_pair_to_bf16x2_bits((words[pass] >> (8 * e)) & 0xFFu),
-                                   scales.bf16_scale[pass]);
-    } else if constexpr (Traits::bits == 4) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e)
-        pairs[e] = dequantize_code_pair<Format>(words[pass] >> (8 * e), s * (1.0f / kUnit), offset);
-    } else {
-      const unsigned halves[2] = {words[pass].x, words[pass].y};
-#pragma unroll
-      for (int e = 0; e < 4; ++e)
-        pairs[e] = dequantize_code_pair<Format>(halves[e / 2] >> (16 * (e % 2)), s, offset);
+      const int chunk = Traits::unit_chunks * unit + c;
+      *reinterpret_cast<uint4*>(w + row * sm90::kSwizzle128Bytes + ((chunk ^ (row % 8)) << 4)) =
+          make_uint4(pairs[0], pairs[1], pairs[2], pairs[3]);
     }
-    *reinterpret_cast<uint4*>(w + row * sm90::kSwizzle128Bytes + ((chunk ^ (row % 8)) << 4)) =
-        make_uint4(pairs[0], pairs[1], pairs[2], pairs[3]);
   }
 }
 
-// Team thread `thread` (0..team_threads - 1): its steps of one slice, the share's codes
+// The rare slice with an E2M1 scale too large to fold: every unit through the format's own decode, which
+// reloads its scale and guards the fold itself (units past N or K are zeros).
+template <class Traits>
+__device__ __forceinline__ void decode_units_guarded(const GemmParams& gemm, unsigned char* w,
+                                                     const SliceScaleValues<Traits>& scales,
+                                                     const unsigned char* codes, int n0, int k0, int thread) {
+  using Format = typename Traits::Format;
+  const int unit = thread % Traits::units_per_row;
+  const int first_row = thread / Traits::units_per_row;
+#pragma unroll 1
+  for (int pass = 0; pass < Traits::passes; ++pass) {
+    const int row = Traits::rows_per_pass * pass + first_row;
+    if (row >= Traits::share_rows) continue;
+    const bool inside = (scales.valid >> pass) & 1u;
+    const int n = n0 + row;
+    const GemmSegment segment = segment_of<Traits::segments>(gemm, min(n, gemm.n - 1));
+#pragma unroll
+    for (int c = 0; c < Traits::unit_chunks; ++c) {
+      const int chunk = Traits::unit_chunks * unit + c;
+      float values[8] = {};
+      if (inside) {
+        Format::dequantize(codes + row * Traits::code_row_bytes + chunk * Traits::code_chunk_bytes, segment,
+                           n - segment.n_begin, k0 + 8 * chunk, gemm.k, values);
+      }
+      unsigned pairs[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const __nv_bfloat162 pair = __floats2bfloat162_rn(values[2 * e], values[2 * e + 1]);
+        pairs[e] = *reinterpret_cast<const unsigned*>(&pair);
+      }
+      *reinterpret_cast<uint4*>(w + row * sm90::kSwizzle128Bytes + ((chunk ^ (row % 8)) << 4)) =
+          make_uint4(pairs[0], pairs[1], pairs[2], pairs[3]);
+    }
+  }
+}
+
+// Team thread `thread` (0..team_threads - 1): its units of one slice, the share's codes
 // [share_rows, 64 k] at `codes` -> W [share_rows, 64] bf16 at `w` (the share's first row in the slot;
 // 128-byte swizzle: the 16-byte chunk c of row r sits at chunk c ^ (r % 8), shares start on 8-row atoms),
 // with the slice's scales. n0, k0: the share's first W row and the slice's first k. Each value is code * s
 // (+ offset) in f32, rounded once to bf16, as the dequantize kernel and the mma.sync loaders compute it: s
 // / code_pair_unit is exact (a power of two), except for E2M1 scales within 2^14 of overflow (E8M0
-// exponents 241 and up; for mxfp4, decoded in bf16 (kBf16Codes), scales above 2), which take the format's
-// own guarded decode (a slice with any such scale checks each step; others none).
+// exponents 241 and up; for mxfp4, decoded in bf16 (kBf16Codes), scales above 2), whose slices take the
+// format's own guarded decode.
 template <class Traits>
 __device__ __forceinline__ void decode_slice(const GemmParams& gemm, const unsigned char* codes,
                                              unsigned char* w, const SliceScales<Traits>& stored, int n0,
                                              int k0, int thread) {
   const SliceScaleValues<Traits> scales(stored);
-  if (scales.unfolded) {
-    decode_steps<Traits, true>(gemm, codes, w, scales, n0, k0, thread);
-  } else {
-    decode_steps<Traits, false>(gemm, codes, w, scales, n0, k0, thread);
+  if constexpr (Traits::Format::code_pair_unit != 1.0f) {
+    if (scales.unfolded) {
+      decode_units_guarded<Traits>(gemm, w, scales, codes, n0, k0, thread);
+      return;
+    }
   }
+  decode_units<Traits>(w, scales, codes, thread);
 }
 
 // grid: [min(tiles, SMs)] persistent CTAs, block: [Traits::threads], dynamic shared memory:
@@ -350,13 +386,14 @@ __global__ void __launch_bounds__(Traits::threads, 1)
     gemm_sm90_decode_kernel(const __grid_constant__ GemmSm90Params params) {
 #if ATTNPLAN_SM90A_ENABLED
   extern __shared__ __align__(1024) unsigned char shared[];
-  // The ring (1024-byte aligned: dynamic shared memory is only guaranteed 16), the code ring, the
-  // epilogue's staging boxes, then the barriers.
+  // The ring (1024-byte aligned: dynamic shared memory is only guaranteed 16), the epilogue's staging
+  // boxes (1024-byte aligned too: the ring is whole KiB), the code ring (128-byte aligned; shares of 80 or
+  // 48 rows make it no whole KiB), then the barriers.
   const unsigned ring = (sm90::smem_address(shared) + 1023u) & ~1023u;
   unsigned char* const ring_pointer = shared + (ring - sm90::smem_address(shared));
-  const unsigned code_ring = ring + Traits::ring_bytes;
-  const unsigned staging = code_ring + Traits::code_ring_bytes;        // [consumers][2] store boxes
-  const unsigned full_barriers = staging + kGemmSm90StagingBytes;      // [stages] x 8 bytes
+  const unsigned staging = ring + Traits::ring_bytes;                  // [consumers][2] store boxes
+  const unsigned code_ring = staging + kGemmSm90StagingBytes;
+  const unsigned full_barriers = code_ring + Traits::code_ring_bytes;  // [stages] x 8 bytes
   const unsigned empty_barriers = full_barriers + Traits::stages * 8;  // [stages] x 8 bytes
   const unsigned code_barriers = empty_barriers + Traits::stages * 8;  // [code_stages] x 8 bytes
   const GemmParams& gemm = params.gemm;
@@ -459,7 +496,7 @@ __global__ void __launch_bounds__(Traits::threads, 1)
       const int code_slot = u % Traits::code_stages;
       sm90::mbarrier_wait_parity(code_barriers + 8 * code_slot, (u / Traits::code_stages) & 1u);
       const int w_share = slot * Traits::slot_bytes + Traits::a_slot_bytes + share * sm90::kSwizzle128Bytes;
-      decode_slice<Traits>(gemm, ring_pointer + Traits::ring_bytes + code_slot * Traits::code_slot_bytes,
+      decode_slice<Traits>(gemm, ring_pointer + (code_ring - ring) + code_slot * Traits::code_slot_bytes,
                            ring_pointer + w_share, scales, n0, k_tile * Traits::block_k, thread);
       // The warp's writes, then the arrival this CTA's consumers' wgmmas (async proxy) wait for.
       sm90::fence_proxy_async_shared();

@@ -22,19 +22,21 @@ ATTNPLAN_HOST_DEVICE constexpr int gemm_sm90_decode_code_box_rows(int block_n, i
   return share % kGemmSm90WPieceRows == 0 ? kGemmSm90WPieceRows : 16;
 }
 
-// One code slot: the codes of a W slice [block_n rows, 64 k].
-ATTNPLAN_HOST_DEVICE constexpr int gemm_sm90_decode_code_slot_bytes(int block_n, int bits) {
-  return block_n * kGemmSm90BlockK * bits / 8;
+// One code slot: the codes of a CTA's share of a W slice [block_n / cluster_m rows, 64 k] (each CTA of a
+// cluster loads and decodes only its share).
+ATTNPLAN_HOST_DEVICE constexpr int gemm_sm90_decode_code_slot_bytes(int block_n, int cluster_m, int bits) {
+  return block_n / cluster_m * kGemmSm90BlockK * bits / 8;
 }
 
 // Dynamic shared memory: the bf16 kernel's (`stages` slots of A [128, 64] and W [block_n, 64] bf16, the
 // staging boxes, the slot barriers, the alignment slack) plus `code_stages` code slots, their "full"
 // barriers and their reader counts, and a writer count per ring slot. One formula for the traits and the
 // host.
-ATTNPLAN_HOST_DEVICE constexpr int gemm_sm90_decode_dynamic_shared_bytes(int block_n, int stages,
-                                                                         int code_stages, int bits) {
+ATTNPLAN_HOST_DEVICE constexpr int gemm_sm90_decode_dynamic_shared_bytes(int block_n, int cluster_m,
+                                                                         int stages, int code_stages,
+                                                                         int bits) {
   return gemm_sm90_dynamic_shared_bytes(block_n, stages) +
-         code_stages * (gemm_sm90_decode_code_slot_bytes(block_n, bits) + 8 + 4) + stages * 4;
+         code_stages * (gemm_sm90_decode_code_slot_bytes(block_n, cluster_m, bits) + 8 + 4) + stages * 4;
 }
 
 }  // namespace attnplan

@@ -932,9 +932,7 @@ TEST_CASE("sm_90a decoding weight GEMM matches the reference per format", "[gpu]
   for (const config::WeightEncoding& weights : decode_encodings()) {
     const int bits = code_bits(weights);
     const auto tiling = [&](int block_n, int cluster_m) {
-      plan::GemmSm90Tiling each = plan::gemm_sm90_decode_tiling(block_n, bits);
-      each.cluster_m = cluster_m;
-      return each;
+      return plan::gemm_sm90_decode_tiling(block_n, bits, cluster_m);
     };
     // Every width, then clusters along M: shares of 96, 48 (a half pass) and 32 rows, 80 (16-row pieces).
     std::vector<plan::GemmSm90Tiling> all, straddling;
@@ -1071,8 +1069,7 @@ TEST_CASE("decoding weight GEMM speed: wgmma_decode against wgmma_w4, the dequan
             if ((block_n == decode.sm90.block_n && cluster_m == decode.sm90.cluster_m) ||
                 block_n % (16 * cluster_m) != 0 || (cluster_m > 1 && m > 2048))
               continue;
-            spec.sm90 = plan::gemm_sm90_decode_tiling(block_n, code_bits(weights));
-            spec.sm90.cluster_m = cluster_m;
+            spec.sm90 = plan::gemm_sm90_decode_tiling(block_n, code_bits(weights), cluster_m);
             time_spec(spec, "");
           }
         }

@@ -47,14 +47,17 @@ TEST_CASE("wgmma_decode: sm_90a, codes in rows of bytes, the bf16 kernel's tiles
     // The bf16 kernel's cost model over 192, 160 and 128: 192 for N 6144 at 8k tokens (as at 512).
     const GemmKernelChoice long_launch = choose_decode_gemm_kernel(encoding, kSm90a, 8192, 6144, 4096, llama);
     CHECK(long_launch.kernel == GemmKernel::wgmma_decode);
-    GemmSm90Tiling paired = gemm_sm90_decode_tiling(192, eight_bit(encoding) ? 8 : 4);
-    paired.cluster_m = 2;  // a W slice decoded once per pair of row tiles
+    // A W slice decoded once per pair of row tiles, with the ring chosen for the pair's shares.
+    const GemmSm90Tiling paired = gemm_sm90_decode_tiling(192, eight_bit(encoding) ? 8 : 4, 2);
+    CHECK(paired.cluster_m == 2);
     CHECK(long_launch.sm90 == paired);
     const GemmKernelChoice short_launch = choose_decode_gemm_kernel(encoding, kSm90a, 512, 6144, 4096, llama);
     CHECK(short_launch.sm90.block_n == 192);
     CHECK(short_launch.sm90.cluster_m == 2);
     // One row tile has nothing to pair with.
-    CHECK(choose_decode_gemm_kernel(encoding, kSm90a, 128, 6144, 4096, llama).sm90.cluster_m == 1);
+    const GemmSm90Tiling alone = choose_decode_gemm_kernel(encoding, kSm90a, 128, 6144, 4096, llama).sm90;
+    CHECK(alone == gemm_sm90_decode_tiling(alone.block_n, eight_bit(encoding) ? 8 : 4));
+    CHECK(alone.cluster_m == 1);
     CHECK(choose_decode_gemm_kernel(encoding, kSm90a, 129, 6144, 4096, llama).sm90.cluster_m == 2);
     // No wgmma outside sm_90a.
     CHECK(choose_decode_gemm_kernel(encoding, kSm80, 8192, 6144, 4096, llama).kernel == GemmKernel::mma_sync);
@@ -93,24 +96,33 @@ TEST_CASE("wgmma_decode: sm_90a, codes in rows of bytes, the bf16 kernel's tiles
   CHECK(gemm_kernel_name(GemmKernel::wgmma_decode) == "wgmma_decode");
 }
 
-TEST_CASE("wgmma_decode ring: even rings (decoder teams), 4 code slots where they fit",
+TEST_CASE("wgmma_decode ring: 4 slots (decoder teams), 4 code slots where they fit",
           "[plan][gemm][gemm_decode]") {
-  // 4-bit codes: 4 ring slots and 4 code slots at every width (at 128 a fifth ring slot would fit: an odd
-  // ring leaves one decoder team).
+  // 4-bit codes: 4 ring slots and 4 code slots at every width (a fifth or sixth ring slot fits at 128, but
+  // four teams divide only 4).
   CHECK(gemm_sm90_decode_tiling(192, 4) == GemmSm90Tiling{.block_n = 192, .stages = 4, .code_stages = 4});
   CHECK(gemm_sm90_decode_tiling(160, 4) == GemmSm90Tiling{.block_n = 160, .stages = 4, .code_stages = 4});
   CHECK(gemm_sm90_decode_tiling(128, 4) == GemmSm90Tiling{.block_n = 128, .stages = 4, .code_stages = 4});
-  // 8-bit codes at 192: 12 KiB a code slot; 4 ring slots fit beside 2 of them, not 4.
+  // 8-bit codes at 192: 12 KiB a code slot; 4 ring slots fit beside 2 of them, not 4. In clusters of 2 a
+  // code slot holds the CTA's 96 rows: 4 of them fit, and four decoder teams divide both rings.
   CHECK(gemm_sm90_decode_tiling(192, 8) == GemmSm90Tiling{.block_n = 192, .stages = 4, .code_stages = 2});
+  CHECK(gemm_sm90_decode_tiling(192, 8, 2) ==
+        GemmSm90Tiling{.block_n = 192, .stages = 4, .cluster_m = 2, .code_stages = 4});
   for (const int block_n : {128, 160, 192}) {
     for (const int bits : {4, 8}) {
-      const GemmSm90Tiling tiling = gemm_sm90_decode_tiling(block_n, bits);
-      CHECK(tiling.stages % 2 == 0);
-      CHECK(tiling.code_stages % 2 == 0);
-      CHECK(gemm_sm90_decode_dynamic_shared_bytes(block_n, tiling.stages, tiling.code_stages, bits) <=
-            227 * 1024);
-      // No larger even ring fits, with any code ring.
-      CHECK(gemm_sm90_decode_dynamic_shared_bytes(block_n, tiling.stages + 2, 2, bits) > 227 * 1024);
+      for (const int cluster_m : {1, 2, 4}) {
+        if (block_n % (16 * cluster_m) != 0) continue;
+        INFO(block_n << " x" << cluster_m << ", " << bits << " bits");
+        const GemmSm90Tiling tiling = gemm_sm90_decode_tiling(block_n, bits, cluster_m);
+        CHECK(tiling.cluster_m == cluster_m);
+        CHECK(tiling.stages == 4);
+        CHECK(tiling.code_stages % 2 == 0);
+        CHECK(gemm_sm90_decode_dynamic_shared_bytes(block_n, cluster_m, tiling.stages, tiling.code_stages,
+                                                    bits) <= 227 * 1024);
+        // 2 code slots only where 4 do not fit.
+        if (tiling.code_stages == 2)
+          CHECK(gemm_sm90_decode_dynamic_shared_bytes(block_n, cluster_m, 4, 4, bits) > 227 * 1024);
+      }
     }
   }
 }
@@ -189,8 +201,7 @@ TEST_CASE("wgmma_decode specializations compile for sm_90a: no spills, wgmma fro
          {std::pair{192, 1}, {160, 1}, {128, 1}, {192, 2}, {192, 4}, {160, 2}, {128, 2}}) {
       GemmSpec spec{.segments = 3, .has_bias = true};
       spec.kernel = GemmKernel::wgmma_decode;
-      spec.sm90 = gemm_sm90_decode_tiling(block_n, bits);
-      spec.sm90.cluster_m = cluster_m;
+      spec.sm90 = gemm_sm90_decode_tiling(block_n, bits, cluster_m);
       spec.weights = encoding;
       const compiler::KernelSource source = spec.source();
       INFO(source.render_stub());
