@@ -31,7 +31,8 @@ MAX_TOKENS = 16384
 CONTIGUOUS_BLOCK = 1024
 PROJECTION_MODELS = {"Llama-3.1-8B": "llama-3.1-8b.json", "Qwen3-32B": "qwen3-32b.json",
                      "gpt-oss-20b": "gpt-oss-20b-full.json"}
-# The quantized plans' projections (issue 6), at 512 and 8k tokens, each against cuBLAS bf16 on its shape and
+# The quantized plans' projections (issue 6), at 256, 512 and 8k tokens (256: the decoding kernel's
+# short-launch specialization for the 4-bit formats), each against cuBLAS bf16 on its shape and
 # the fp8 ones against torch._scaled_mm too. A plan whose format has no kernel yet is refused at planning:
 # its rows carry the refusal as their note (REFUSAL), not a failure.
 QUANTIZED_MODELS = {"Qwen3-8B-fp8-block": "qwen3-8b-fp8-block.json",
@@ -40,7 +41,7 @@ QUANTIZED_MODELS = {"Qwen3-8B-fp8-block": "qwen3-8b-fp8-block.json",
                     "Llama-3.1-8B-nvfp4": "llama-3.1-8b-nvfp4.json",
                     "gpt-oss-20b-mxfp4": "gpt-oss-20b-mxfp4.json", "Llama-3.1-8B-awq": "llama-3.1-8b-awq.json",
                     "Llama-3.1-8B-gptq": "llama-3.1-8b-gptq.json", "Llama-3.1-8B-mlx-4bit": "llama-3.1-8b-mlx-4bit.json"}
-QUANTIZED_TOKENS = (512, 8192)
+QUANTIZED_TOKENS = (256, 512, 8192)
 REFUSAL = "not supported by the kernels yet"  # runtime/plan/kernel_plan.cpp's words for a format without kernel
 # The window rows (issue 5: "a 4k window over 32k tokens costs about window/sequence of full causal").
 WINDOW, WINDOW_TOKENS = 4096, 32768

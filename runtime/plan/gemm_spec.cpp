@@ -396,6 +396,10 @@ bool sm90_decode_gemm_supports(const config::WeightEncoding& encoding) {
   }
 }
 
+bool sm90_decode_gemm_planned(const config::WeightEncoding& encoding) {
+  return sm90_decode_gemm_supports(encoding) && weight_bits(encoding) == 4;
+}
+
 GemmSm90Tiling gemm_sm90_decode_tiling(int block_n, int bits, int cluster_m) {
   constexpr int kSharedLimit = 227 * 1024;
   // Four ring slots, which four decoder teams divide (six fit at 128 x2, for two teams only), then two.

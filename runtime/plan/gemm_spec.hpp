@@ -52,9 +52,9 @@ enum class GemmKernel {
   mma_sync,  // gemm.cuh: cp.async + mma.sync m16n8k16, sm_80 and later
   wgmma,     // gemm_sm90.cuh: TMA + wgmma, warp-specialized and persistent, sm_90a only
   wgmma_w4,  // gemm_sm90_w4.cuh: the same structure for 4-bit weights (register A operand), sm_90a only
-  // gemm_sm90_decode.cuh: the wgmma kernel whose producer warpgroup decodes 4- or 8-bit weight codes into
-  // its W slots (bf16 in shared memory, both wgmma operands from there), sm_90a only. Correct, not planned:
-  // its decoders are too slow yet (docs/kernels-notes.md, "Session 16").
+  // gemm_sm90_decode.cuh: the wgmma kernel whose decoder warpgroups decode 4- or 8-bit weight codes into
+  // its W slots (bf16 in shared memory, both wgmma operands from there), sm_90a only. Planned for the
+  // short launches of the 4-bit formats it reads (sm90_decode_gemm_planned).
   wgmma_decode,
 };
 
@@ -103,6 +103,14 @@ bool gemm_sm90_segments_fit(std::span<const int> segment_widths, int block_n);
 // granularity), mxfp8.
 bool sm90_decode_gemm_supports(const config::WeightEncoding& encoding);
 
+// Whether the plan gives `encoding`'s projections the decoding kernel for launches below
+// dequantized_min_tokens: the 4-bit formats it reads (mxfp4, nvfp4, 4-bit affine). At 512 tokens on the
+// H200 it ran them 1.06-1.19x faster than the kernel the plan gave them before (wgmma_w4, or the dequantized
+// path), on Llama-3.1-8B's q|k|v and gpt-oss-20b's MLX row; wgmma_w4 ran 2-2.5x slower than it for mxfp4 and
+// nvfp4. The 8-bit formats keep wgmma_w4: it is 15% ahead on Llama-3.1-8B's q|k|v (docs/kernels-notes.md,
+// "Session 19"). Pure.
+bool sm90_decode_gemm_planned(const config::WeightEncoding& encoding);
+
 // The decoding kernel's ring for block_n-wide tiles (128, 160, 192) of `bits`-bit codes in clusters of
 // cluster_m, in 227 KiB: 4 ring slots, so that four decoder teams take them in turn (gemm_sm90_decode.cuh;
 // one team decoding every slice was 1.3-1.4x slower, two 1.1x, session 18), with 4 code slots (3 slices of
@@ -115,8 +123,7 @@ GemmSm90Tiling gemm_sm90_decode_tiling(int block_n, int bits, int cluster_m = 1)
 // choose_gemm_kernel), or mma_sync where it cannot run: sm_90a, a format it reads, K a multiple of 128 /
 // bits, segments the tiles allow. block_n: the least gemm_sm90_cost of 192, 160 and 128 (the consumers
 // are the bf16 kernel's; 256 leaves the decoders too few registers), the wider on a tie; clusters of 2
-// along M from two row tiles (128 rows each) up; the ring is gemm_sm90_decode_tiling's. Pure. The plan does
-// not call it yet (see GemmKernel::wgmma_decode).
+// along M from two row tiles (128 rows each) up; the ring is gemm_sm90_decode_tiling's. Pure.
 GemmKernelChoice choose_decode_gemm_kernel(const config::WeightEncoding& encoding, config::Arch arch,
                                            int m_hint, int n, int k, std::span<const int> segment_widths);
 
@@ -149,6 +156,11 @@ double gemm_sm90_cost(int m, int n, const GemmSm90Tiling& tiling, int sms);
 // 0.49-0.84x cuBLAS at 512 tokens). plan_kernels compiles choose_gemm_kernel(arch, kSmallLaunchTokens, ...)
 // beside the max_tokens choice when their tilings differ; each launch picks one with choose_gemm_variant.
 inline constexpr int kSmallLaunchTokens = 512;
+
+// The same for the decoding kernel (wgmma_decode), whose planned specialization is tiled for its longest
+// launch (511 or 1023 tokens): at 256 tokens Llama-3.1-8B's q|k|v ran 1.19x faster 128 wide than with the
+// 192-wide tiles that 511 tokens get (H200, session 19: 0.0489 against 0.0581 ms, mxfp4).
+inline constexpr int kDecodeSmallLaunchTokens = 256;
 
 // Which of a projection's two compiled wgmma tilings one launch of M = m rows runs.
 struct GemmVariantChoice {
@@ -225,8 +237,9 @@ void launch_gemm(const driver::Function& function, const GemmSpec& spec, const G
 // (act-order GPTQ 0.454 ms against 0.132 dequantized), wgmma_w4's nvfp4 decode (0.122 against 0.083),
 // mxfp4 (0.088 against 0.081) and AWQ (0.088 against 0.085) — and 1024 for the others, which tie or win at
 // 512 (mxfp8 0.083 both ways; GPTQ, MLX affine and fp8 block ahead by 4-23%) and so keep the workspace the
-// path needs for plans of fewer tokens. (The decoding kernel, wgmma_decode, is not planned: session 16
-// measured it at 0.2-0.3x the bf16 kernel, docs/kernels-notes.md.)
+// path needs for plans of fewer tokens. Since session 19 the short launches of the 4-bit formats in rows
+// of bytes run the decoding kernel (sm90_decode_gemm_planned); the switch points stayed (at 512 tokens it
+// is 0.87-1.06x the dequantized path for mxfp4 and nvfp4).
 int dequantized_min_tokens(const config::WeightEncoding& weights);
 
 struct DequantizeSpec {

@@ -138,24 +138,35 @@ void require_supported(const config::AttentionConfig& config, const config::Arch
   }
 }
 
-// bf16: the wgmma kernel where it fits. Quantized: the mixed-input wgmma_w4 kernel for the 4-bit formats
-// it reads (switched off by sm90_w4_gemm_enabled), else the mma.sync kernel and its loaders.
+// bf16: the wgmma kernel where it fits. Quantized: the decoding kernel (wgmma_decode) for the formats the
+// plan gives it (sm90_decode_gemm_planned), tiled for the longest launch it runs (those below
+// dequantized_min_tokens take it, longer ones the dequantized path); else the mixed-input wgmma_w4 kernel
+// for the formats it reads (switched off by sm90_w4_gemm_enabled); else the mma.sync kernel and its loaders.
 GemmKernelChoice choose_projection_kernel(const config::WeightEncoding& weights, const config::Arch& arch,
                                           int m_hint, int n, int k, std::span<const int> segment_widths) {
-  if (weights.format != config::WeightFormat::bf16)
-    return choose_w4_gemm_kernel(weights, arch, m_hint, n, k, segment_widths);
-  return choose_gemm_kernel(arch, m_hint, n, k, segment_widths);
+  if (weights.format == config::WeightFormat::bf16)
+    return choose_gemm_kernel(arch, m_hint, n, k, segment_widths);
+  if (sm90_decode_gemm_planned(weights)) {
+    const int longest = std::min(m_hint, dequantized_min_tokens(weights) - 1);
+    const GemmKernelChoice decode = choose_decode_gemm_kernel(weights, arch, longest, n, k, segment_widths);
+    if (decode.kernel == GemmKernel::wgmma_decode) return decode;
+  }
+  return choose_w4_gemm_kernel(weights, arch, m_hint, n, k, segment_widths);
 }
 
-// The projection's specialization for kSmallLaunchTokens-row launches, when the wgmma kernel would tile
-// those differently from the max_tokens plan (issue #6).
+// The projection's specialization for short launches, when its kernel would tile those differently from
+// the planned one (issue #6): the bf16 wgmma kernel's for kSmallLaunchTokens rows, the decoding kernel's
+// for kDecodeSmallLaunchTokens.
 std::optional<GemmSpec> small_specialization(const GemmSpec& planned, const config::AttentionConfig& config,
                                              const config::Arch& arch, int n, int k,
                                              std::span<const int> segment_widths) {
-  if (planned.kernel != GemmKernel::wgmma || config.max_tokens <= kSmallLaunchTokens) return std::nullopt;
+  int tokens = 0;
+  if (planned.kernel == GemmKernel::wgmma) tokens = kSmallLaunchTokens;
+  if (planned.kernel == GemmKernel::wgmma_decode) tokens = kDecodeSmallLaunchTokens;
+  if (tokens == 0 || config.max_tokens <= tokens) return std::nullopt;
   const GemmKernelChoice small =
-      choose_projection_kernel(planned.weights, arch, kSmallLaunchTokens, n, k, segment_widths);
-  if (small.kernel != GemmKernel::wgmma || small.sm90 == planned.sm90) return std::nullopt;
+      choose_projection_kernel(planned.weights, arch, tokens, n, k, segment_widths);
+  if (small.kernel != planned.kernel || small.sm90 == planned.sm90) return std::nullopt;
   GemmSpec spec = planned;
   spec.sm90 = small.sm90;
   return spec;
@@ -248,8 +259,9 @@ KernelPlan plan_kernels(const config::AttentionConfig& config, const config::Arc
   // quantizer reads its rows again (nor, unobserved, are they written in bf16). require_supported's
   // K % 16 rule gives the norm the 8-channel vectors the codes need (RmsNormTraits' static_assert).
   plan.input_norm.fp8_codes = plan.qkv_projection_fp8.has_value();
-  // An fp8-activation projection has no small-launch specialization: its GemmSpec is never the bf16
-  // wgmma kernel (choose_projection_kernel keeps fp8 weights off it), so small_specialization gave none.
+  // An fp8-activation projection has no small-launch specialization: its GemmSpec is never the bf16 wgmma
+  // or the decoding kernel (choose_projection_kernel keeps fp8 weights off both), so small_specialization
+  // gave none.
   // quantize_stage: the quantizer's stage before an fp8-activation GEMM (none: its input comes as codes).
   const auto add_projection = [&](std::optional<StageKind> quantize_stage, StageKind stage,
                                   const std::string& name, const GemmSpec& spec,

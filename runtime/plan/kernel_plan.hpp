@@ -52,8 +52,9 @@ struct KernelPlan {
   std::optional<GemmFp8Spec> qkv_projection_fp8;
   std::optional<GemmFp8Spec> output_projection_fp8;
   Fp8QuantizeSpec activation_quantize;  // output_quantize's quantizer
-  // The projections' kSmallLaunchTokens specializations (wgmma, another block_n), planned only when their
-  // tiling differs from the max_tokens one; each launch picks one by choose_gemm_variant.
+  // The projections' short-launch specializations (wgmma: kSmallLaunchTokens, wgmma_decode:
+  // kDecodeSmallLaunchTokens; the same kernel, another tiling), planned only when their tiling differs
+  // from the planned one; each launch picks one by choose_gemm_variant.
   std::optional<GemmSpec> qkv_projection_small, output_projection_small;
   // The dequantized path of a weight-only quantized projection (choose_dequantized_gemm): launches of at
   // least dequantized_min_tokens(dequantize.weights) rows run `dequantize` into the workspace, then `gemm`

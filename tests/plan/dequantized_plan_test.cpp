@@ -75,13 +75,16 @@ TEST_CASE("on sm_90a weight-only quantized projections plan a dequantized path i
     CHECK(stub.find("#include \"attnplan/dequantize.cuh\"") != std::string::npos);
     CHECK(stub.find("dequantize_kernel") != std::string::npos);
 
-    // Each projection's two kernels right after its planned kernel, in the projection's stage.
+    // Each projection's two kernels right after its planned kernel (and its short-launch specialization,
+    // the decoding kernel's for the 4-bit formats), in the projection's stage.
     std::vector<std::string> names = names_of(kernels);
     const auto position = [&](std::string_view kernel) {
       return std::find(names.begin(), names.end(), kernel) - names.begin();
     };
-    CHECK(position(plan::kQkvDequantizeName) == position("qkv_projection") + 1);
-    CHECK(position(plan::kQkvProjectionDequantizedName) == position("qkv_projection") + 2);
+    const int small = kernels.qkv_projection_small ? 1 : 0;
+    CHECK(kernels.qkv_projection_small.has_value() == plan::sm90_decode_gemm_planned(config.projection.qkv));
+    CHECK(position(plan::kQkvDequantizeName) == position("qkv_projection") + 1 + small);
+    CHECK(position(plan::kQkvProjectionDequantizedName) == position("qkv_projection") + 2 + small);
     CHECK(position(plan::kOutputProjectionDequantizedName) == std::ptrdiff_t(names.size()) - 1);
     for (const plan::PlannedKernel& kernel : kernels.kernels) {
       const plan::ProjectionVariant variant = plan::projection_variant_of(kernel);

@@ -41,16 +41,55 @@ TEST_CASE("on sm_90a both projections run the wgmma kernel; elsewhere mma.sync",
 }
 
 TEST_CASE(
-    "on sm_90a the weight-only plans run the wgmma_w4 kernel; GPTQ with act order and other archs "
-    "mma.sync",
-    "[plan][gemm][gemm_w4]") {
+    "on sm_90a the weight-only plans run the decoding kernel (4-bit codes in rows of bytes) or wgmma_w4; "
+    "GPTQ with act order and other archs mma.sync",
+    "[plan][gemm][gemm_w4][gemm_decode]") {
   const config::Arch hopper{9, 0, true};
-  for (const char* name :
-       {"llama-3.1-8b-nvfp4", "llama-3.1-8b-mlx-4bit", "gpt-oss-20b-mxfp4", "llama-3.1-8b-awq",
-        "llama-3.1-8b-fp8", "qwen3-8b-fp8-block", "llama-3.1-8b-mxfp8"}) {
+  const auto load = [](const char* name) {
+    return config::load_file(std::string(ATTNPLAN_SOURCE_DIR) + "/plans/" + name + ".json");
+  };
+  // Short launches of mxfp4, nvfp4 and MLX 4-bit: the decoding kernel, tiled for the longest launch below
+  // the dequantized path (511 or 1023 tokens: clusters of 2), which takes the longer ones.
+  for (const char* name : {"llama-3.1-8b-nvfp4", "llama-3.1-8b-mlx-4bit", "gpt-oss-20b-mxfp4"}) {
     INFO(name);
-    const config::AttentionConfig config =
-        config::load_file(std::string(ATTNPLAN_SOURCE_DIR) + "/plans/" + name + ".json");
+    const config::AttentionConfig config = load(name);
+    const plan::KernelPlan kernels = plan::plan_kernels(config, hopper);
+    CHECK(plan::sm90_decode_gemm_planned(config.projection.qkv));
+    CHECK(kernels.qkv_projection.kernel == plan::GemmKernel::wgmma_decode);
+    CHECK(kernels.output_projection.kernel == plan::GemmKernel::wgmma_decode);
+    CHECK(kernels.kernels[1].source.header == "attnplan/gemm_sm90_decode.cuh");
+    CHECK(kernels.qkv_projection.sm90.cluster_m == 2);
+    CHECK(kernels.qkv_projection.sm90 ==
+          plan::gemm_sm90_decode_tiling(kernels.qkv_projection.sm90.block_n, 4, 2));
+    REQUIRE(config.max_tokens >= plan::dequantized_min_tokens(config.projection.qkv));
+    CHECK(kernels.qkv_projection_dequantized.has_value());
+    CHECK(kernels.output_projection_dequantized.has_value());
+    CHECK(plan::plan_kernels(config, config::Arch{8, 0, false}).qkv_projection.kernel ==
+          plan::GemmKernel::mma_sync);
+  }
+  // Llama-3.1-8B nvfp4 below 512 tokens: q|k|v 192 wide, o 128 (the speed test's 512-token picks), and
+  // for q|k|v a 128-wide specialization for short launches (kDecodeSmallLaunchTokens), which launches of
+  // 256 tokens or fewer take; 511 take the planned one, 512 the dequantized path.
+  const plan::KernelPlan nvfp4 = plan::plan_kernels(load("llama-3.1-8b-nvfp4"), hopper);
+  CHECK(nvfp4.qkv_projection.sm90.block_n == 192);
+  CHECK(nvfp4.output_projection.sm90.block_n == 128);
+  REQUIRE(nvfp4.qkv_projection_small);
+  CHECK(nvfp4.qkv_projection_small->kernel == plan::GemmKernel::wgmma_decode);
+  CHECK(nvfp4.qkv_projection_small->sm90 == plan::gemm_sm90_decode_tiling(128, 4, 2));
+  CHECK_FALSE(nvfp4.output_projection_small);  // 128 wide either way
+  const auto variant = [&](int tokens) {
+    return plan::launched_projection_variant(nvfp4, plan::StageKind::qkv_projection, tokens, 6144, 132);
+  };
+  CHECK(variant(1) == plan::ProjectionVariant::small);
+  CHECK(variant(256) == plan::ProjectionVariant::small);
+  CHECK(variant(511) == plan::ProjectionVariant::planned);
+  CHECK(variant(512) == plan::ProjectionVariant::dequantized);
+  // AWQ's words and the 8-bit formats: wgmma_w4.
+  for (const char* name :
+       {"llama-3.1-8b-awq", "llama-3.1-8b-fp8", "qwen3-8b-fp8-block", "llama-3.1-8b-mxfp8"}) {
+    INFO(name);
+    const config::AttentionConfig config = load(name);
+    CHECK_FALSE(plan::sm90_decode_gemm_planned(config.projection.qkv));
     const plan::KernelPlan kernels = plan::plan_kernels(config, hopper);
     // sm90_w4_gemm_enabled switches the kernel off in one place; the plan then keeps mma.sync.
     const bool w4 = plan::sm90_w4_gemm_enabled();
@@ -60,9 +99,8 @@ TEST_CASE(
     CHECK(plan::plan_kernels(config, config::Arch{8, 0, false}).qkv_projection.kernel ==
           plan::GemmKernel::mma_sync);
   }
-  const config::AttentionConfig gptq_act_order =
-      config::load_file(std::string(ATTNPLAN_SOURCE_DIR) + "/plans/llama-3.1-8b-gptq.json");
-  CHECK(plan::plan_kernels(gptq_act_order, hopper).qkv_projection.kernel == plan::GemmKernel::mma_sync);
+  CHECK(plan::plan_kernels(load("llama-3.1-8b-gptq"), hopper).qkv_projection.kernel ==
+        plan::GemmKernel::mma_sync);
 }
 
 TEST_CASE("sm_90a plans a small-M projection specialization only where its tiling differs", "[plan][gemm]") {
