@@ -66,10 +66,12 @@ struct GemmSm90Tiling {
   int block_n = 256;  // 128, 160, 192 or 256: the wgmma N of each consumer warpgroup (wgmma_w4: 128 or 256)
   // Ring slots of [128 + block_n, 64] bf16: 4 x 48 KiB at 256, 4 x 40 at 192, 5 x 36 at 160, 6 x 32 at 128.
   int stages = 4;
-  // CTAs per cluster along M (bf16 wgmma kernel only): 2 = pairs of vertically adjacent tiles share each
-  // W slice by TMA multicast (gemm_sm90.cuh), 1 = no clusters.
+  // CTAs per cluster along M (bf16 wgmma and wgmma_decode kernels): 2 = pairs of vertically adjacent tiles
+  // share each W slice by TMA multicast (gemm_sm90.cuh; wgmma_decode: each CTA decodes its share and copies
+  // it to the others, which also allows 4), 1 = no clusters.
   int cluster_m = 1;
-  // wgmma_decode only: slots of codes [block_n, 64] in flight beside the ring (gemm_sm90_decode_tiling).
+  // wgmma_decode only: slots of codes [block_n / cluster_m, 64] in flight beside the ring
+  // (gemm_sm90_decode_tiling).
   int code_stages = 0;
 
   friend bool operator==(const GemmSm90Tiling&, const GemmSm90Tiling&) = default;
