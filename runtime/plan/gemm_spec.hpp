@@ -106,11 +106,10 @@ bool gemm_sm90_segments_fit(std::span<const int> segment_widths, int block_n);
 bool sm90_decode_gemm_supports(const config::WeightEncoding& encoding);
 
 // Whether the plan gives `encoding`'s projections the decoding kernel for launches below
-// dequantized_min_tokens: the 4-bit formats it reads (mxfp4, nvfp4, 4-bit affine). At 512 tokens on the
-// H200 it ran them 1.06-1.19x faster than the kernel the plan gave them before (wgmma_w4, or the dequantized
-// path), on Llama-3.1-8B's q|k|v and gpt-oss-20b's MLX row; wgmma_w4 ran 2-2.5x slower than it for mxfp4 and
-// nvfp4. The 8-bit formats keep wgmma_w4: it is 15% ahead on Llama-3.1-8B's q|k|v (docs/kernels-notes.md,
-// "Session 19"). Pure.
+// dequantized_min_tokens, in place of wgmma_w4: the 4-bit formats it reads (mxfp4, nvfp4, 4-bit affine).
+// On the H200 it ran their projections 1.2-2.3x faster than wgmma_w4 at 256 tokens, and their plans' layer
+// 1.2-2.4x faster at 64-400 tokens. The 8-bit formats keep wgmma_w4, which is ahead on Llama-3.1-8B's q|k|v
+// (0.0607 against 0.0700 ms at 512 tokens; docs/kernels-notes.md, "Session 19"). Pure.
 bool sm90_decode_gemm_planned(const config::WeightEncoding& encoding);
 
 // The decoding kernel's ring for block_n-wide tiles (128, 160, 192) of `bits`-bit codes in clusters of
