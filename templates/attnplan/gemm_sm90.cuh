@@ -81,8 +81,11 @@ struct GemmSm90Traits {
   // producers take longer per slot than the consumers, releases early (gemm_sm90_decode.cuh).
   static constexpr bool release_each_slot = false;
 
-  static_assert(block_n == 128 || block_n == 160 || block_n == 192 || block_n == 256,
-                "block_n is 128, 160, 192 or 256 (wgmma N, TMA box <= 256 rows)");
+  // 64 and 96 only for the decoding kernel's short launches (gemm_sm90_decode.cuh): more CTAs at one or two
+  // row tiles.
+  static_assert(block_n == 64 || block_n == 96 || block_n == 128 || block_n == 160 || block_n == 192 ||
+                    block_n == 256,
+                "block_n is 64, 96, 128, 160, 192 or 256 (wgmma N, TMA box <= 256 rows)");
   static_assert(b_rows_per_cta % w_box_rows == 0 &&
                     (w_box_rows * block_k * 2) % sm90::kSwizzle128AtomBytes == 0,
                 "a CTA's share of W is whole boxes, each starting on a swizzle atom");

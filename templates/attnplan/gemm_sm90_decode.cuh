@@ -172,8 +172,8 @@ struct SliceScales {
   unsigned valid;  // bit i: pass i's row is inside N and its unit inside K
 
   __device__ __forceinline__ void load(const GemmParams& gemm, int n0, int k0, int thread) {
-    // A tile inside one segment (all but the one a 160- or 192-wide tile straddles at a q | k | v boundary;
-    // rows past N count as the last segment's) looks its segment up once, not once per pass.
+    // A share inside one segment (all but one that straddles a q | k | v boundary; rows past N count as the
+    // last segment's) looks its segment up once, not once per pass.
     const GemmSegment first = segment_of<Traits::segments>(gemm, n0);
     if (Traits::segments == 1 || n0 + Traits::share_rows <= first.n_end || first.n_end >= gemm.n) {
       load_rows<true>(gemm, first, n0, k0, thread);
@@ -192,7 +192,13 @@ struct SliceScales {
     valid = 0;
 #pragma unroll
     for (int pass = 0; pass < Traits::passes; ++pass) {
-      const int n = n0 + Traits::rows_per_pass * pass + thread / Traits::units_per_row;
+      // A last, partial pass (shares of 48 or 80 rows) has threads past the share, which decode nothing.
+      // They load the share's last row: a row past the share may lie in the next segment, outside the
+      // one looked up for the share (session 20: 96 x2 read past a 512-row segment's scales).
+      int share_row = Traits::rows_per_pass * pass + thread / Traits::units_per_row;
+      constexpr bool kPartial = Traits::share_rows % Traits::rows_per_pass != 0;
+      if (kPartial && pass == Traits::passes - 1) share_row = min(share_row, Traits::share_rows - 1);
+      const int n = n0 + share_row;
       const int row = min(n, gemm.n - 1);
       const GemmSegment segment = kOneSegment ? first : segment_of<Traits::segments>(gemm, row);
 #pragma unroll
@@ -200,7 +206,7 @@ struct SliceScales {
         code[pass][g] = Format::scale_code(segment, row - segment.n_begin, group + g, gemm.k);
       if constexpr (Format::has_offset)
         offset[pass] = Format::group_offset(segment, row - segment.n_begin, group, gemm.k);
-      valid |= (in_k && n < gemm.n ? 1u : 0u) << pass;  // (a pass past the share writes nothing)
+      valid |= (in_k && n < gemm.n ? 1u : 0u) << pass;  // (rows past the share write nothing)
     }
   }
 };
@@ -391,7 +397,7 @@ __global__ void __launch_bounds__(Traits::threads, 1)
   // 48 rows make it no whole KiB), then the barriers.
   const unsigned ring = (sm90::smem_address(shared) + 1023u) & ~1023u;
   unsigned char* const ring_pointer = shared + (ring - sm90::smem_address(shared));
-  const unsigned staging = ring + Traits::ring_bytes;                  // [consumers][2] store boxes
+  const unsigned staging = ring + Traits::ring_bytes;  // [consumers][2] store boxes
   const unsigned code_ring = staging + kGemmSm90StagingBytes;
   const unsigned full_barriers = code_ring + Traits::code_ring_bytes;  // [stages] x 8 bytes
   const unsigned empty_barriers = full_barriers + Traits::stages * 8;  // [stages] x 8 bytes

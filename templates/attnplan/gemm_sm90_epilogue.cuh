@@ -13,12 +13,15 @@ namespace attnplan::kernels {
 
 // The rounds both epilogues below share, for consumer warpgroup `warpgroup` (1 or 2) of `kRounds` [64, 64]
 // boxes: it alternates its two of the CTA's staging boxes at `staging` ([2 warpgroups][2] x 8 KiB,
-// 1024-byte aligned). Per round thread 0 first waits until the box's previous store (two rounds ago, this
-// tile's or the last one's) has read it, the warpgroup syncs on named barrier `warpgroup` (no other user in
-// these kernels), `fill(round, box)` writes the box, the writes are made visible to the async proxy, the
-// warpgroup syncs again and thread 0 stores the box by TMA at C's (column, row) `at(round)` (an int2) and
-// commits, so the warpgroup goes on while the stores drain. After the CTA's last tile the kernel must wait
-// for all its stores (bulk_wait_group<0>).
+// 1024-byte aligned), starting each tile at the first. Per round thread 0 first waits until the box's
+// previous store has read it: two rounds ago, this tile's or the last one's, except at the start of a tile
+// after an odd number of rounds (64-, 160- and 192-wide tiles), where the box's last store was the last
+// tile's final one, the latest, so it waits for every store (which had the tile's whole main loop to
+// read). Then the warpgroup syncs on named barrier `warpgroup` (no other user in these kernels),
+// `fill(round, box)` writes the box, the writes are made visible to the async proxy, the warpgroup syncs
+// again and thread 0 stores the box by TMA at C's (column, row) `at(round)` (an int2) and commits, so the
+// warpgroup goes on while the stores drain. After the CTA's last tile the kernel must wait for all its
+// stores (bulk_wait_group<0>).
 template <int kRounds, class Fill, class At>
 __device__ __forceinline__ void store_rounds(const TensorMap& c_map, unsigned staging, int warpgroup,
                                              Fill&& fill, At&& at) {
@@ -27,7 +30,13 @@ __device__ __forceinline__ void store_rounds(const TensorMap& c_map, unsigned st
 #pragma unroll
   for (int round = 0; round < kRounds; ++round) {
     const unsigned box = boxes + (round % 2) * kGemmSm90StoreBoxBytes;
-    if (thread == 0) sm90::bulk_wait_group_read<1>();
+    if (thread == 0) {
+      if (kRounds % 2 == 1 && round == 0) {
+        sm90::bulk_wait_group_read<0>();
+      } else {
+        sm90::bulk_wait_group_read<1>();
+      }
+    }
     sm90::warpgroup_barrier(warpgroup);
     fill(round, box);
     sm90::fence_proxy_async_shared();

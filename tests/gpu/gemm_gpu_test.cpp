@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <numeric>
@@ -934,12 +935,15 @@ TEST_CASE("sm_90a decoding weight GEMM matches the reference per format", "[gpu]
     const auto tiling = [&](int block_n, int cluster_m) {
       return plan::gemm_sm90_decode_tiling(block_n, bits, cluster_m);
     };
-    // Every width, then clusters along M: shares of 96, 48 (a half pass) and 32 rows, 80 (16-row pieces).
+    // Every width, then clusters along M: shares of 96, 48 (a half pass) and 32 rows, 80 (16-row pieces);
+    // the short launches' 96 and 64 (shares of 48 and 32 rows).
     std::vector<plan::GemmSm90Tiling> all, straddling;
     for (const int block_n : {192, 160, 128}) all.push_back(tiling(block_n, 1));
-    for (const auto& [block_n, cluster_m] : {std::pair{192, 2}, {192, 4}, {128, 4}, {160, 2}})
+    for (const auto& [block_n, cluster_m] :
+         {std::pair{192, 2}, {192, 4}, {128, 4}, {160, 2}, {96, 2}, {64, 2}, {64, 1}})
       all.push_back(tiling(block_n, cluster_m));
-    for (const auto& [block_n, cluster_m] : {std::pair{192, 1}, {160, 1}, {192, 4}, {160, 2}})
+    for (const auto& [block_n, cluster_m] :
+         {std::pair{192, 1}, {160, 1}, {192, 4}, {160, 2}, {96, 1}, {96, 2}})
       straddling.push_back(tiling(block_n, cluster_m));
     const auto decode = plan::GemmKernel::wgmma_decode;
     // M 1000 (7.8 tiles of 128: clusters of 4 pad the last), N 1536 + 64 (a ragged last segment), K 4096,
@@ -953,9 +957,31 @@ TEST_CASE("sm_90a decoding weight GEMM matches the reference per format", "[gpu]
     // segments), few tokens (one row tile: a cluster's other CTAs lie past M), bias; then one token.
     const int k_few = 2880 - (weights.group_size == 128 ? 64 : 0);
     check_quantized_gemm(weights, 37, k_few, {4064, 1056, 1000}, true, seed++, straddling, decode);
-    check_quantized_gemm(weights, 1, k_few, {128, 128, 8}, true, seed++, {all[2]}, decode);
+    // gpt-oss-20b's q | k | v: in 96 x2 the share at rows 4560-4607 ends at the k | v boundary and its
+    // partial pass's threads past the share once read their scales past k's (session 20; compute-sanitizer
+    // memcheck flags such reads, tools/sanitize.sh).
+    check_quantized_gemm(weights, 64, k_few, {4096, 512, 512}, true, seed++, {tiling(96, 2)}, decode);
+    check_quantized_gemm(weights, 1, k_few, {128, 128, 8}, true, seed++, {all[2], tiling(64, 2)}, decode);
   }
 }
+
+namespace {
+
+// The comma-separated integers of environment variable `name`, or `fallback` where it is unset or empty.
+std::vector<int> env_integers(const char* name, std::vector<int> fallback) {
+  const char* const text = std::getenv(name);
+  if (text == nullptr || *text == '\0') return fallback;
+  std::vector<int> values;
+  for (const char* at = text; *at != '\0';) {
+    char* end = nullptr;
+    values.push_back(int(std::strtol(at, &end, 10)));
+    REQUIRE(end != at);
+    at = *end == ',' ? end + 1 : end;
+  }
+  return values;
+}
+
+}  // namespace
 
 // The 4-bit rows of issue #6 on the decoding kernel: Llama-3.1-8B q|k|v (6144 = 4096 | 1024 | 1024, K 4096)
 // and o (4096 x 4096), gpt-oss-20b q|k|v (5120 x 2880) at 512, 2048 and 8192 tokens; per format the
@@ -964,6 +990,9 @@ TEST_CASE("sm_90a decoding weight GEMM matches the reference per format", "[gpu]
 // other widths), next to the bf16 GEMM of the same shape. Median of 20 CUDA-event timings after 5 warm-up
 // launches, L2-warm (the 4-bit weights fit in L2; the dequantized path's bf16 W does not). Every output is
 // compared with the dequantized path's (same bf16 weights: rel. L2 ~0). Run: test_gpu "[.gemm_decode_speed]".
+// ATTNPLAN_SPEED_TOKENS="64,256" times other launch lengths; ATTNPLAN_SPEED_WIDTHS="96,64" times only those
+// widths besides the chooser's pick (each unclustered and in clusters of 2); ATTNPLAN_SPEED_FORMATS="3"
+// only the first formats (mxfp4, nvfp4, MLX g64, fp8 block).
 TEST_CASE("decoding weight GEMM speed: wgmma_decode against wgmma_w4, the dequantized path and bf16",
           "[.gemm_decode_speed][gpu][gemm]") {
   const config::Arch arch = device_arch();
@@ -971,6 +1000,12 @@ TEST_CASE("decoding weight GEMM speed: wgmma_decode against wgmma_w4, the dequan
     WARN("wgmma_decode needs sm_90a; " << arch.name() << " skips it");
     return;
   }
+  const std::vector<int> token_counts = env_integers("ATTNPLAN_SPEED_TOKENS", {512, 2048, 8192});
+  const std::vector<int> chosen_widths = env_integers("ATTNPLAN_SPEED_WIDTHS", {});
+  const std::vector<int> widths =
+      chosen_widths.empty() ? std::vector<int>{192, 160, 128, 96, 64} : chosen_widths;
+  const std::vector<int> cluster_sizes =
+      chosen_widths.empty() ? std::vector<int>{1, 2, 4} : std::vector<int>{1, 2};
   struct Shape {
     const char* name;
     int n, k;
@@ -980,8 +1015,10 @@ TEST_CASE("decoding weight GEMM speed: wgmma_decode against wgmma_w4, the dequan
                           {"Llama-3.1-8B o", 4096, 4096, {4096}},
                           {"gpt-oss-20b q|k|v", 5120, 2880, {4096, 512, 512}}};
   const std::vector<config::WeightEncoding> all = decode_encodings();
-  const std::vector<config::WeightEncoding> encodings = {all[0], all[1], all[3],
-                                                         all[7]};  // mxfp4 nvfp4 g64 fp8 block
+  std::vector<config::WeightEncoding> encodings = {all[0], all[1], all[3],
+                                                   all[7]};  // mxfp4 nvfp4 g64 fp8 block
+  encodings.resize(std::min<std::size_t>(encodings.size(),
+                                         std::size_t(env_integers("ATTNPLAN_SPEED_FORMATS", {4}).front())));
   gpu().context.make_current();
   std::mt19937_64 rng(16);
   driver::Stream stream = driver::Stream::create();
@@ -996,7 +1033,7 @@ TEST_CASE("decoding weight GEMM speed: wgmma_decode against wgmma_w4, the dequan
     std::vector<QuantizedWeights> quantized;
     for (std::size_t f = 0; f < encodings.size(); ++f)
       quantized.push_back(upload_quantized(encodings[f], k, shape.widths, {}, 900 + f));
-    for (const int m : {512, 2048, 8192}) {
+    for (const int m : token_counts) {
       const driver::DeviceBuffer d_a =
           driver::DeviceBuffer::from_host(random_bf16(std::size_t(m) * k, rng, 0.1, 1.0));
       driver::DeviceBuffer d_c(std::size_t(m) * n * 2);
@@ -1063,11 +1100,11 @@ TEST_CASE("decoding weight GEMM speed: wgmma_decode against wgmma_w4, the dequan
         plan::GemmSpec spec{segments, false, bf16.tiling, decode.kernel, decode.sm90};
         spec.weights = weights;
         time_spec(spec, "<- choose_decode_gemm_kernel");
-        for (const int block_n : {192, 160, 128}) {
+        for (const int block_n : widths) {
           if (!plan::gemm_sm90_segments_fit(shape.widths, block_n)) continue;
-          for (const int cluster_m : {1, 2, 4}) {
+          for (const int cluster_m : cluster_sizes) {
             if ((block_n == decode.sm90.block_n && cluster_m == decode.sm90.cluster_m) ||
-                block_n % (16 * cluster_m) != 0 || (cluster_m > 1 && m > 2048))
+                block_n % (16 * cluster_m) != 0 || (cluster_m > 1 && m > 2048) || (block_n < 128 && m > 512))
               continue;
             spec.sm90 = plan::gemm_sm90_decode_tiling(block_n, code_bits(weights), cluster_m);
             time_spec(spec, "");
