@@ -219,10 +219,11 @@ compiler::KernelSource sm90_decode_source(const GemmSpec& spec) {
                                               spec.weights.group_size)
                                 : ""));
   }
-  if (spec.sm90.block_n != 128 && spec.sm90.block_n != 160 && spec.sm90.block_n != 192) {
+  constexpr int kWidths[] = {64, 96, 128, 160, 192};
+  if (std::find(std::begin(kWidths), std::end(kWidths), spec.sm90.block_n) == std::end(kWidths)) {
     throw Error(Stage::input,
-                fmt::format("gemm: block_n {} with the wgmma_decode kernel (128, 160 or 192: the "
-                            "decoders' registers)",
+                fmt::format("gemm: block_n {} with the wgmma_decode kernel (64, 96, 128, 160 or 192: the "
+                            "consumers' registers and wgmma's N)",
                             spec.sm90.block_n));
   }
   compiler::KernelSource source;
@@ -308,7 +309,13 @@ double gemm_sm90_cost(int m, int n, const GemmSm90Tiling& tiling, int sms) {
   // Narrower tiles re-read A per tile and spend a larger share on their epilogue (and a 160-wide one
   // stores 32 of its columns twice): per column the speed test puts 128- and 192-wide tiles at ~1.05-1.12x
   // a 256-wide one's time, 160-wide ones at ~1.10-1.17x (kernels-notes.md, "Session 15").
-  const double per_column = tiling.block_n == 256 ? 1.0 : tiling.block_n == 160 ? 1.15 : 1.1;
+  // The decoding kernel's 64-wide tiles (short launches) pay that more, and each slice's fixed costs over
+  // half the columns: Llama o at 256 tokens took 0.84x the time of 128-wide tiles in twice as many CTAs,
+  // ~1.8 per column (kernels-notes.md, "Session 20").
+  const double per_column = tiling.block_n == 256   ? 1.0
+                            : tiling.block_n == 160 ? 1.15
+                            : tiling.block_n == 64  ? 1.8
+                                                    : 1.1;
   const std::int64_t row_tiles = ceil_div(std::max(m, 1), kGemmSm90BlockM);
   const std::int64_t tiles = row_tiles * ceil_div(std::max(n, 1), tiling.block_n);
   return double(ceil_div(tiles, std::int64_t{std::max(sms, 1)})) * tiling.block_n * per_column;
@@ -421,15 +428,22 @@ GemmKernelChoice choose_decode_gemm_kernel(const config::WeightEncoding& encodin
   if (k <= 0 || k % (128 / bits) != 0) return {};  // 16-byte rows of codes (TMA strides)
   if (arch.sm() != 90 || !arch.arch_specific || n <= 0 || segment_widths.empty()) return {};
   // The bf16 kernel's cost model over the widths the decoders have registers for.
+  // 64 puts more CTAs to work where one or two row tiles leave SMs idle (session 20: at 256 tokens a
+  // 4096-wide o in 128-wide tiles held 64 of 132 SMs). 96 was measured too and is not offered: level with
+  // 128 x2 at 256 tokens, behind 64 at one row tile.
   const GemmSm90Tiling candidates[] = {gemm_sm90_decode_tiling(192, bits), gemm_sm90_decode_tiling(160, bits),
-                                       gemm_sm90_decode_tiling(128, bits)};
+                                       gemm_sm90_decode_tiling(128, bits), gemm_sm90_decode_tiling(64, bits)};
   std::optional<GemmSm90Tiling> tiling = least_cost_tiling(candidates, arch, m_hint, n, segment_widths);
   if (!tiling) return {};
   // Clusters of 2 along M wherever two row tiles can pair: each W slice is then decoded once per pair, not
   // once per tile (session 17: 1.2-1.5x the unclustered kernel of the same width on every row measured
   // both ways; clusters of 4 were slower than 2). Every width's half is a multiple of 16 rows.
   // The ring is then chosen again: code slots hold the CTA's share, so more of them may fit.
-  if (ceil_div(m_hint, kGemmSm90BlockM) >= 2) tiling = gemm_sm90_decode_tiling(tiling->block_n, bits, 2);
+  // 64-wide tiles stay unclustered: they are chosen for launches of one or two row tiles, where their CTAs
+  // already fill the SMs; at one row tile a cluster's second CTA only doubles the tensor work (session 20:
+  // Llama o at 64 tokens 0.0352 ms unclustered, 0.0432 in pairs; at 256 level, 0.0381 against 0.0385).
+  if (tiling->block_n >= 128 && ceil_div(m_hint, kGemmSm90BlockM) >= 2)
+    tiling = gemm_sm90_decode_tiling(tiling->block_n, bits, 2);
   return {GemmKernel::wgmma_decode, *tiling};
 }
 
@@ -555,9 +569,11 @@ compiler::KernelSource GemmSpec::source() const {
                     "block_n a multiple of 16 rows)",
                     sm90.cluster_m, gemm_kernel_name(kernel), sm90.block_n));
   }
-  if (kernel == GemmKernel::wgmma && sm90.cluster_m != 1 && sm90.block_n == 160) {
+  if (kernel == GemmKernel::wgmma && sm90.cluster_m != 1 && (sm90.block_n == 160 || sm90.block_n == 96)) {
     throw Error(Stage::input,
-                "gemm: block_n 160 with clusters (a CTA's half, 80 rows, is not whole 32-row W pieces)");
+                fmt::format("gemm: block_n {} with clusters (a CTA's half, {} rows, is not whole 32-row W "
+                            "pieces)",
+                            sm90.block_n, sm90.block_n / 2));
   }
   if (kernel == GemmKernel::wgmma_w4) return sm90_w4_source(*this);
   if (kernel == GemmKernel::wgmma_decode) return sm90_decode_source(*this);

@@ -2,6 +2,7 @@
 // choose_decode_gemm_kernel gives it, its ring (gemm_sm90_decode_tiling), stub, launch shape and checks, and
 // NVRTC compiles of every specialization for sm_90a (no spills, no serialized wgmma).
 #include <cstdio>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -87,6 +88,16 @@ TEST_CASE("wgmma_decode: sm_90a, codes in rows of bytes, the bf16 kernel's tiles
   const int o_proj[] = {4096};
   CHECK(choose_decode_gemm_kernel(format(config::WeightFormat::mxfp4), kSm90a, 512, 4096, 4096, o_proj)
             .sm90.block_n == 128);
+  // Two row tiles: 64 tiles of 128 would leave half the SMs idle, 128 of 64 fill one round (unclustered:
+  // 64-wide tiles never pair). N 6144 keeps 128 x2: 192 tiles of 64 would take two rounds.
+  const auto mxfp4_choice = [&](int m, int n, std::span<const int> widths) {
+    return choose_decode_gemm_kernel(format(config::WeightFormat::mxfp4), kSm90a, m, n, 4096, widths).sm90;
+  };
+  CHECK(mxfp4_choice(256, 4096, o_proj) == gemm_sm90_decode_tiling(64, 4));
+  CHECK(mxfp4_choice(64, 4096, o_proj) == gemm_sm90_decode_tiling(64, 4));
+  CHECK(mxfp4_choice(256, 6144, llama) == gemm_sm90_decode_tiling(128, 4, 2));
+  CHECK(mxfp4_choice(128, 6144, llama) == gemm_sm90_decode_tiling(64, 4));
+  CHECK(mxfp4_choice(384, 4096, o_proj) == gemm_sm90_decode_tiling(128, 4, 2));
   // K must make 16-byte rows of codes; segments as the tiles allow.
   const config::WeightEncoding nvfp4 = format(config::WeightFormat::nvfp4);
   const int one[] = {256};
@@ -108,7 +119,7 @@ TEST_CASE("wgmma_decode ring: 4 slots (decoder teams), 4 code slots where they f
   CHECK(gemm_sm90_decode_tiling(192, 8) == GemmSm90Tiling{.block_n = 192, .stages = 4, .code_stages = 2});
   CHECK(gemm_sm90_decode_tiling(192, 8, 2) ==
         GemmSm90Tiling{.block_n = 192, .stages = 4, .cluster_m = 2, .code_stages = 4});
-  for (const int block_n : {128, 160, 192}) {
+  for (const int block_n : {64, 96, 128, 160, 192}) {
     for (const int bits : {4, 8}) {
       for (const int cluster_m : {1, 2, 4}) {
         if (block_n % (16 * cluster_m) != 0) continue;
@@ -196,9 +207,19 @@ TEST_CASE("wgmma_decode specializations compile for sm_90a: no spills, wgmma fro
           "[plan][gemm][gemm_decode][nvrtc]") {
   for (const config::WeightEncoding& encoding : decode_encodings()) {
     const int bits = eight_bit(encoding) ? 8 : 4;
-    // Every width, unclustered, and the clusters whose shares decode in half passes or 16-row code pieces.
-    for (const auto& [block_n, cluster_m] :
-         {std::pair{192, 1}, {160, 1}, {128, 1}, {192, 2}, {192, 4}, {160, 2}, {128, 2}}) {
+    // Every width, unclustered, and the clusters whose shares decode in half passes or 16-row code pieces
+    // (96 x2: 48 rows).
+    for (const auto& [block_n, cluster_m] : {std::pair{192, 1},
+                                             {160, 1},
+                                             {128, 1},
+                                             {96, 1},
+                                             {64, 1},
+                                             {192, 2},
+                                             {192, 4},
+                                             {160, 2},
+                                             {128, 2},
+                                             {96, 2},
+                                             {64, 2}}) {
       GemmSpec spec{.segments = 3, .has_bias = true};
       spec.kernel = GemmKernel::wgmma_decode;
       spec.sm90 = gemm_sm90_decode_tiling(block_n, bits, cluster_m);

@@ -68,15 +68,21 @@ TEST_CASE(
           plan::GemmKernel::mma_sync);
   }
   // Llama-3.1-8B nvfp4 below 512 tokens: q|k|v 192 wide, o 128 (the speed test's 512-token picks), and
-  // for q|k|v a 128-wide specialization for short launches (kDecodeSmallLaunchTokens), which launches of
-  // 256 tokens or fewer take; 511 take the planned one, 512 the dequantized path.
+  // specializations for short launches (kDecodeSmallLaunchTokens: two row tiles), q|k|v 128 wide in
+  // clusters of 2 and o 64 wide (128 CTAs each), which launches of 256 tokens or fewer take; 511 take the
+  // planned one, 512 the dequantized path.
   const plan::KernelPlan nvfp4 = plan::plan_kernels(load("llama-3.1-8b-nvfp4"), hopper);
   CHECK(nvfp4.qkv_projection.sm90.block_n == 192);
   CHECK(nvfp4.output_projection.sm90.block_n == 128);
   REQUIRE(nvfp4.qkv_projection_small);
   CHECK(nvfp4.qkv_projection_small->kernel == plan::GemmKernel::wgmma_decode);
   CHECK(nvfp4.qkv_projection_small->sm90 == plan::gemm_sm90_decode_tiling(128, 4, 2));
-  CHECK_FALSE(nvfp4.output_projection_small);  // 128 wide either way
+  REQUIRE(nvfp4.output_projection_small);
+  CHECK(nvfp4.output_projection_small->sm90 == plan::gemm_sm90_decode_tiling(64, 4));
+  CHECK(plan::launched_projection_variant(nvfp4, plan::StageKind::output_projection, 256, 4096, 132) ==
+        plan::ProjectionVariant::small);
+  CHECK(plan::launched_projection_variant(nvfp4, plan::StageKind::output_projection, 384, 4096, 132) ==
+        plan::ProjectionVariant::planned);
   const auto variant = [&](int tokens) {
     return plan::launched_projection_variant(nvfp4, plan::StageKind::qkv_projection, tokens, 6144, 132);
   };
