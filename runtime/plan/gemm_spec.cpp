@@ -569,7 +569,7 @@ compiler::KernelSource GemmSpec::source() const {
                     "block_n a multiple of 16 rows)",
                     sm90.cluster_m, gemm_kernel_name(kernel), sm90.block_n));
   }
-  if (kernel == GemmKernel::wgmma && sm90.cluster_m != 1 && (sm90.block_n == 160 || sm90.block_n == 96)) {
+  if (kernel == GemmKernel::wgmma && sm90.cluster_m != 1 && (sm90.block_n / 2) % kGemmSm90WPieceRows != 0) {
     throw Error(Stage::input,
                 fmt::format("gemm: block_n {} with clusters (a CTA's half, {} rows, is not whole 32-row W "
                             "pieces)",

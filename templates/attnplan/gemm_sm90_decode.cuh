@@ -32,8 +32,8 @@
 // past N and k past K are written as zeros (their codes are TMA's zero fill; their scales are not read).
 //
 // Tails and segments as gemm_sm90.cuh: any M and N, K a multiple of 128 / bits (16-byte code rows, a TMA
-// requirement), every segment but the last a multiple of block_n (128, 256) or of 32 (160, 192: codes come
-// in 32- or 16-row pieces, each from its own segment's map).
+// requirement), every segment but the last a multiple of block_n (128) or of 32 (64, 96, 160, 192: codes
+// come in 32- or 16-row pieces, each from its own segment's map).
 //
 // Compiles for every target; its body exists only for sm_90a (ATTNPLAN_SM90A_ENABLED) and traps elsewhere.
 #pragma once
@@ -117,6 +117,17 @@ struct GemmSm90DecodeTraits : GemmSm90Traits<kBlockN, kStages, kSegments, kHasBi
   // Units per thread per slice; a last, partial pass (e.g. 16 rows of 48 or 80) takes the team's first
   // warps.
   static constexpr int passes = (share_rows + rows_per_pass - 1) / rows_per_pass;
+  // The share row whose codes and scales team thread `thread` loads in pass `pass`. A last, partial pass's
+  // threads past the share (shares of 48 or 80 rows) decode nothing and load the share's last row: a row
+  // past the share lies past the share's code slot, and may lie in the next segment, outside the one
+  // looked up for the share (session 20: 96 x2 read past a 512-row segment's scales).
+  __device__ __forceinline__ static int loaded_row(int pass, int thread) {
+    const int row = rows_per_pass * pass + thread / units_per_row;
+    if constexpr (share_rows % rows_per_pass != 0) {
+      if (pass == passes - 1) return min(row, share_rows - 1);
+    }
+    return row;
+  }
 
   // Registers after setmaxnreg. The CTA keeps what it was launched with, 512 x 128 (the launch bound's
   // 65536 / 512): what the consumers' setmaxnreg.inc takes, the decoders' .dec must have given back first,
@@ -192,13 +203,7 @@ struct SliceScales {
     valid = 0;
 #pragma unroll
     for (int pass = 0; pass < Traits::passes; ++pass) {
-      // A last, partial pass (shares of 48 or 80 rows) has threads past the share, which decode nothing.
-      // They load the share's last row: a row past the share may lie in the next segment, outside the
-      // one looked up for the share (session 20: 96 x2 read past a 512-row segment's scales).
-      int share_row = Traits::rows_per_pass * pass + thread / Traits::units_per_row;
-      constexpr bool kPartial = Traits::share_rows % Traits::rows_per_pass != 0;
-      if (kPartial && pass == Traits::passes - 1) share_row = min(share_row, Traits::share_rows - 1);
-      const int n = n0 + share_row;
+      const int n = n0 + Traits::loaded_row(pass, thread);
       const int row = min(n, gemm.n - 1);
       const GemmSegment segment = kOneSegment ? first : segment_of<Traits::segments>(gemm, row);
 #pragma unroll
@@ -295,7 +300,7 @@ __device__ __forceinline__ void decode_units(unsigned char* w, const SliceScaleV
 #pragma unroll
   for (int pass = 0; pass < Traits::passes; ++pass) {
     loaded[pass] = *reinterpret_cast<const uint4*>(
-        codes + (Traits::rows_per_pass * pass + first_row) * Traits::code_row_bytes + unit * 16);
+        codes + Traits::loaded_row(pass, thread) * Traits::code_row_bytes + unit * 16);
   }
 #pragma unroll
   for (int pass = 0; pass < Traits::passes; ++pass) {
