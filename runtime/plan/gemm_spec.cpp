@@ -856,11 +856,25 @@ int dequantized_min_tokens(const config::WeightEncoding& weights) {
   return slow_short_kernel ? 512 : 1024;
 }
 
+int decode_dequantized_min_tokens(const GemmSm90Tiling& decode, int n, int sms) {
+  // Clusters launch whole clusters of row tiles (GemmSpec::launch_shape), so a wave holds whole clusters.
+  const std::int64_t cluster = std::max(decode.cluster_m, 1);
+  const std::int64_t column_tiles = ceil_div(std::int64_t{std::max(n, 1)}, std::int64_t{decode.block_n});
+  const std::int64_t one_wave_rows = std::max(sms, 0) / (column_tiles * cluster) * cluster * kGemmSm90BlockM;
+  return static_cast<int>(std::clamp<std::int64_t>(one_wave_rows + 1, 512, 1024));
+}
+
+int dequantized_min_tokens(const GemmSpec& quantized, config::Arch arch, int n) {
+  if (quantized.kernel == GemmKernel::wgmma_decode)
+    return decode_dequantized_min_tokens(quantized.sm90, n, typical_sm_count(arch));
+  return dequantized_min_tokens(quantized.weights);
+}
+
 std::optional<GemmSpec> choose_dequantized_gemm(const GemmSpec& quantized, config::Arch arch, int m_hint,
                                                 int n, int k, std::span<const int> segment_widths) {
   const config::WeightEncoding& weights = quantized.weights;
   if (weights.format == WeightFormat::bf16 || !gemm_supports(weights)) return std::nullopt;
-  if (m_hint < dequantized_min_tokens(weights)) return std::nullopt;
+  if (m_hint < dequantized_min_tokens(quantized, arch, n)) return std::nullopt;
   const GemmKernelChoice choice = choose_gemm_kernel(arch, m_hint, n, k, segment_widths);
   if (choice.kernel != GemmKernel::wgmma) return std::nullopt;  // sm_90a and tileable segments only
   GemmSpec gemm;

@@ -158,10 +158,15 @@ double gemm_sm90_cost(int m, int n, const GemmSm90Tiling& tiling, int sms);
 // beside the max_tokens choice when their tilings differ; each launch picks one with choose_gemm_variant.
 inline constexpr int kSmallLaunchTokens = 512;
 
-// The same for the decoding kernel (wgmma_decode), whose planned specialization is tiled for its longest
-// launch (511 or 1023 tokens): at 256 tokens Llama-3.1-8B's q|k|v ran 1.19x faster 128 wide than with the
-// 192-wide tiles that 511 tokens get (H200, session 19: 0.0489 against 0.0581 ms, mxfp4).
+// The same for the decoding kernel (wgmma_decode), whose planned specialization is tiled for
+// kDecodeTiledTokens: at 256 tokens Llama-3.1-8B's q|k|v ran 1.19x faster 128 wide than with the 192-wide
+// tiles that 511 tokens get (H200, session 19: 0.0489 against 0.0581 ms, mxfp4).
 inline constexpr int kDecodeSmallLaunchTokens = 256;
+
+// The launch length the decoding kernel's planned specialization is tiled for: the longest it always
+// runs (decode_dequantized_min_tokens is at least 512). Longer launches that it still takes fit that
+// tiling's one wave by construction.
+inline constexpr int kDecodeTiledTokens = 511;
 
 // Which of a projection's two compiled wgmma tilings one launch of M = m rows runs.
 struct GemmVariantChoice {
@@ -243,6 +248,21 @@ void launch_gemm(const driver::Function& function, const GemmSpec& spec, const G
 // is 0.87-1.06x the dequantized path for mxfp4 and nvfp4).
 int dequantized_min_tokens(const config::WeightEncoding& weights);
 
+// The same for a projection planned on the decoding kernel (`decode`, its planned tiling; N = n) on `sms`
+// SMs: the fewest rows whose tiles (in whole clusters) no longer fit one wave, within [512, 1024]. In one
+// wave the decoder reads 4-bit codes where the path rewrites the whole W to bf16 first; from the second
+// wave on, the path's bf16 GEMM, which decodes nothing, catches up. Measured on the H200 (session 21,
+// `attnplan bench`, weights from HBM): at 512 tokens the decoding kernel took Llama-3.1-8B nvfp4's q|k|v
+// and o in 0.81x and 0.72x the path's time (one wave each: 128 tiles), gpt-oss-20b mxfp4's o in 0.87x and
+// its q|k|v in 1.06x; at 768 tokens (two waves) the o projections took 1.25x. Llama-3.1-8B: 513, where
+// the format rule gave 512 (nvfp4, mxfp4) or 1024 (MLX affine). Pure.
+int decode_dequantized_min_tokens(const GemmSm90Tiling& decode, int n, int sms);
+
+// The fewest rows of `quantized`'s dequantized path on `arch`: decode_dequantized_min_tokens on the
+// arch's typical_sm_count when `quantized` is planned on the decoding kernel, else dequantized_min_tokens
+// of its format. Pure.
+int dequantized_min_tokens(const GemmSpec& quantized, config::Arch arch, int n);
+
 struct DequantizeSpec {
   int segments = 1;
   config::WeightEncoding weights;  // the format; its gemm.cuh loader policy decodes
@@ -257,8 +277,9 @@ struct DequantizeSpec {
 
 // Pure. The bf16 GEMM of `quantized`'s dequantized path for a plan of up to m_hint rows, or nullopt where
 // the path does not apply: not sm_90a, bf16 weights or fp8 activations, a format without an mma.sync
-// loader (whose decode the dequantize kernel shares), m_hint below dequantized_min_tokens, or segments the
-// wgmma kernel cannot tile (choose_gemm_kernel). Same segments and bias as `quantized`, bf16 weights.
+// loader (whose decode the dequantize kernel shares), m_hint below dequantized_min_tokens(quantized, arch,
+// n), or segments the wgmma kernel cannot tile (choose_gemm_kernel). Same segments and bias as `quantized`,
+// bf16 weights.
 std::optional<GemmSpec> choose_dequantized_gemm(const GemmSpec& quantized, config::Arch arch, int m_hint,
                                                 int n, int k, std::span<const int> segment_widths);
 

@@ -37,7 +37,7 @@ ProjectionVariant projection_variant_of(const PlannedKernel& kernel) {
 }
 
 bool runs_dequantized(const std::optional<KernelPlan::Dequantized>& path, int num_tokens) {
-  return path.has_value() && num_tokens >= dequantized_min_tokens(path->dequantize.weights);
+  return path.has_value() && num_tokens >= path->min_tokens;
 }
 
 ProjectionVariant launched_projection_variant(const KernelPlan& kernels, StageKind stage, int num_tokens,
@@ -139,16 +139,17 @@ void require_supported(const config::AttentionConfig& config, const config::Arch
 }
 
 // bf16: the wgmma kernel where it fits. Quantized: the decoding kernel (wgmma_decode) for the formats the
-// plan gives it (sm90_decode_gemm_planned), tiled for the longest launch it runs (those below
-// dequantized_min_tokens take it, longer ones the dequantized path); else the mixed-input wgmma_w4 kernel
-// for the formats it reads (switched off by sm90_w4_gemm_enabled); else the mma.sync kernel and its loaders.
+// plan gives it (sm90_decode_gemm_planned), tiled for kDecodeTiledTokens (launches below
+// decode_dequantized_min_tokens take it, longer ones the dequantized path); else the mixed-input wgmma_w4
+// kernel for the formats it reads (switched off by sm90_w4_gemm_enabled); else the mma.sync kernel and its
+// loaders.
 GemmKernelChoice choose_projection_kernel(const config::WeightEncoding& weights, const config::Arch& arch,
                                           int m_hint, int n, int k, std::span<const int> segment_widths) {
   if (weights.format == config::WeightFormat::bf16)
     return choose_gemm_kernel(arch, m_hint, n, k, segment_widths);
   if (sm90_decode_gemm_planned(weights)) {
-    const int longest = std::min(m_hint, dequantized_min_tokens(weights) - 1);
-    const GemmKernelChoice decode = choose_decode_gemm_kernel(weights, arch, longest, n, k, segment_widths);
+    const GemmKernelChoice decode =
+        choose_decode_gemm_kernel(weights, arch, std::min(m_hint, kDecodeTiledTokens), n, k, segment_widths);
     if (decode.kernel == GemmKernel::wgmma_decode) return decode;
   }
   return choose_w4_gemm_kernel(weights, arch, m_hint, n, k, segment_widths);
@@ -181,7 +182,8 @@ std::optional<KernelPlan::Dequantized> dequantized_path(const GemmSpec& planned,
   std::optional<GemmSpec> gemm =
       choose_dequantized_gemm(planned, arch, config.max_tokens, n, k, segment_widths);
   if (!gemm) return std::nullopt;
-  return KernelPlan::Dequantized{DequantizeSpec{planned.segments, planned.weights}, *gemm};
+  return KernelPlan::Dequantized{DequantizeSpec{planned.segments, planned.weights}, *gemm,
+                                 dequantized_min_tokens(planned, arch, n)};
 }
 
 }  // namespace

@@ -57,11 +57,12 @@ struct KernelPlan {
   // from the planned one; each launch picks one by choose_gemm_variant.
   std::optional<GemmSpec> qkv_projection_small, output_projection_small;
   // The dequantized path of a weight-only quantized projection (choose_dequantized_gemm): launches of at
-  // least dequantized_min_tokens(dequantize.weights) rows run `dequantize` into the workspace, then `gemm`
-  // (bf16 wgmma).
+  // least min_tokens rows (dequantized_min_tokens of the planned projection) run `dequantize` into the
+  // workspace, then `gemm` (bf16 wgmma).
   struct Dequantized {
     DequantizeSpec dequantize;
     GemmSpec gemm;
+    int min_tokens = 0;
   };
   std::optional<Dequantized> qkv_projection_dequantized, output_projection_dequantized;
   std::vector<PlannedKernel> kernels;  // in launch order; a stage's variants right after its kernel
@@ -83,7 +84,7 @@ enum class ProjectionVariant { planned, small, dequantize, dequantized };
 ProjectionVariant projection_variant_of(const PlannedKernel& kernel);
 
 // Whether a launch of `num_tokens` rows runs the projection's dequantized path (planned, and
-// num_tokens >= dequantized_min_tokens of its format).
+// num_tokens >= its min_tokens).
 bool runs_dequantized(const std::optional<KernelPlan::Dequantized>& path, int num_tokens);
 
 // The variant of projection stage `stage` (qkv_projection or output_projection) that a launch of

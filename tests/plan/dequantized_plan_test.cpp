@@ -1,6 +1,6 @@
 // The dequantized path of weight-only quantized projections (gemm_spec.hpp's choose_dequantized_gemm,
 // kernel_plan.hpp, prefill_plan.hpp's plan_workspace): on sm_90a, a plan built for long launches also
-// compiles the dequantize kernel and the bf16 wgmma GEMM, and launches of dequantized_min_tokens rows or
+// compiles the dequantize kernel and the bf16 wgmma GEMM, and launches of the path's min_tokens rows or
 // more take them, with W [N, K] bf16 in the workspace.
 #include <algorithm>
 #include <string>
@@ -55,12 +55,17 @@ TEST_CASE("on sm_90a weight-only quantized projections plan a dequantized path i
         "llama-3.1-8b-mlx-4bit", "llama-3.1-8b-fp8", "qwen3-8b-fp8-block"}) {
     INFO(name);
     const config::AttentionConfig config = plan_config(name);
-    const int min_tokens = plan::dequantized_min_tokens(config.projection.qkv);
-    REQUIRE(config.max_tokens >= min_tokens);
     const plan::KernelPlan kernels = plan::plan_kernels(config, kSm90a);
     REQUIRE(kernels.qkv_projection_dequantized);
     REQUIRE(kernels.output_projection_dequantized);
     const plan::KernelPlan::Dequantized& qkv = *kernels.qkv_projection_dequantized;
+    const plan::KernelPlan::Dequantized& output = *kernels.output_projection_dequantized;
+    // The format's switch point, or the decoding kernel's one wave (both Llama-3.1-8B projections: 513).
+    const bool decoded = plan::sm90_decode_gemm_planned(config.projection.qkv);
+    CHECK(qkv.min_tokens == (decoded ? 513 : plan::dequantized_min_tokens(config.projection.qkv)));
+    CHECK(output.min_tokens == qkv.min_tokens);
+    const int min_tokens = qkv.min_tokens;
+    REQUIRE(config.max_tokens >= min_tokens);
     CHECK(qkv.dequantize.weights == config.projection.qkv);
     CHECK(qkv.dequantize.segments == kernels.qkv_projection.segments);
     CHECK(qkv.gemm.kernel == plan::GemmKernel::wgmma);
@@ -127,10 +132,11 @@ TEST_CASE("the dequantized path is planned only on sm_90a, for long launches, wi
     CHECK_FALSE(kernels.output_projection_dequantized);
     CHECK(plan::plan_workspace(config, kernels, config.max_tokens).dequantized_weight_bytes == 0);
   }
-  // A plan that never launches dequantized_min_tokens rows does not compile it.
-  config.max_tokens = plan::dequantized_min_tokens(config.projection.qkv) - 1;
+  // A plan that never launches the path's min_tokens rows does not compile it.
+  const int min_tokens = plan::plan_kernels(config, kSm90a).qkv_projection_dequantized->min_tokens;
+  config.max_tokens = min_tokens - 1;
   CHECK_FALSE(plan::plan_kernels(config, kSm90a).qkv_projection_dequantized);
-  config.max_tokens = plan::dequantized_min_tokens(config.projection.qkv);
+  config.max_tokens = min_tokens;
   CHECK(plan::plan_kernels(config, kSm90a).qkv_projection_dequantized);
   // fp8 activations run their own e4m3 GEMM.
   const config::AttentionConfig fp8_activations = plan_config("qwen3-8b-fp8-block-fp8act");
@@ -162,13 +168,45 @@ TEST_CASE("the dequantized path starts at 512 rows where the short-launch kernel
         format(config::WeightFormat::mxfp8), format(config::WeightFormat::fp8)}) {
     CHECK(plan::dequantized_min_tokens(weights) == 1024);
   }
-  // The act-order GPTQ and AWQ plans launch 600 rows on the path, the MLX 4-bit plan does not.
+  // The act-order GPTQ and AWQ plans launch 600 rows on the path, the mxfp8 plan does not.
   const plan::KernelPlan gptq = plan::plan_kernels(plan_config("llama-3.1-8b-gptq"), kSm90a);
   CHECK(plan::runs_dequantized(gptq.qkv_projection_dequantized, 600));
   const plan::KernelPlan awq = plan::plan_kernels(plan_config("llama-3.1-8b-awq"), kSm90a);
   CHECK(plan::runs_dequantized(awq.qkv_projection_dequantized, 600));
-  const plan::KernelPlan mlx = plan::plan_kernels(plan_config("llama-3.1-8b-mlx-4bit"), kSm90a);
-  CHECK_FALSE(plan::runs_dequantized(mlx.qkv_projection_dequantized, 600));
+  const plan::KernelPlan mxfp8 = plan::plan_kernels(plan_config("llama-3.1-8b-mxfp8"), kSm90a);
+  CHECK_FALSE(plan::runs_dequantized(mxfp8.qkv_projection_dequantized, 600));
+}
+
+TEST_CASE("projections on the decoding kernel take the dequantized path past one wave of tiles",
+          "[plan][gemm][dequantized][gemm_decode]") {
+  using plan::decode_dequantized_min_tokens;
+  using plan::gemm_sm90_decode_tiling;
+  // 32 column tiles in pairs of row tiles: 4 row tiles (128 CTAs) fit 132 SMs.
+  CHECK(decode_dequantized_min_tokens(gemm_sm90_decode_tiling(128, 4, 2), 4096, 132) == 513);
+  CHECK(decode_dequantized_min_tokens(gemm_sm90_decode_tiling(192, 4, 2), 6144, 132) == 513);
+  // 23 column tiles: 5 row tiles fit unclustered, 4 in pairs (a wave holds whole clusters).
+  CHECK(decode_dequantized_min_tokens(gemm_sm90_decode_tiling(128, 4, 1), 2880, 132) == 641);
+  CHECK(decode_dequantized_min_tokens(gemm_sm90_decode_tiling(128, 4, 2), 2880, 132) == 513);
+  // Clamped to [512, 1024]: wide N (54 column tiles: 2 row tiles a wave), narrow N (8: 16 row tiles).
+  CHECK(decode_dequantized_min_tokens(gemm_sm90_decode_tiling(192, 4, 2), 10240, 132) == 512);
+  CHECK(decode_dequantized_min_tokens(gemm_sm90_decode_tiling(128, 4, 2), 1024, 132) == 1024);
+  // Fewer SMs, fewer rows in a wave.
+  CHECK(decode_dequantized_min_tokens(gemm_sm90_decode_tiling(128, 4, 2), 1024, 66) == 1024);
+  CHECK(decode_dequantized_min_tokens(gemm_sm90_decode_tiling(128, 4, 2), 2048, 66) == 513);
+  CHECK(decode_dequantized_min_tokens(gemm_sm90_decode_tiling(128, 4, 2), 4096, 66) == 512);
+
+  // The plans: Llama-3.1-8B nvfp4 and MLX 4-bit launch 512 rows on the decoding kernel and 513 on the
+  // path (MLX's format rule said 1024), gpt-oss-20b mxfp4 likewise for both projections.
+  for (const char* name : {"llama-3.1-8b-nvfp4", "llama-3.1-8b-mlx-4bit", "gpt-oss-20b-mxfp4"}) {
+    INFO(name);
+    const plan::KernelPlan kernels = plan::plan_kernels(plan_config(name), kSm90a);
+    REQUIRE(kernels.qkv_projection.kernel == plan::GemmKernel::wgmma_decode);
+    REQUIRE(kernels.output_projection.kernel == plan::GemmKernel::wgmma_decode);
+    for (const auto* path : {&kernels.qkv_projection_dequantized, &kernels.output_projection_dequantized}) {
+      CHECK_FALSE(plan::runs_dequantized(*path, 512));
+      CHECK(plan::runs_dequantized(*path, 513));
+    }
+  }
 }
 
 TEST_CASE("the dequantize kernel's spec: stub, launch shape and checks", "[plan][gemm][dequantized]") {

@@ -48,8 +48,8 @@ TEST_CASE(
   const auto load = [](const char* name) {
     return config::load_file(std::string(ATTNPLAN_SOURCE_DIR) + "/plans/" + name + ".json");
   };
-  // Short launches of mxfp4, nvfp4 and MLX 4-bit: the decoding kernel, tiled for the longest launch below
-  // the dequantized path (511 or 1023 tokens: clusters of 2), which takes the longer ones.
+  // Short launches of mxfp4, nvfp4 and MLX 4-bit: the decoding kernel, tiled for kDecodeTiledTokens (511:
+  // clusters of 2); the dequantized path takes the launches past its one wave.
   for (const char* name : {"llama-3.1-8b-nvfp4", "llama-3.1-8b-mlx-4bit", "gpt-oss-20b-mxfp4"}) {
     INFO(name);
     const config::AttentionConfig config = load(name);
@@ -61,16 +61,19 @@ TEST_CASE(
     CHECK(kernels.qkv_projection.sm90.cluster_m == 2);
     CHECK(kernels.qkv_projection.sm90 ==
           plan::gemm_sm90_decode_tiling(kernels.qkv_projection.sm90.block_n, 4, 2));
-    REQUIRE(config.max_tokens >= plan::dequantized_min_tokens(config.projection.qkv));
-    CHECK(kernels.qkv_projection_dequantized.has_value());
-    CHECK(kernels.output_projection_dequantized.has_value());
+    REQUIRE(config.max_tokens >= 1024);
+    REQUIRE(kernels.qkv_projection_dequantized.has_value());
+    REQUIRE(kernels.output_projection_dequantized.has_value());
+    CHECK(kernels.qkv_projection_dequantized->min_tokens ==
+          plan::decode_dequantized_min_tokens(kernels.qkv_projection.sm90, int(plan::qkv_row_width(config)),
+                                              132));
     CHECK(plan::plan_kernels(config, config::Arch{8, 0, false}).qkv_projection.kernel ==
           plan::GemmKernel::mma_sync);
   }
   // Llama-3.1-8B nvfp4 below 512 tokens: q|k|v 192 wide, o 128 (the speed test's 512-token picks), and
   // specializations for short launches (kDecodeSmallLaunchTokens: two row tiles), q|k|v 128 wide in
-  // clusters of 2 and o 64 wide (128 CTAs each), which launches of 256 tokens or fewer take; 511 take the
-  // planned one, 512 the dequantized path.
+  // clusters of 2 and o 64 wide (128 CTAs each), which launches of 256 tokens or fewer take; 512 (128
+  // tiles: one wave) take the planned one, 513 the dequantized path.
   const plan::KernelPlan nvfp4 = plan::plan_kernels(load("llama-3.1-8b-nvfp4"), hopper);
   CHECK(nvfp4.qkv_projection.sm90.block_n == 192);
   CHECK(nvfp4.output_projection.sm90.block_n == 128);
@@ -89,7 +92,12 @@ TEST_CASE(
   CHECK(variant(1) == plan::ProjectionVariant::small);
   CHECK(variant(256) == plan::ProjectionVariant::small);
   CHECK(variant(511) == plan::ProjectionVariant::planned);
-  CHECK(variant(512) == plan::ProjectionVariant::dequantized);
+  CHECK(variant(512) == plan::ProjectionVariant::planned);
+  CHECK(variant(513) == plan::ProjectionVariant::dequantized);
+  CHECK(plan::launched_projection_variant(nvfp4, plan::StageKind::output_projection, 512, 4096, 132) ==
+        plan::ProjectionVariant::planned);
+  CHECK(plan::launched_projection_variant(nvfp4, plan::StageKind::output_projection, 513, 4096, 132) ==
+        plan::ProjectionVariant::dequantized);
   // AWQ's words and the 8-bit formats: wgmma_w4.
   for (const char* name :
        {"llama-3.1-8b-awq", "llama-3.1-8b-fp8", "qwen3-8b-fp8-block", "llama-3.1-8b-mxfp8"}) {
@@ -156,12 +164,12 @@ TEST_CASE("a launch's projection variant: planned, small specialization or dequa
   // 66 SMs: o's 128 narrow tiles take two rounds, its 64 wide ones one.
   CHECK(plan::launched_projection_variant(bf16, StageKind::output_projection, 512, hidden, 66) ==
         ProjectionVariant::planned);
-  // A weight-only 4-bit plan from its dequantized_min_tokens on; fp8 activations: the one e4m3 GEMM.
+  // A weight-only 4-bit plan from its path's min_tokens on; fp8 activations: the one e4m3 GEMM.
   const config::AttentionConfig nvfp4 =
       config::load_file(std::string(ATTNPLAN_SOURCE_DIR) + "/plans/llama-3.1-8b-nvfp4.json");
   const plan::KernelPlan quantized = plan::plan_kernels(nvfp4, hopper);
   REQUIRE(quantized.qkv_projection_dequantized);
-  const int from = plan::dequantized_min_tokens(quantized.qkv_projection_dequantized->dequantize.weights);
+  const int from = quantized.qkv_projection_dequantized->min_tokens;
   CHECK(plan::launched_projection_variant(quantized, StageKind::qkv_projection, from, qkv_n, 132) ==
         ProjectionVariant::dequantized);
   CHECK(plan::launched_projection_variant(quantized, StageKind::qkv_projection, from - 1, qkv_n, 132) ==
