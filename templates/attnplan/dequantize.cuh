@@ -37,6 +37,25 @@ struct DequantizeTraits {
   static_assert(kSegments >= 1 && kSegments <= kMaxGemmSegments, "1 to 3 weight segments");
   static_assert(word_copied || packed_chunks_per_row >= 1, "a packed tile row is whole 16-byte chunks");
   static_assert(block_rows * chunks_per_row % threads == 0, "every thread stores the same vectors");
+
+  // Which (tile row, 8-k chunk) output vector `v` (of block_rows * chunks_per_row) is. Most formats: a
+  // warp takes 4 rows x 8 chunks, so its 16-byte stores fill four 128-byte runs of W. A policy that looks
+  // up each k's group (GPTQ act order) gathers a scale and a zero per value from [groups, N] tensors: with
+  // 8 chunks a warp's lanes would touch 8 groups x 4 rows per value (8 scale sectors, 8 zero sectors), so
+  // it takes 16 rows x 2 chunks instead: 2 groups x 16 consecutive rows (64-byte scale runs, one zero
+  // word per 8 rows), while each row's two chunks still fill one 32-byte sector of W.
+  static constexpr bool gathers_groups = gathers_groups_v<WeightPolicy>;
+  static_assert(!gathers_groups || (block_rows % 16 == 0 && chunks_per_row % 2 == 0),
+                "the gathering layout takes 16 rows x 2 chunks per warp");
+  __device__ static int2 output_vector(int v) {
+    if constexpr (gathers_groups) {
+      const int lane = v % 32, warp_block = v / 32;
+      return make_int2(warp_block % (block_rows / 16) * 16 + lane % 16,
+                       warp_block / (block_rows / 16) * 2 + lane / 16);
+    } else {
+      return make_int2(v / chunks_per_row, v % chunks_per_row);
+    }
+  }
 };
 
 // grid: [ceil(N / block_rows), ceil(K / block_k)], block: [Traits::threads], no dynamic shared memory.
@@ -94,8 +113,9 @@ __global__ void __launch_bounds__(Traits::threads) dequantize_kernel(const Dequa
 
   // 8 k of one row per step -> one 16-byte store of W [n, k .. k + 8).
   for (int v = threadIdx.x; v < Traits::block_rows * Traits::chunks_per_row; v += Traits::threads) {
-    const int row = v / Traits::chunks_per_row;
-    const int chunk = v % Traits::chunks_per_row;
+    const int2 vector = Traits::output_vector(v);
+    const int row = vector.x;
+    const int chunk = vector.y;
     const int n = n0 + row;
     const int k = k_offset + chunk * 8;
     if (n >= gemm.n || k >= gemm.k) continue;

@@ -296,6 +296,7 @@ template <int kBits, bool kV2, int kGroupSize, bool kActOrder>
 struct GptqWeights {
   static constexpr int bits = kBits;
   static constexpr bool word_copied = true;
+  static constexpr bool act_order = kActOrder;  // dequantize gathers a scale and a zero per k
   static constexpr int per_word = 32 / kBits;
   static_assert(kBits == 4 || kBits == 8, "GPTQ packs 4 or 8 bits");
   static_assert(kGroupSize == -1 || kGroupSize % 8 == 0, "8 consecutive k share a group");
@@ -493,6 +494,12 @@ struct AffineWeights {
 template <class Policy>
 inline constexpr bool word_copied_v = requires {
   Policy::word_copied;
+};
+
+// Whether a policy looks up each k's group (GPTQ with act order), rather than one group per 8 k.
+template <class Policy>
+inline constexpr bool gathers_groups_v = requires {
+  requires Policy::act_order;
 };
 
 template <int kBlockM, int kBlockN, int kBlockK, int kWarpsM, int kWarpsN, int kStages, int kSegments,
