@@ -163,6 +163,12 @@ inline constexpr int kSmallLaunchTokens = 512;
 // tiles that 511 tokens get (H200, session 19: 0.0489 against 0.0581 ms, mxfp4).
 inline constexpr int kDecodeSmallLaunchTokens = 256;
 
+// And a third for one row tile, where the tiling for 128 tokens differs from both: at 64 tokens
+// Llama-3.1-8B's q|k|v ran 1.21x faster in 64-wide unclustered tiles (96 CTAs) than in the 256-token
+// specialization's 128 x2 (48 tiles; H200, session 20: 0.0409 against 0.0496 ms, mxfp4), gpt-oss-20b's
+// 1.11x (0.0341 against 0.0380).
+inline constexpr int kDecodeTinyLaunchTokens = 128;
+
 // The launch length the decoding kernel's planned specialization is tiled for: the longest it always
 // runs (decode_dequantized_min_tokens is at least 512). Longer launches that it still takes fit that
 // tiling's one wave by construction.

@@ -29,6 +29,8 @@ std::string_view to_string(StageKind stage) {
 ProjectionVariant projection_variant_of(const PlannedKernel& kernel) {
   if (kernel.name == kQkvProjectionSmallName || kernel.name == kOutputProjectionSmallName)
     return ProjectionVariant::small;
+  if (kernel.name == kQkvProjectionTinyName || kernel.name == kOutputProjectionTinyName)
+    return ProjectionVariant::tiny;
   if (kernel.name == kQkvDequantizeName || kernel.name == kOutputDequantizeName)
     return ProjectionVariant::dequantize;
   if (kernel.name == kQkvProjectionDequantizedName || kernel.name == kOutputProjectionDequantizedName)
@@ -55,9 +57,16 @@ ProjectionVariant launched_projection_variant(const KernelPlan& kernels, StageKi
     return ProjectionVariant::planned;
   const GemmSpec& planned = qkv ? kernels.qkv_projection : kernels.output_projection;
   const std::optional<GemmSpec>& small = qkv ? kernels.qkv_projection_small : kernels.output_projection_small;
-  if (small && choose_gemm_variant(num_tokens, n, planned.sm90, small->sm90, multiprocessors).small)
-    return ProjectionVariant::small;
-  return ProjectionVariant::planned;
+  const std::optional<GemmSpec>& tiny = qkv ? kernels.qkv_projection_tiny : kernels.output_projection_tiny;
+  ProjectionVariant variant = ProjectionVariant::planned;
+  const GemmSm90Tiling* chosen = &planned.sm90;
+  if (small && choose_gemm_variant(num_tokens, n, planned.sm90, small->sm90, multiprocessors).small) {
+    variant = ProjectionVariant::small;
+    chosen = &small->sm90;
+  }
+  if (tiny && choose_gemm_variant(num_tokens, n, *chosen, tiny->sm90, multiprocessors).small)
+    variant = ProjectionVariant::tiny;
+  return variant;
 }
 
 bool KernelPlan::has(StageKind stage) const {
@@ -155,22 +164,42 @@ GemmKernelChoice choose_projection_kernel(const config::WeightEncoding& weights,
   return choose_w4_gemm_kernel(weights, arch, m_hint, n, k, segment_widths);
 }
 
-// The projection's specialization for short launches, when its kernel would tile those differently from
-// the planned one (issue #6): the bf16 wgmma kernel's for kSmallLaunchTokens rows, the decoding kernel's
-// for kDecodeSmallLaunchTokens.
-std::optional<GemmSpec> small_specialization(const GemmSpec& planned, const config::AttentionConfig& config,
-                                             const config::Arch& arch, int n, int k,
-                                             std::span<const int> segment_widths) {
-  int tokens = 0;
-  if (planned.kernel == GemmKernel::wgmma) tokens = kSmallLaunchTokens;
-  if (planned.kernel == GemmKernel::wgmma_decode) tokens = kDecodeSmallLaunchTokens;
-  if (tokens == 0 || config.max_tokens <= tokens) return std::nullopt;
-  const GemmKernelChoice small =
+// The projection's specialization for launches of `tokens` rows, when its kernel would tile those
+// differently from the planned one and from `other` (an earlier specialization), or nullopt; none for a
+// plan that launches no more than `tokens` rows (the planned tiling is already for them).
+std::optional<GemmSpec> specialization(const GemmSpec& planned, const std::optional<GemmSpec>& other,
+                                       int tokens, const config::AttentionConfig& config,
+                                       const config::Arch& arch, int n, int k,
+                                       std::span<const int> segment_widths) {
+  if (config.max_tokens <= tokens) return std::nullopt;
+  const GemmKernelChoice choice =
       choose_projection_kernel(planned.weights, arch, tokens, n, k, segment_widths);
-  if (small.kernel != planned.kernel || small.sm90 == planned.sm90) return std::nullopt;
+  if (choice.kernel != planned.kernel || choice.sm90 == planned.sm90) return std::nullopt;
+  if (other && choice.sm90 == other->sm90) return std::nullopt;
   GemmSpec spec = planned;
-  spec.sm90 = small.sm90;
+  spec.sm90 = choice.sm90;
   return spec;
+}
+
+// The projection's specializations for short launches (issue #6): the bf16 wgmma kernel's for
+// kSmallLaunchTokens rows; the decoding kernel's for kDecodeSmallLaunchTokens and kDecodeTinyLaunchTokens.
+struct ShortLaunchSpecs {
+  std::optional<GemmSpec> small, tiny;
+};
+ShortLaunchSpecs short_launch_specializations(const GemmSpec& planned, const config::AttentionConfig& config,
+                                              const config::Arch& arch, int n, int k,
+                                              std::span<const int> segment_widths) {
+  ShortLaunchSpecs specs;
+  if (planned.kernel == GemmKernel::wgmma) {
+    specs.small =
+        specialization(planned, std::nullopt, kSmallLaunchTokens, config, arch, n, k, segment_widths);
+  } else if (planned.kernel == GemmKernel::wgmma_decode) {
+    specs.small =
+        specialization(planned, std::nullopt, kDecodeSmallLaunchTokens, config, arch, n, k, segment_widths);
+    specs.tiny =
+        specialization(planned, specs.small, kDecodeTinyLaunchTokens, config, arch, n, k, segment_widths);
+  }
+  return specs;
 }
 
 // The projection's dequantized path (choose_dequantized_gemm: never with fp8 activations, which have no
@@ -214,8 +243,10 @@ KernelPlan plan_kernels(const config::AttentionConfig& config, const config::Arc
                                                              q_width + k_width + v_width, hidden, widths);
     plan.qkv_projection.kernel = choice.kernel;
     plan.qkv_projection.sm90 = choice.sm90;
-    plan.qkv_projection_small =
-        small_specialization(plan.qkv_projection, config, arch, q_width + k_width + v_width, hidden, widths);
+    ShortLaunchSpecs qkv_short = short_launch_specializations(plan.qkv_projection, config, arch,
+                                                              q_width + k_width + v_width, hidden, widths);
+    plan.qkv_projection_small = std::move(qkv_short.small);
+    plan.qkv_projection_tiny = std::move(qkv_short.tiny);
     plan.qkv_projection_dequantized =
         dequantized_path(plan.qkv_projection, config, arch, q_width + k_width + v_width, hidden, widths);
   }
@@ -240,8 +271,10 @@ KernelPlan plan_kernels(const config::AttentionConfig& config, const config::Arc
       config.projection.output, arch, config.max_tokens, hidden, attention_width, output_widths);
   plan.output_projection.kernel = output_choice.kernel;
   plan.output_projection.sm90 = output_choice.sm90;
-  plan.output_projection_small =
-      small_specialization(plan.output_projection, config, arch, hidden, attention_width, output_widths);
+  ShortLaunchSpecs output_short = short_launch_specializations(plan.output_projection, config, arch, hidden,
+                                                               attention_width, output_widths);
+  plan.output_projection_small = std::move(output_short.small);
+  plan.output_projection_tiny = std::move(output_short.tiny);
   plan.output_projection_dequantized =
       dequantized_path(plan.output_projection, config, arch, hidden, attention_width, output_widths);
 
@@ -262,13 +295,14 @@ KernelPlan plan_kernels(const config::AttentionConfig& config, const config::Arc
   // K % 16 rule gives the norm the 8-channel vectors the codes need (RmsNormTraits' static_assert).
   plan.input_norm.fp8_codes = plan.qkv_projection_fp8.has_value();
   // An fp8-activation projection has no small-launch specialization: its GemmSpec is never the bf16 wgmma
-  // or the decoding kernel (choose_projection_kernel keeps fp8 weights off both), so small_specialization
-  // gave none.
+  // or the decoding kernel (choose_projection_kernel keeps fp8 weights off both), so
+  // short_launch_specializations gave none.
   // quantize_stage: the quantizer's stage before an fp8-activation GEMM (none: its input comes as codes).
   const auto add_projection = [&](std::optional<StageKind> quantize_stage, StageKind stage,
                                   const std::string& name, const GemmSpec& spec,
                                   const std::optional<GemmFp8Spec>& fp8, const std::optional<GemmSpec>& small,
-                                  std::string_view small_name,
+                                  std::string_view small_name, const std::optional<GemmSpec>& tiny,
+                                  std::string_view tiny_name,
                                   const std::optional<KernelPlan::Dequantized>& dequantized,
                                   std::string_view dequantize_name, std::string_view dequantized_name) {
     if (!fp8) {
@@ -276,6 +310,8 @@ KernelPlan plan_kernels(const config::AttentionConfig& config, const config::Arc
       if (small)
         plan.kernels.push_back(
             {stage, std::string(small_name), small->source(), small->dynamic_shared_bytes()});
+      if (tiny)
+        plan.kernels.push_back({stage, std::string(tiny_name), tiny->source(), tiny->dynamic_shared_bytes()});
       if (dequantized) {
         plan.kernels.push_back({stage, std::string(dequantize_name), dequantized->dequantize.source(), 0});
         plan.kernels.push_back({stage, std::string(dequantized_name), dequantized->gemm.source(),
@@ -293,7 +329,8 @@ KernelPlan plan_kernels(const config::AttentionConfig& config, const config::Arc
   plan.kernels.push_back({StageKind::input_norm, "input_rmsnorm", plan.input_norm.source(), 0});
   add_projection(std::nullopt, StageKind::qkv_projection, "qkv_projection", plan.qkv_projection,
                  plan.qkv_projection_fp8, plan.qkv_projection_small, kQkvProjectionSmallName,
-                 plan.qkv_projection_dequantized, kQkvDequantizeName, kQkvProjectionDequantizedName);
+                 plan.qkv_projection_tiny, kQkvProjectionTinyName, plan.qkv_projection_dequantized,
+                 kQkvDequantizeName, kQkvProjectionDequantizedName);
   if (plan.qkv_postprocess.has_work()) {
     plan.kernels.push_back({StageKind::qkv_postprocess, "qkv_postprocess", plan.qkv_postprocess.source(), 0});
   }
@@ -302,8 +339,8 @@ KernelPlan plan_kernels(const config::AttentionConfig& config, const config::Arc
       {StageKind::attention, "attention", plan.attention.source(), plan.attention.dynamic_shared_bytes()});
   add_projection(StageKind::output_quantize, StageKind::output_projection, "output_projection",
                  plan.output_projection, plan.output_projection_fp8, plan.output_projection_small,
-                 kOutputProjectionSmallName, plan.output_projection_dequantized, kOutputDequantizeName,
-                 kOutputProjectionDequantizedName);
+                 kOutputProjectionSmallName, plan.output_projection_tiny, kOutputProjectionTinyName,
+                 plan.output_projection_dequantized, kOutputDequantizeName, kOutputProjectionDequantizedName);
   return plan;
 }
 

@@ -54,8 +54,11 @@ struct KernelPlan {
   Fp8QuantizeSpec activation_quantize;  // output_quantize's quantizer
   // The projections' short-launch specializations (wgmma: kSmallLaunchTokens, wgmma_decode:
   // kDecodeSmallLaunchTokens; the same kernel, another tiling), planned only when their tiling differs
-  // from the planned one; each launch picks one by choose_gemm_variant.
+  // from the planned one, and the decoding kernel's one-row-tile specialization (kDecodeTinyLaunchTokens),
+  // planned only when its tiling differs from both; each launch takes the one of least gemm_sm90_cost
+  // (launched_projection_variant).
   std::optional<GemmSpec> qkv_projection_small, output_projection_small;
+  std::optional<GemmSpec> qkv_projection_tiny, output_projection_tiny;
   // The dequantized path of a weight-only quantized projection (choose_dequantized_gemm): launches of at
   // least min_tokens rows (dequantized_min_tokens of the planned projection) run `dequantize` into the
   // workspace, then `gemm` (bf16 wgmma).
@@ -74,13 +77,15 @@ struct KernelPlan {
 // StageKind as the planned projection).
 inline constexpr std::string_view kQkvProjectionSmallName = "qkv_projection_small";
 inline constexpr std::string_view kOutputProjectionSmallName = "output_projection_small";
+inline constexpr std::string_view kQkvProjectionTinyName = "qkv_projection_tiny";
+inline constexpr std::string_view kOutputProjectionTinyName = "output_projection_tiny";
 inline constexpr std::string_view kQkvDequantizeName = "qkv_dequantize";
 inline constexpr std::string_view kQkvProjectionDequantizedName = "qkv_projection_dequantized";
 inline constexpr std::string_view kOutputDequantizeName = "output_dequantize";
 inline constexpr std::string_view kOutputProjectionDequantizedName = "output_projection_dequantized";
 
 // Which of a projection stage's kernels a planned kernel is.
-enum class ProjectionVariant { planned, small, dequantize, dequantized };
+enum class ProjectionVariant { planned, small, tiny, dequantize, dequantized };
 ProjectionVariant projection_variant_of(const PlannedKernel& kernel);
 
 // Whether a launch of `num_tokens` rows runs the projection's dequantized path (planned, and
@@ -89,8 +94,9 @@ bool runs_dequantized(const std::optional<KernelPlan::Dequantized>& path, int nu
 
 // The variant of projection stage `stage` (qkv_projection or output_projection) that a launch of
 // `num_tokens` rows of N = n runs on `multiprocessors` SMs, as execute chooses: `dequantized` (its dequantize
-// kernel, then its GEMM) where runs_dequantized, `small` where planned and choose_gemm_variant prefers it,
-// else `planned` (the fp8-activation GEMM included). Pure.
+// kernel, then its GEMM) where runs_dequantized; else `small` where planned and choose_gemm_variant prefers
+// it to the planned tiling, then `tiny` where planned and cheaper again by gemm_sm90_cost (ties keep the
+// wider tiling); else `planned` (the fp8-activation GEMM included). Pure.
 ProjectionVariant launched_projection_variant(const KernelPlan& kernels, StageKind stage, int num_tokens,
                                               int n, int multiprocessors);
 

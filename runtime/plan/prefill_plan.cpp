@@ -28,8 +28,8 @@ struct PrefillPlan::Loaded {
   driver::Context context;
   std::vector<driver::Module> modules;  // own the functions below
   driver::Function input_norm, qkv_projection, qkv_postprocess, kv_store, attention, output_projection;
-  // The kSmallLaunchTokens specializations, where planned (KernelPlan::qkv_projection_small, ...).
-  driver::Function qkv_projection_small, output_projection_small;
+  // The short-launch specializations, where planned (KernelPlan::qkv_projection_small, ..._tiny).
+  driver::Function qkv_projection_small, output_projection_small, qkv_projection_tiny, output_projection_tiny;
   // The dequantized paths, where planned (KernelPlan::qkv_projection_dequantized, ...).
   driver::Function qkv_dequantize, qkv_projection_dequantized, output_dequantize,
       output_projection_dequantized;
@@ -41,17 +41,22 @@ struct PrefillPlan::Loaded {
 
 namespace {
 
-// The projection's function and spec for this launch's M: the planned one, or its small specialization
-// where launched_projection_variant says so (a dequantized launch checks the planned spec first).
+// The projection's function and spec for this launch's M: the planned one, or a short-launch
+// specialization where launched_projection_variant says so (a dequantized launch checks the planned spec
+// first).
 std::pair<const driver::Function*, const GemmSpec*> projection_variant(
     const KernelPlan& kernels, StageKind stage, const driver::Function& planned_function,
-    const driver::Function& small_function, const GemmParams& params, int multiprocessors) {
+    const driver::Function& small_function, const driver::Function& tiny_function, const GemmParams& params,
+    int multiprocessors) {
   const bool qkv = stage == StageKind::qkv_projection;
-  if (launched_projection_variant(kernels, stage, params.m, params.n, multiprocessors) ==
-      ProjectionVariant::small) {
-    return {&small_function, &*(qkv ? kernels.qkv_projection_small : kernels.output_projection_small)};
+  switch (launched_projection_variant(kernels, stage, params.m, params.n, multiprocessors)) {
+    case ProjectionVariant::small:
+      return {&small_function, &*(qkv ? kernels.qkv_projection_small : kernels.output_projection_small)};
+    case ProjectionVariant::tiny:
+      return {&tiny_function, &*(qkv ? kernels.qkv_projection_tiny : kernels.output_projection_tiny)};
+    default:
+      return {&planned_function, qkv ? &kernels.qkv_projection : &kernels.output_projection};
   }
-  return {&planned_function, qkv ? &kernels.qkv_projection : &kernels.output_projection};
 }
 
 void require(bool condition, const std::string& message) {
@@ -286,9 +291,9 @@ void PrefillPlan::execute(const ExecuteArgs& args, CUstream stream, const StageO
     projection.segments[2].g_idx = w.v_g_idx;
   }
   const Loaded& loaded = *loaded_;
-  const auto [qkv_function, qkv_spec] =
-      projection_variant(kernels, StageKind::qkv_projection, loaded.qkv_projection,
-                         loaded.qkv_projection_small, projection, loaded.multiprocessors);
+  const auto [qkv_function, qkv_spec] = projection_variant(
+      kernels, StageKind::qkv_projection, loaded.qkv_projection, loaded.qkv_projection_small,
+      loaded.qkv_projection_tiny, projection, loaded.multiprocessors);
   check_projection(*qkv_spec, kernels.qkv_projection_fp8, projection);
   const std::optional<Dequantized> qkv_dequantized =
       dequantized_launch(kernels.qkv_projection_dequantized, projection, layout, args.workspace);
@@ -354,9 +359,9 @@ void PrefillPlan::execute(const ExecuteArgs& args, CUstream stream, const StageO
   output.segments[0].scale_2 = w.o_scale_2;
   output.segments[0].zeros = w.o_zeros;
   output.segments[0].g_idx = w.o_g_idx;
-  const auto [output_function, output_spec] =
-      projection_variant(kernels, StageKind::output_projection, loaded.output_projection,
-                         loaded.output_projection_small, output, loaded.multiprocessors);
+  const auto [output_function, output_spec] = projection_variant(
+      kernels, StageKind::output_projection, loaded.output_projection, loaded.output_projection_small,
+      loaded.output_projection_tiny, output, loaded.multiprocessors);
   check_projection(*output_spec, kernels.output_projection_fp8, output);
   const std::optional<Dequantized> output_dequantized =
       dequantized_launch(kernels.output_projection_dequantized, output, layout, args.workspace);
@@ -432,6 +437,8 @@ std::vector<std::string> PrefillPlan::stage_kernels(StageKind stage, int num_tok
   switch (launched_projection_variant(kernels, stage, num_tokens, n, loaded_->multiprocessors)) {
     case ProjectionVariant::small:
       return {std::string(qkv ? kQkvProjectionSmallName : kOutputProjectionSmallName)};
+    case ProjectionVariant::tiny:
+      return {std::string(qkv ? kQkvProjectionTinyName : kOutputProjectionTinyName)};
     case ProjectionVariant::dequantized:
       return {std::string(qkv ? kQkvDequantizeName : kOutputDequantizeName),
               std::string(qkv ? kQkvProjectionDequantizedName : kOutputProjectionDequantizedName)};
@@ -570,14 +577,16 @@ plan::PrefillPlan Runtime::load(const plan::CompiledPlan& compiled) {
     const int shared = planned.dynamic_shared_bytes;
     if (shared > 48 * 1024) function.set_max_dynamic_shared_bytes(shared);
     const plan::ProjectionVariant variant = plan::projection_variant_of(planned);
-    // The projection stages' functions by variant: the planned GEMM, its small specialization, the
-    // dequantized path's two kernels.
+    // The projection stages' functions by variant: the planned GEMM, its short-launch specializations,
+    // the dequantized path's two kernels.
     const auto projection_slot = [&](driver::Function& planned_function, driver::Function& small,
-                                     driver::Function& dequantize,
+                                     driver::Function& tiny, driver::Function& dequantize,
                                      driver::Function& dequantized) -> driver::Function& {
       switch (variant) {
         case plan::ProjectionVariant::small:
           return small;
+        case plan::ProjectionVariant::tiny:
+          return tiny;
         case plan::ProjectionVariant::dequantize:
           return dequantize;
         case plan::ProjectionVariant::dequantized:
@@ -594,8 +603,8 @@ plan::PrefillPlan Runtime::load(const plan::CompiledPlan& compiled) {
         loaded->output_quantize = function;
         break;
       case plan::StageKind::qkv_projection:
-        projection_slot(loaded->qkv_projection, loaded->qkv_projection_small, loaded->qkv_dequantize,
-                        loaded->qkv_projection_dequantized) = function;
+        projection_slot(loaded->qkv_projection, loaded->qkv_projection_small, loaded->qkv_projection_tiny,
+                        loaded->qkv_dequantize, loaded->qkv_projection_dequantized) = function;
         break;
       case plan::StageKind::qkv_postprocess:
         loaded->qkv_postprocess = function;
@@ -607,7 +616,8 @@ plan::PrefillPlan Runtime::load(const plan::CompiledPlan& compiled) {
         loaded->attention = function;
         break;
       case plan::StageKind::output_projection:
-        projection_slot(loaded->output_projection, loaded->output_projection_small, loaded->output_dequantize,
+        projection_slot(loaded->output_projection, loaded->output_projection_small,
+                        loaded->output_projection_tiny, loaded->output_dequantize,
                         loaded->output_projection_dequantized) = function;
         break;
     }

@@ -86,7 +86,7 @@ TEST_CASE("on sm_90a weight-only quantized projections plan a dequantized path i
     const auto position = [&](std::string_view kernel) {
       return std::find(names.begin(), names.end(), kernel) - names.begin();
     };
-    const int small = kernels.qkv_projection_small ? 1 : 0;
+    const int small = (kernels.qkv_projection_small ? 1 : 0) + (kernels.qkv_projection_tiny ? 1 : 0);
     CHECK(kernels.qkv_projection_small.has_value() == plan::sm90_decode_gemm_planned(config.projection.qkv));
     CHECK(position(plan::kQkvDequantizeName) == position("qkv_projection") + 1 + small);
     CHECK(position(plan::kQkvProjectionDequantizedName) == position("qkv_projection") + 2 + small);

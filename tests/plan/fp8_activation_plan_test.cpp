@@ -71,6 +71,8 @@ TEST_CASE("fp8 activations on sm_90a: the norm's codes or a quantize stage befor
   // The e4m3 GEMM replaces the bf16 one and never comes with a 512-token specialization.
   CHECK_FALSE(kernels.qkv_projection_small.has_value());
   CHECK_FALSE(kernels.output_projection_small.has_value());
+  CHECK_FALSE(kernels.qkv_projection_tiny.has_value());
+  CHECK_FALSE(kernels.output_projection_tiny.has_value());
   for (const auto& kernel : kernels.kernels) {
     INFO(kernel.name);
     if (kernel.stage == plan::StageKind::output_quantize) {

@@ -89,8 +89,41 @@ TEST_CASE(
   const auto variant = [&](int tokens) {
     return plan::launched_projection_variant(nvfp4, plan::StageKind::qkv_projection, tokens, 6144, 132);
   };
-  CHECK(variant(1) == plan::ProjectionVariant::small);
+  // One row tile: q|k|v's tiny specialization, 64 wide unclustered (96 CTAs, where 128 x2 holds 48 tiles);
+  // o has none (its small one is already that tiling).
+  REQUIRE(nvfp4.qkv_projection_tiny);
+  CHECK(nvfp4.qkv_projection_tiny->sm90 == plan::gemm_sm90_decode_tiling(64, 4));
+  CHECK_FALSE(nvfp4.output_projection_tiny);
+  CHECK(variant(1) == plan::ProjectionVariant::tiny);
+  CHECK(variant(128) == plan::ProjectionVariant::tiny);
+  CHECK(variant(129) == plan::ProjectionVariant::small);
   CHECK(variant(256) == plan::ProjectionVariant::small);
+  CHECK(plan::launched_projection_variant(nvfp4, plan::StageKind::output_projection, 64, 4096, 132) ==
+        plan::ProjectionVariant::small);
+  // The kernels in launch order: each specialization right after its planned kernel, the tiny one last.
+  std::vector<std::string> names;
+  for (const auto& kernel : nvfp4.kernels) names.push_back(kernel.name);
+  CHECK(names == std::vector<std::string>{"input_rmsnorm", "qkv_projection", "qkv_projection_small",
+                                          "qkv_projection_tiny", "qkv_dequantize",
+                                          "qkv_projection_dequantized", "qkv_postprocess", "kv_store",
+                                          "attention", "output_projection", "output_projection_small",
+                                          "output_dequantize", "output_projection_dequantized"});
+  for (const plan::PlannedKernel& kernel : nvfp4.kernels) {
+    if (kernel.name == plan::kQkvProjectionTinyName) {
+      CHECK(plan::projection_variant_of(kernel) == plan::ProjectionVariant::tiny);
+      CHECK(kernel.stage == plan::StageKind::qkv_projection);
+      CHECK(kernel.dynamic_shared_bytes == nvfp4.qkv_projection_tiny->dynamic_shared_bytes());
+    }
+  }
+  // gpt-oss-20b: q|k|v (N 5120) gets one too, o (N 2880) not; a plan of at most 128 tokens none.
+  const config::AttentionConfig gpt_oss = load("gpt-oss-20b-mxfp4");
+  const plan::KernelPlan gpt_oss_kernels = plan::plan_kernels(gpt_oss, hopper);
+  REQUIRE(gpt_oss_kernels.qkv_projection_tiny);
+  CHECK(gpt_oss_kernels.qkv_projection_tiny->sm90 == plan::gemm_sm90_decode_tiling(64, 4));
+  CHECK_FALSE(gpt_oss_kernels.output_projection_tiny);
+  config::AttentionConfig short_gpt_oss = gpt_oss;
+  short_gpt_oss.max_tokens = plan::kDecodeTinyLaunchTokens;
+  CHECK_FALSE(plan::plan_kernels(short_gpt_oss, hopper).qkv_projection_tiny);
   CHECK(variant(511) == plan::ProjectionVariant::planned);
   CHECK(variant(512) == plan::ProjectionVariant::planned);
   CHECK(variant(513) == plan::ProjectionVariant::dequantized);
