@@ -58,6 +58,8 @@ ProjectionVariant launched_projection_variant(const KernelPlan& kernels, StageKi
   const GemmSpec& planned = qkv ? kernels.qkv_projection : kernels.output_projection;
   const std::optional<GemmSpec>& small = qkv ? kernels.qkv_projection_small : kernels.output_projection_small;
   const std::optional<GemmSpec>& tiny = qkv ? kernels.qkv_projection_tiny : kernels.output_projection_tiny;
+  // The cheapest by gemm_sm90_cost, ties to the earlier (wider) tiling; choose_gemm_variant(...).small
+  // says its second tiling costs less than its first.
   ProjectionVariant variant = ProjectionVariant::planned;
   const GemmSm90Tiling* chosen = &planned.sm90;
   if (small && choose_gemm_variant(num_tokens, n, planned.sm90, small->sm90, multiprocessors).small) {
