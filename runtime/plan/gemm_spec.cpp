@@ -211,13 +211,24 @@ compiler::KernelSource sm90_w4_source(const GemmSpec& spec) {
 compiler::KernelSource sm90_decode_source(const GemmSpec& spec) {
   if (!sm90_decode_gemm_supports(spec.weights)) {
     throw Error(Stage::input,
-                fmt::format("gemm: the wgmma_decode kernel reads mxfp4, nvfp4, 4-bit affine, mxfp8 and fp8 "
-                            "weight-only weights (codes in rows of bytes), not {}{}",
+                fmt::format("gemm: the wgmma_decode kernel reads mxfp4, nvfp4, 4-bit affine, mxfp8, fp8 "
+                            "weight-only and 4-bit AWQ weights (codes in rows of bytes, or AWQ's words), "
+                            "not {}{}",
                             config::to_string(spec.weights.format),
                             spec.weights.format == WeightFormat::affine
                                 ? fmt::format(" with {} bits and groups of {}", spec.weights.bits,
                                               spec.weights.group_size)
+                            : spec.weights.format == WeightFormat::packed_integer
+                                ? fmt::format(" ({}, {} bits{})", config::to_string(spec.weights.scheme),
+                                              spec.weights.bits, spec.weights.act_order ? ", act order" : "")
                                 : ""));
+  }
+  if (is_awq(spec.weights) && !sm90_decode_awq_share_fits(spec.sm90.block_n, spec.sm90.cluster_m)) {
+    throw Error(Stage::input,
+                fmt::format("gemm: block_n {} in clusters of {} with AWQ weights on the wgmma_decode kernel "
+                            "(a CTA's share, {} rows, must be a multiple of 32: its code boxes are rows "
+                            "of N / 8 words, whole 16-byte TMA boxes)",
+                            spec.sm90.block_n, spec.sm90.cluster_m, spec.sm90.block_n / spec.sm90.cluster_m));
   }
   constexpr int kWidths[] = {64, 96, 128, 160, 192};
   if (std::find(std::begin(kWidths), std::end(kWidths), spec.sm90.block_n) == std::end(kWidths)) {
@@ -398,9 +409,17 @@ bool sm90_decode_gemm_supports(const config::WeightEncoding& encoding) {
              (encoding.group_size == 32 || encoding.group_size == 64 || encoding.group_size == 128);
     case WeightFormat::fp8:  // weight-only: fp8 activations take gemm_sm90_fp8.cuh
       return encoding.activation == config::ActivationType::bf16;
+    case WeightFormat::packed_integer:  // AWQ's 4-bit words; GPTQ's k-major words are not read
+      // Groups of whole 64-k slices (the quarter warp of a word column shares one row scale per lane).
+      return is_awq(encoding) && encoding.bits == 4 &&
+             (encoding.group_size < 0 || encoding.group_size % 64 == 0);
     default:
       return false;
   }
+}
+
+bool sm90_decode_awq_share_fits(int block_n, int cluster_m) {
+  return cluster_m > 0 && block_n % cluster_m == 0 && (block_n / cluster_m) % 32 == 0;
 }
 
 bool sm90_decode_gemm_planned(const config::WeightEncoding& encoding) {
@@ -431,8 +450,15 @@ GemmKernelChoice choose_decode_gemm_kernel(const config::WeightEncoding& encodin
   // 64 puts more CTAs to work where one or two row tiles leave SMs idle (session 20: at 256 tokens a
   // 4096-wide o in 128-wide tiles held 64 of 132 SMs). 96 was measured too and is not offered: level with
   // 128 x2 at 256 tokens, behind 64 at one row tile.
-  const GemmSm90Tiling candidates[] = {gemm_sm90_decode_tiling(192, bits), gemm_sm90_decode_tiling(160, bits),
-                                       gemm_sm90_decode_tiling(128, bits), gemm_sm90_decode_tiling(64, bits)};
+  // AWQ: segments of whole 32-row pieces (N / 8 words a 16-byte TMA stride), and no 160: its pairs' shares
+  // of 80 rows are no whole code boxes of words (sm90_decode_awq_share_fits).
+  const bool awq = is_awq(encoding);
+  if (awq && std::any_of(segment_widths.begin(), segment_widths.end(), [](int w) { return w % 32 != 0; }))
+    return {};
+  std::vector<GemmSm90Tiling> candidates;
+  for (const int block_n : {192, 160, 128, 64}) {
+    if (!(awq && block_n == 160)) candidates.push_back(gemm_sm90_decode_tiling(block_n, bits));
+  }
   std::optional<GemmSm90Tiling> tiling = least_cost_tiling(candidates, arch, m_hint, n, segment_widths);
   if (!tiling) return {};
   // Clusters of 2 along M wherever two row tiles can pair: each W slice is then decoded once per pair, not
@@ -741,13 +767,13 @@ void GemmSpec::check(const GemmParams& params) const {
                                 s, width, gemm_kernel_name(kernel), multiple));
     }
   }
-  if (kernel == GemmKernel::wgmma_w4) {
+  if (kernel == GemmKernel::wgmma_w4 || kernel == GemmKernel::wgmma_decode) {
     for (int s = 0; s < segments; ++s) {
       const int width = params.segments[s].n_end - params.segments[s].n_begin;
       require(sm90_w4_width_fits(weights, width),
-              fmt::format("segments[{}] is {} wide, not a multiple of 32 (the wgmma_w4 kernel reads AWQ's "
-                          "rows of N / 8 words as 16-byte TMA strides)",
-                          s, width));
+              fmt::format("segments[{}] is {} wide, not a multiple of 32 (the {} kernel reads AWQ's rows "
+                          "of N / 8 words as 16-byte TMA strides)",
+                          s, width, gemm_kernel_name(kernel)));
     }
   }
   if (kernel == GemmKernel::wgmma_w4 || kernel == GemmKernel::wgmma_decode) {
@@ -783,13 +809,20 @@ GemmSm90Params make_gemm_sm90_decode_params(const GemmSpec& spec, const GemmPara
                     kGemmSm90BlockK, kGemmSm90BlockM, "gemm a");
   const int bits = weight_bits(spec.weights);
   const long long row_bytes = static_cast<long long>(params.k) * bits / 8;
+  const int box_rows = gemm_sm90_decode_code_box_rows(spec.sm90.block_n, spec.sm90.cluster_m, spec.segments);
   for (int s = 0; s < spec.segments; ++s) {
     const GemmSegment& segment = params.segments[s];
+    const int rows = segment.n_end - segment.n_begin;
+    if (is_awq(spec.weights)) {  // words [K, rows / 8]: boxes of 64 k of a share's (or piece's) words
+      encode_tensor_map(sm90.w_maps[s], CU_TENSOR_MAP_DATA_TYPE_UINT32, 4, segment.weight, rows / 8, params.k,
+                        rows / 8, box_rows / 8, kGemmSm90BlockK, fmt::format("gemm segments[{}].weight", s),
+                        CU_TENSOR_MAP_SWIZZLE_NONE);
+      continue;
+    }
     // Bytes [rows, K * bits / 8]: boxes of 64 k (32 or 64 bytes) of a CTA's share of a tile's rows, or
     // of pieces where tiles straddle segments, unswizzled.
-    encode_tensor_map(sm90.w_maps[s], CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, segment.weight, row_bytes,
-                      segment.n_end - segment.n_begin, row_bytes, kGemmSm90BlockK * bits / 8,
-                      gemm_sm90_decode_code_box_rows(spec.sm90.block_n, spec.sm90.cluster_m, spec.segments),
+    encode_tensor_map(sm90.w_maps[s], CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, segment.weight, row_bytes, rows,
+                      row_bytes, kGemmSm90BlockK * bits / 8, box_rows,
                       fmt::format("gemm segments[{}].weight", s), CU_TENSOR_MAP_SWIZZLE_NONE);
   }
   encode_gemm_c_map(sm90.c_map, params);

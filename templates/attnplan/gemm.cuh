@@ -389,6 +389,12 @@ struct AwqWeights {
         static_cast<const unsigned*>(segment.zeros)[static_cast<long long>(group) * (width / 8) + row / 8];
     return float((word >> (4 * nibble_of_column(row % 8))) & 15u);
   }
+  // The qzeros word of W rows `row` .. `row` + 7 of the segment (row a multiple of 8) in group `group`
+  // (gemm_sm90_decode.cuh).
+  __device__ static unsigned zero_word(const GemmSegment& segment, int row, int group) {
+    const int width = segment.n_end - segment.n_begin;
+    return static_cast<const unsigned*>(segment.zeros)[static_cast<long long>(group) * (width / 8) + row / 8];
+  }
   template <int kBlockN, int kBlockK>
   __device__ static void dequantize(const unsigned* words, int tile_row, int kk, const GemmSegment& segment,
                                     int n, int k, int k_total, float (&values)[8]) {

@@ -105,8 +105,14 @@ struct GemmSm90DecodeTraits : GemmSm90Traits<kBlockN, kStages, kSegments, kHasBi
   // rings and leave a thread at most 96 k of a slice (3 units of 4-bit codes, 6 of 8-bit ones): its codes
   // and two slices' scales are in registers.
   static constexpr int max_passes = 96 / unit_k;
+  // AWQ's words: a thread's unit is 64 values (8 rows x 8 k), and two of them a slice (16 words, two
+  // slices' 16 scales each) spill, so the teams are as many as leave one unit a thread: 192-wide tiles
+  // in pairs (96-row shares) take 2 teams, unpaired 1.
+  static constexpr bool n_major_words = requires { Format::n_major_words; };
   static constexpr int decoder_teams =
-      gemm_sm90_decoder_teams(kStages, kCodeStages, share_rows, max_passes, decoder_threads / units_per_row);
+      n_major_words ? gemm_sm90_decoder_teams(kStages, kCodeStages, share_rows, 1, decoder_threads)
+                    : gemm_sm90_decoder_teams(kStages, kCodeStages, share_rows, max_passes,
+                                              decoder_threads / units_per_row);
   // The consumers free each slot as soon as its wgmmas complete: a slot they held a slice longer was one
   // the decoders could not fill (session 18: both sides waited, the decoders 32% of their samples on a
   // free slot, the consumers 64% on a full one).
@@ -137,21 +143,32 @@ struct GemmSm90DecodeTraits : GemmSm90Traits<kBlockN, kStages, kSegments, kHasBi
   static constexpr int decoder_registers =
       (gemm_sm90_launch_registers(threads) - 128 * Base::consumers * consumer_registers) / decoder_threads /
       8 * 8;
+  // AWQ's words (n_major_words: qweight [K, N / 8], a word 8 rows of one k; see AwqWeights): a code slot
+  // holds its pieces as TMA writes them, [code_box_rows / 8 words, 64 k] each, [64 k][piece_columns] words.
+  // A decoder thread's unit is then one word column (8 rows) x one chunk (8 k): 8 four-byte loads, 8
+  // sixteen-byte stores and 8 row scales; a slice of the share holds share_rows such units, the team's
+  // threads take them column first (unit thread + team_threads i: column % word_columns, chunk / ...).
+  static constexpr int word_columns = share_rows / 8;
+  static constexpr int piece_columns = code_box_rows / 8;
+  static constexpr int word_passes = (share_rows + team_threads - 1) / team_threads;
+  static_assert(!n_major_words || word_passes == 1, "AWQ's words: one unit a thread a slice");
+
   // Full-barrier arrivals per phase: one arrive_expect_tx for A, then one per warp of the decoding team.
   static constexpr unsigned full_arrivals = 1 + team_warps;
 
   static_assert(bits == 4 || bits == 8, "4-bit codes two per byte, or 8-bit bytes");
   static_assert(kBlockN <= 192, "the consumers' 96 accumulators at most (see consumer_registers)");
   static_assert(
-      !requires { Format::k_major_words; } && !requires { Format::n_major_words; },
-      "codes in rows of bytes, k order (not GPTQ's or AWQ's words)");
+      !requires { Format::k_major_words; }, "codes in rows of bytes or AWQ's words, not GPTQ's");
+  static_assert(!n_major_words || (bits == 4 && code_box_rows % 32 == 0),
+                "AWQ's words: 4-bit codes, code boxes of whole 16-byte rows of words (32 W rows)");
   static_assert(cluster_m == 1 || cluster_m == 2 || cluster_m == 4, "clusters of 1, 2 or 4 CTAs along M");
   static_assert(Base::group_m % cluster_m == 0, "a rasterization group holds whole clusters");
   static_assert(share_rows % 16 == 0 && share_rows % code_box_rows == 0,
                 "a CTA's share is whole code boxes and whole half passes (16 rows), so each share also "
                 "starts on a swizzle atom (8 rows)");
   static_assert(group_size % unit_k == 0 || unit_k % group_size == 0, "a unit holds whole groups, or one");
-  static_assert(!Format::has_offset || unit_groups == 1, "one affine offset per unit");
+  static_assert(!Format::has_offset || unit_groups == 1 || n_major_words, "one affine offset per unit");
   static_assert((share_rows % rows_per_pass) * units_per_row % 32 == 0, "a partial pass is whole warps");
   static_assert(code_box_rows * code_row_bytes % 128 == 0 && code_slot_bytes % 128 == 0,
                 "code pieces 128-byte aligned");
@@ -368,6 +385,148 @@ __device__ __forceinline__ void decode_units_guarded(const GemmParams& gemm, uns
   }
 }
 
+// AWQ's words (Traits::n_major_words). Team thread `thread`'s unit in pass `pass`: word column `column`
+// of the share (W rows 8 column .. 8 column + 7) and chunk `chunk` of the slice (its k 8 chunk .. 8 chunk
+// + 7), chunk first: the 8 lanes of a quarter warp take the 8 chunks of one column, so each of their
+// 16-byte stores of a row puts 8 different swizzled chunks in one wavefront. A last, partial pass's
+// threads past the share take its last unit and decode nothing.
+template <class Traits>
+struct WordUnit {
+  int column, chunk;
+  bool inside;
+  __device__ __forceinline__ WordUnit(int pass, int thread) {
+    const int unit = Traits::team_threads * pass + thread;
+    inside = unit < Traits::share_rows;
+    const int each = inside ? unit : Traits::share_rows - 1;
+    column = each / 8;
+    chunk = each % 8;
+  }
+  // The code slot's pieces are [64 k][piece_columns] words, so the 8 chunks of a column lie piece_columns
+  // x 8 words apart: in one bank where that is a multiple of 32. A lane reads its 8 words in the order
+  // e ^ rotation (rotation = chunk % 4), which spreads a quarter warp's loads over 4 banks: 2-way conflicts
+  // for 64-row shares (8 words a k row), 4-way for 128, none for 32-row pieces.
+  __device__ __forceinline__ int rotation() const { return chunk & 3; }
+  __device__ __forceinline__ int first_word() const {  // of k 8 chunk, in the slot
+    constexpr int piece_columns = Traits::piece_columns;
+    return column / piece_columns * (Traits::block_k * piece_columns) + 8 * chunk * piece_columns +
+           column % piece_columns;
+  }
+};
+
+// A decoder thread's stored scale and zero points of one slice for AWQ's words, loaded a slice ahead as
+// SliceScales' are. The 8 lanes of a quarter warp decode one word column (rows 8 column .. + 7), so lane
+// `chunk` holds the scale of row 8 column + chunk and decode_word_slice takes each row's from its lane
+// (shfl): 8 scales a thread, twice over (this slice's and the next's), spilled in some specializations. Every
+// chunk of a slice lies in the group of its first k (groups are whole slices: AwqWeights on this kernel has
+// groups of a multiple of 64, or one), so the 8 lanes load one group even where the slice runs past K.
+template <class Traits>
+struct WordSliceScales {
+  using Format = typename Traits::Format;
+  static_assert(Format::group_size < 0 || Format::group_size % Traits::block_k == 0,
+                "a slice lies in one group: each lane holds one row's scale for its quarter warp");
+  float scale[Traits::word_passes];     // row 8 column + chunk's
+  unsigned zeros[Traits::word_passes];  // the column's qzeros word
+  unsigned valid;                       // bit i: pass i's unit is inside the share, N and K
+
+  __device__ __forceinline__ void load(const GemmParams& gemm, int n0, int k0, int thread) {
+    valid = 0;
+    const int group = Format::group_size > 0 ? k0 / Format::group_size : 0;  // k0 < K: a slice exists
+#pragma unroll
+    for (int pass = 0; pass < Traits::word_passes; ++pass) {
+      const WordUnit<Traits> unit(pass, thread);
+      const int n = n0 + 8 * unit.column;
+      // Past N (whole word columns: AWQ's segments are whole 32-row pieces): N's last column.
+      const int row = min(n, gemm.n - 8);
+      const GemmSegment segment = segment_of<Traits::segments>(gemm, row);
+      const int first = row - segment.n_begin;
+      scale[pass] = group_major_scale(segment, first + unit.chunk, group);
+      zeros[pass] = Format::zero_word(segment, first, group);
+      valid |= (unit.inside && k0 + 8 * unit.chunk < gemm.k && n < gemm.n ? 1u : 0u) << pass;
+    }
+  }
+};
+
+// The slice's units of AWQ's words: share codes [64 k][share_rows / 8] words (in pieces) -> W [share_rows,
+// 64] bf16 at `w`, swizzled as decode_slice says below. Each value is (q - z) * s in f32, rounded once to
+// bf16: AwqWeights::dequantize's, bit for bit. q - z comes exact from fp16: a code masked in place inside
+// its byte is the low mantissa of fp16 1024 (1024 + q for an even nibble, 1024 + 16 q for an odd one), and
+// 1024 + z (1024 + 16 z) is subtracted; the odd nibble's scale is s / 16 (exact). Row r of a column sits at
+// nibble AwqWeights::nibble_of_column(r) of its words: every shift, mask and byte selector is a constant.
+template <class Traits>
+__device__ __forceinline__ void decode_word_slice(const unsigned char* codes, unsigned char* w,
+                                                  const WordSliceScales<Traits>& stored, int thread) {
+  using Format = typename Traits::Format;
+  const unsigned* const words = reinterpret_cast<const unsigned*>(codes);
+  // Every unit's words first: shared loads that no store of the slice has to wait behind. loaded[pass][e]
+  // holds the word of k 8 chunk + (e ^ rotation).
+  unsigned loaded[Traits::word_passes][8];
+#pragma unroll
+  for (int pass = 0; pass < Traits::word_passes; ++pass) {
+    const WordUnit<Traits> unit(pass, thread);
+    const unsigned* const at = words + unit.first_word();
+    const int rotation = unit.rotation();
+#pragma unroll
+    for (int e = 0; e < 8; ++e) loaded[pass][e] = at[(e ^ rotation) * Traits::piece_columns];
+  }
+#pragma unroll
+  for (int pass = 0; pass < Traits::word_passes; ++pass) {
+    // Threads of a partial pass (whole quarter warps past the share) decode with the others, for the
+    // shuffles, and store nothing.
+    const WordUnit<Traits> unit(pass, thread);
+    const int rotation = unit.rotation();
+    unsigned* const x = loaded[pass];
+    // Undo the rotation: x[e] becomes the word of k 8 chunk + e.
+#pragma unroll
+    for (int bit = 1; bit <= 2; bit *= 2) {
+      const bool swap = (rotation & bit) != 0;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        if (e & bit) continue;
+        const unsigned a = x[e], b = x[e | bit];
+        x[e] = swap ? b : a;
+        x[e | bit] = swap ? a : b;
+      }
+    }
+    const bool inside = (stored.valid >> pass) & 1u;
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const int nibble = Format::nibble_of_column(r);
+      const bool odd = nibble & 1;
+      // Byte 0 of a selection <- byte nibble / 2 of word 2q, byte 2 <- the same byte of word 2q + 1.
+      const unsigned select = static_cast<unsigned>(nibble / 2) * 0x0101u + 0x0400u;
+      const unsigned mask = odd ? 0x00F000F0u : 0x000F000Fu;
+      const unsigned zero = (stored.zeros[pass] >> (4 * nibble)) & 15u;
+      const unsigned zero_bits = zero * (odd ? 0x00100010u : 0x00010001u) + 0x64006400u;
+      const float row_scale = __shfl_sync(0xFFFFFFFFu, stored.scale[pass], r, 8);
+      const float s = inside ? row_scale * (odd ? 0.0625f : 1.0f) : 0.0f;
+      unsigned pairs[4];
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const unsigned biased = (__byte_perm(x[2 * q], x[2 * q + 1], select) & mask) | 0x64006400u;
+        const float2 codes_minus_zero = __half22float2(__hsub2(
+            *reinterpret_cast<const __half2*>(&biased), *reinterpret_cast<const __half2*>(&zero_bits)));
+        const __nv_bfloat162 pair = __floats2bfloat162_rn(codes_minus_zero.x * s, codes_minus_zero.y * s);
+        pairs[q] = *reinterpret_cast<const unsigned*>(&pair);
+      }
+      // Row 8 column + r of the share (whose rows start on an 8-row atom): chunk `chunk` at chunk ^ r.
+      const int row = 8 * unit.column + r;
+      if (unit.inside)
+        *reinterpret_cast<uint4*>(w + row * sm90::kSwizzle128Bytes + ((unit.chunk ^ r) << 4)) =
+            make_uint4(pairs[0], pairs[1], pairs[2], pairs[3]);
+    }
+  }
+}
+
+// The stored scales a decoder thread keeps for `Traits`' codes: SliceScales, or WordSliceScales for AWQ.
+template <class Traits, bool = Traits::n_major_words>
+struct SliceScalesOf {
+  using type = SliceScales<Traits>;
+};
+template <class Traits>
+struct SliceScalesOf<Traits, true> {
+  using type = WordSliceScales<Traits>;
+};
+
 // Team thread `thread` (0..team_threads - 1): its units of one slice, the share's codes
 // [share_rows, 64 k] at `codes` -> W [share_rows, 64] bf16 at `w` (the share's first row in the slot;
 // 128-byte swizzle: the 16-byte chunk c of row r sits at chunk c ^ (r % 8), shares start on 8-row atoms),
@@ -463,8 +622,13 @@ __global__ void __launch_bounds__(Traits::threads, 1)
 #pragma unroll
       for (int piece = 0; piece < Traits::share_rows; piece += Traits::code_box_rows) {
         const SegmentTile codes = segment_tile<Traits::segments>(params, n0 + piece);
-        sm90::tma_load_2d(slot + piece * Traits::code_row_bytes, codes.map, barrier,
-                          (u % k_tiles) * Traits::code_row_bytes, codes.row);
+        if constexpr (Traits::n_major_words) {  // [64 k, code_box_rows / 8 words]
+          sm90::tma_load_2d(slot + piece * Traits::code_row_bytes, codes.map, barrier, codes.row / 8,
+                            (u % k_tiles) * Traits::block_k);
+        } else {
+          sm90::tma_load_2d(slot + piece * Traits::code_row_bytes, codes.map, barrier,
+                            (u % k_tiles) * Traits::code_row_bytes, codes.row);
+        }
       }
     };
     if (threadIdx.x == 0) {
@@ -473,7 +637,7 @@ __global__ void __launch_bounds__(Traits::threads, 1)
     }
     // Scales of the slice being decoded, and of the team's next one (in flight while this one is decoded;
     // past the last use: any rows, never used).
-    SliceScales<Traits> scales, next_scales;
+    typename SliceScalesOf<Traits>::type scales, next_scales;
     if (team < uses) next_scales.load(gemm, share_n0(team), (team % k_tiles) * Traits::block_k, thread);
     // The team's use u: k slice k_tile of the CTA's tile_index-th tile at `coordinates`, and the same of
     // its next use, stepped without a division per slice.
@@ -507,8 +671,14 @@ __global__ void __launch_bounds__(Traits::threads, 1)
       const int code_slot = u % Traits::code_stages;
       sm90::mbarrier_wait_parity(code_barriers + 8 * code_slot, (u / Traits::code_stages) & 1u);
       const int w_share = slot * Traits::slot_bytes + Traits::a_slot_bytes + share * sm90::kSwizzle128Bytes;
-      decode_slice<Traits>(gemm, ring_pointer + (code_ring - ring) + code_slot * Traits::code_slot_bytes,
-                           ring_pointer + w_share, scales, n0, k_tile * Traits::block_k, thread);
+      const unsigned char* const codes =
+          ring_pointer + (code_ring - ring) + code_slot * Traits::code_slot_bytes;
+      if constexpr (Traits::n_major_words) {
+        decode_word_slice<Traits>(codes, ring_pointer + w_share, scales, thread);
+      } else {
+        decode_slice<Traits>(gemm, codes, ring_pointer + w_share, scales, n0, k_tile * Traits::block_k,
+                             thread);
+      }
       // The warp's writes, then the arrival this CTA's consumers' wgmmas (async proxy) wait for.
       sm90::fence_proxy_async_shared();
       __syncwarp();

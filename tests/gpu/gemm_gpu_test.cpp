@@ -903,8 +903,8 @@ TEST_CASE("quantized weight GEMM speed: wgmma_w4 and the dequantized path vs bf1
 
 namespace {
 
-// The formats the sm_90a decoding kernel reads (codes in rows of bytes): wgmma_w4's but GPTQ's and AWQ's
-// words, and the 8-bit ones.
+// The formats the sm_90a decoding kernel reads (codes in rows of bytes, or AWQ's words): wgmma_w4's but
+// GPTQ's words, and the 8-bit ones.
 std::vector<config::WeightEncoding> decode_encodings() {
   std::vector<config::WeightEncoding> encodings = w4_encodings();
   std::erase_if(encodings,
@@ -922,7 +922,8 @@ int code_bits(const config::WeightEncoding& encoding) {
 
 // The sm_90a decoding GEMM (wgmma_decode: the producer warpgroup decodes the codes into the bf16 kernel's W
 // slots) against the reference, per format, every tile width, on shapes that are no tile multiple.
-// Run: test_gpu "[gemm_decode]".
+// Run: test_gpu "[gemm_decode]"; ATTNPLAN_DECODE_FORMATS="awq" checks only the formats whose name holds
+// that text (encoding_name: "awq 4-bit g128", "nvfp4", "affine 4-bit g64", ...).
 TEST_CASE("sm_90a decoding weight GEMM matches the reference per format", "[gpu][gemm][gemm_decode]") {
   const config::Arch arch = device_arch();
   if (arch.sm() != 90 || !arch.arch_specific) {
@@ -930,7 +931,12 @@ TEST_CASE("sm_90a decoding weight GEMM matches the reference per format", "[gpu]
     return;
   }
   std::uint64_t seed = 6700;
+  const char* const only = std::getenv("ATTNPLAN_DECODE_FORMATS");
   for (const config::WeightEncoding& weights : decode_encodings()) {
+    if (only != nullptr && encoding_name(weights).find(only) == std::string::npos) {
+      seed += 5;  // each format keeps its data (five cases) with or without the filter
+      continue;
+    }
     const int bits = code_bits(weights);
     const auto tiling = [&](int block_n, int cluster_m) {
       return plan::gemm_sm90_decode_tiling(block_n, bits, cluster_m);
@@ -945,6 +951,17 @@ TEST_CASE("sm_90a decoding weight GEMM matches the reference per format", "[gpu]
     for (const auto& [block_n, cluster_m] :
          {std::pair{192, 1}, {160, 1}, {192, 4}, {160, 2}, {96, 1}, {96, 2}})
       straddling.push_back(tiling(block_n, cluster_m));
+    // AWQ's code boxes are rows of N / 8 words: shares of whole 32-row pieces, segments of whole 32 rows.
+    const bool awq = weights.scheme == config::PackedIntegerScheme::awq &&
+                     weights.format == config::WeightFormat::packed_integer;
+    if (awq) {
+      for (std::vector<plan::GemmSm90Tiling>* list : {&all, &straddling}) {
+        std::erase_if(*list, [](const plan::GemmSm90Tiling& each) {
+          return !plan::sm90_decode_awq_share_fits(each.block_n, each.cluster_m);
+        });
+      }
+    }
+    const int last = awq ? 992 : 1000, few_last = awq ? 32 : 8;
     const auto decode = plan::GemmKernel::wgmma_decode;
     // M 1000 (7.8 tiles of 128: clusters of 4 pad the last), N 1536 + 64 (a ragged last segment), K 4096,
     // bias; every width.
@@ -956,12 +973,14 @@ TEST_CASE("sm_90a decoding weight GEMM matches the reference per format", "[gpu]
     // q | k | v segments of 32-row multiples that 160- and 192-wide tiles straddle (code pieces from two
     // segments), few tokens (one row tile: a cluster's other CTAs lie past M), bias; then one token.
     const int k_few = 2880 - (weights.group_size == 128 ? 64 : 0);
-    check_quantized_gemm(weights, 37, k_few, {4064, 1056, 1000}, true, seed++, straddling, decode);
+    check_quantized_gemm(weights, 37, k_few, {4064, 1056, last}, true, seed++, straddling, decode);
     // gpt-oss-20b's q | k | v: in 96 x2 the share at rows 4560-4607 ends at the k | v boundary and its
     // partial pass's threads past the share once read their scales past k's (session 20; compute-sanitizer
     // memcheck flags such reads, tools/sanitize.sh).
-    check_quantized_gemm(weights, 64, k_few, {4096, 512, 512}, true, seed++, {tiling(96, 2)}, decode);
-    check_quantized_gemm(weights, 1, k_few, {128, 128, 8}, true, seed++, {all[2], tiling(64, 2)}, decode);
+    check_quantized_gemm(weights, 64, k_few, {4096, 512, 512}, true, seed++,
+                         {awq ? tiling(192, 2) : tiling(96, 2)}, decode);
+    check_quantized_gemm(weights, 1, k_few, {128, 128, few_last}, true, seed++, {all[2], tiling(64, 2)},
+                         decode);
   }
 }
 
@@ -992,7 +1011,8 @@ std::vector<int> env_integers(const char* name, std::vector<int> fallback) {
 // compared with the dequantized path's (same bf16 weights: rel. L2 ~0). Run: test_gpu "[.gemm_decode_speed]".
 // ATTNPLAN_SPEED_TOKENS="64,256" times other launch lengths; ATTNPLAN_SPEED_WIDTHS="96,64" times only those
 // widths besides the chooser's pick (each unclustered and in clusters of 2); ATTNPLAN_SPEED_FORMATS="3"
-// only the first formats (mxfp4, nvfp4, MLX g64, fp8 block).
+// only the first formats (mxfp4, nvfp4, MLX g64, fp8 block, AWQ g128; default 4: AWQ's after session 22
+// only when asked for).
 TEST_CASE("decoding weight GEMM speed: wgmma_decode against wgmma_w4, the dequantized path and bf16",
           "[.gemm_decode_speed][gpu][gemm]") {
   const config::Arch arch = device_arch();
@@ -1015,8 +1035,8 @@ TEST_CASE("decoding weight GEMM speed: wgmma_decode against wgmma_w4, the dequan
                           {"Llama-3.1-8B o", 4096, 4096, {4096}},
                           {"gpt-oss-20b q|k|v", 5120, 2880, {4096, 512, 512}}};
   const std::vector<config::WeightEncoding> all = decode_encodings();
-  std::vector<config::WeightEncoding> encodings = {all[0], all[1], all[3],
-                                                   all[7]};  // mxfp4 nvfp4 g64 fp8 block
+  // mxfp4, nvfp4, MLX g64, fp8 block, AWQ g128 (all: w4_encodings' order, then sm90_w8_encodings').
+  std::vector<config::WeightEncoding> encodings = {all[0], all[1], all[3], all[9], all[5]};
   encodings.resize(std::min<std::size_t>(encodings.size(),
                                          std::size_t(env_integers("ATTNPLAN_SPEED_FORMATS", {4}).front())));
   gpu().context.make_current();
@@ -1115,7 +1135,10 @@ TEST_CASE("decoding weight GEMM speed: wgmma_decode against wgmma_w4, the dequan
           if (!plan::gemm_sm90_segments_fit(shape.widths, block_n)) continue;
           for (const int cluster_m : cluster_sizes) {
             if ((block_n == decode.sm90.block_n && cluster_m == decode.sm90.cluster_m) ||
-                block_n % (16 * cluster_m) != 0 || (cluster_m > 1 && m > 2048) || (block_n < 128 && m > 512))
+                block_n % (16 * cluster_m) != 0 || (cluster_m > 1 && m > 2048) ||
+                (block_n < 128 && m > 512) ||
+                (weights.format == config::WeightFormat::packed_integer &&
+                 !plan::sm90_decode_awq_share_fits(block_n, cluster_m)))
               continue;
             spec.sm90 = plan::gemm_sm90_decode_tiling(block_n, code_bits(weights), cluster_m);
             time_spec(spec, "");

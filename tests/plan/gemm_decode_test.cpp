@@ -24,11 +24,19 @@ using plan_testing::kSm90a;
 
 namespace {
 
-// Every encoding the kernel reads: codes in rows of bytes, 4 or 8 bits.
+config::WeightEncoding awq(int group_size) {
+  return testing::packed_encoding(config::PackedIntegerScheme::awq, 4, group_size, false);
+}
+
+// Every encoding the kernel reads: codes in rows of bytes, 4 or 8 bits, and AWQ's words.
 std::vector<config::WeightEncoding> decode_encodings() {
-  std::vector<config::WeightEncoding> encodings = {
-      format(config::WeightFormat::mxfp4), format(config::WeightFormat::nvfp4),
-      testing::affine_encoding(4, 32), testing::affine_encoding(4, 64), testing::affine_encoding(4, 128)};
+  std::vector<config::WeightEncoding> encodings = {format(config::WeightFormat::mxfp4),
+                                                   format(config::WeightFormat::nvfp4),
+                                                   testing::affine_encoding(4, 32),
+                                                   testing::affine_encoding(4, 64),
+                                                   testing::affine_encoding(4, 128),
+                                                   awq(128),
+                                                   awq(-1)};
   for (const config::WeightEncoding& encoding : testing::sm90_w8_encodings()) encodings.push_back(encoding);
   return encodings;
 }
@@ -65,14 +73,17 @@ TEST_CASE("wgmma_decode: sm_90a, codes in rows of bytes, the bf16 kernel's tiles
     CHECK(choose_decode_gemm_kernel(encoding, {9, 0, false}, 8192, 6144, 4096, llama).kernel ==
           GemmKernel::mma_sync);
   }
-  // GPTQ's and AWQ's words, other affine widths, fp8 activations and bf16 are not codes in rows of bytes.
+  // GPTQ's words, other affine widths, fp8 activations and bf16 are neither codes in rows of bytes nor
+  // AWQ's words.
   config::WeightEncoding fp8_activations = testing::fp8_weight_only(config::Fp8ScaleGranularity::block);
   fp8_activations.activation = config::ActivationType::fp8;
   const config::WeightEncoding others[] = {
       format(config::WeightFormat::bf16),
       fp8_activations,
       testing::packed_encoding(config::PackedIntegerScheme::gptq, 4, 128, false),
-      testing::packed_encoding(config::PackedIntegerScheme::awq, 4, 128, false),
+      testing::packed_encoding(config::PackedIntegerScheme::gptq, 4, 128, true),
+      testing::packed_encoding(config::PackedIntegerScheme::awq, 8, 128, false),
+      testing::packed_encoding(config::PackedIntegerScheme::awq, 4, 32, false),  // groups within a slice
       testing::affine_encoding(3, 64),
       testing::affine_encoding(8, 64),
   };
@@ -105,6 +116,50 @@ TEST_CASE("wgmma_decode: sm_90a, codes in rows of bytes, the bf16 kernel's tiles
   const int odd[] = {120, 40, 40};
   CHECK(choose_decode_gemm_kernel(nvfp4, kSm90a, 512, 200, 4096, odd).kernel == GemmKernel::mma_sync);
   CHECK(gemm_kernel_name(GemmKernel::wgmma_decode) == "wgmma_decode");
+}
+
+TEST_CASE("wgmma_decode with AWQ's words: shares of whole 32-row pieces, segments of 32-row multiples",
+          "[plan][gemm][gemm_decode]") {
+  CHECK(sm90_decode_awq_share_fits(128, 2));
+  CHECK(sm90_decode_awq_share_fits(192, 2));  // 96 rows
+  CHECK(sm90_decode_awq_share_fits(160, 1));
+  CHECK(sm90_decode_awq_share_fits(64, 2));
+  CHECK_FALSE(sm90_decode_awq_share_fits(160, 2));  // 80 rows
+  CHECK_FALSE(sm90_decode_awq_share_fits(96, 2));   // 48
+  CHECK_FALSE(sm90_decode_awq_share_fits(192, 4));  // 48
+  // The chooser never offers 160 (its pairs' 80-row shares); N 5120 at 512 tokens takes what the cost
+  // model ranks next.
+  const int gpt_oss[] = {4096, 512, 512};
+  const GemmKernelChoice choice = choose_decode_gemm_kernel(awq(128), kSm90a, 512, 5120, 2880, gpt_oss);
+  CHECK(choice.kernel == GemmKernel::wgmma_decode);
+  CHECK(choice.sm90.block_n != 160);
+  CHECK(sm90_decode_awq_share_fits(choice.sm90.block_n, choice.sm90.cluster_m));
+  const int llama[] = {4096, 1024, 1024};
+  for (const int m : {1, 64, 128, 256, 511, 2048, 8192}) {
+    INFO("M " << m);
+    const GemmSm90Tiling tiling = choose_decode_gemm_kernel(awq(128), kSm90a, m, 6144, 4096, llama).sm90;
+    CHECK(sm90_decode_awq_share_fits(tiling.block_n, tiling.cluster_m));
+    // The same as the row-byte formats wherever those take a width AWQ has.
+    const GemmSm90Tiling nvfp4 =
+        choose_decode_gemm_kernel(format(config::WeightFormat::nvfp4), kSm90a, m, 6144, 4096, llama).sm90;
+    if (nvfp4.block_n != 160) CHECK(tiling == nvfp4);
+  }
+  // A segment that is no multiple of 32 rows: rows of N / 8 words would not be 16-byte strides.
+  const int ragged[] = {4096, 1024, 1016};
+  CHECK(choose_decode_gemm_kernel(awq(128), kSm90a, 512, 6136, 4096, ragged).kernel == GemmKernel::mma_sync);
+  // The stub names the policy; a share of 80 rows is refused with the rule.
+  GemmSpec spec{.segments = 3, .has_bias = false};
+  spec.kernel = GemmKernel::wgmma_decode;
+  spec.weights = awq(128);
+  spec.sm90 = gemm_sm90_decode_tiling(128, 4, 2);
+  CHECK(spec.source().render_stub().find("attnplan::kernels::AwqWeights<128>") != std::string::npos);
+  GemmParams params = llama_qkv_params(512);
+  for (int s = 0; s < 3; ++s) params.segments[s].zeros = fake_pointer<const void>(0x2000000 * (s + 1));
+  CHECK_NOTHROW(spec.check(params));
+  spec.sm90 = gemm_sm90_decode_tiling(160, 4, 2);
+  const std::string refused = expect_error([&] { (void)spec.source(); }).what();
+  INFO(refused);
+  CHECK(contains(refused, "share, 80 rows, must be a multiple of 32"));
 }
 
 TEST_CASE("wgmma_decode ring: 4 slots (decoder teams), 4 code slots where they fit",
@@ -220,6 +275,9 @@ TEST_CASE("wgmma_decode specializations compile for sm_90a: no spills, wgmma fro
                                              {128, 2},
                                              {96, 2},
                                              {64, 2}}) {
+      if (encoding.format == config::WeightFormat::packed_integer &&
+          !sm90_decode_awq_share_fits(block_n, cluster_m))
+        continue;
       GemmSpec spec{.segments = 3, .has_bias = true};
       spec.kernel = GemmKernel::wgmma_decode;
       spec.sm90 = gemm_sm90_decode_tiling(block_n, bits, cluster_m);

@@ -41,7 +41,8 @@ TEST_CASE("on sm_90a both projections run the wgmma kernel; elsewhere mma.sync",
 }
 
 TEST_CASE(
-    "on sm_90a the weight-only plans run the decoding kernel (4-bit codes in rows of bytes) or wgmma_w4; "
+    "on sm_90a the weight-only plans run the decoding kernel (4-bit codes in rows of bytes, AWQ's words) or "
+    "wgmma_w4; "
     "GPTQ with act order and other archs mma.sync",
     "[plan][gemm][gemm_w4][gemm_decode]") {
   const config::Arch hopper{9, 0, true};
@@ -50,7 +51,8 @@ TEST_CASE(
   };
   // Short launches of mxfp4, nvfp4 and MLX 4-bit: the decoding kernel, tiled for kDecodeTiledTokens (511:
   // clusters of 2); the dequantized path takes the launches past its one wave.
-  for (const char* name : {"llama-3.1-8b-nvfp4", "llama-3.1-8b-mlx-4bit", "gpt-oss-20b-mxfp4"}) {
+  for (const char* name :
+       {"llama-3.1-8b-nvfp4", "llama-3.1-8b-mlx-4bit", "gpt-oss-20b-mxfp4", "llama-3.1-8b-awq"}) {
     INFO(name);
     const config::AttentionConfig config = load(name);
     const plan::KernelPlan kernels = plan::plan_kernels(config, hopper);
@@ -131,9 +133,11 @@ TEST_CASE(
         plan::ProjectionVariant::planned);
   CHECK(plan::launched_projection_variant(nvfp4, plan::StageKind::output_projection, 513, 4096, 132) ==
         plan::ProjectionVariant::dequantized);
-  // AWQ's words and the 8-bit formats: wgmma_w4.
-  for (const char* name :
-       {"llama-3.1-8b-awq", "llama-3.1-8b-fp8", "qwen3-8b-fp8-block", "llama-3.1-8b-mxfp8"}) {
+  // AWQ's shares are whole 32-row code boxes of words: never 160 wide (pairs of 80 rows).
+  const plan::KernelPlan awq = plan::plan_kernels(load("llama-3.1-8b-awq"), hopper);
+  CHECK(plan::sm90_decode_awq_share_fits(awq.qkv_projection.sm90.block_n, awq.qkv_projection.sm90.cluster_m));
+  // The 8-bit formats: wgmma_w4.
+  for (const char* name : {"llama-3.1-8b-fp8", "qwen3-8b-fp8-block", "llama-3.1-8b-mxfp8"}) {
     INFO(name);
     const config::AttentionConfig config = load(name);
     CHECK_FALSE(plan::sm90_decode_gemm_planned(config.projection.qkv));
