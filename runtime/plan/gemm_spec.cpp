@@ -168,6 +168,14 @@ nlohmann::json weights_spec(const config::WeightEncoding& weights) {
           {"policy", weight_policy(weights)}};
 }
 
+// What a refusal names of a packed_integer encoding beside its format: " (awq, 4 bits)", " (gptq, 4 bits,
+// act order)"; nothing for other formats.
+std::string packed_integer_detail(const config::WeightEncoding& encoding) {
+  if (encoding.format != WeightFormat::packed_integer) return "";
+  return fmt::format(" ({}, {} bits{})", config::to_string(encoding.scheme), encoding.bits,
+                     encoding.act_order ? ", act order" : "");
+}
+
 // The wgmma_w4 kernel's stub: the format's policy of gemm.cuh is its loader.
 compiler::KernelSource sm90_w4_source(const GemmSpec& spec) {
   if (!sm90_w4_gemm_supports(spec.weights)) {
@@ -178,10 +186,7 @@ compiler::KernelSource sm90_w4_source(const GemmSpec& spec) {
             "order, mxfp8 and fp8 weight-only weights, not {}{}",
             config::to_string(spec.weights.format),
             spec.weights.format == WeightFormat::affine ? fmt::format(" with {} bits", spec.weights.bits)
-            : spec.weights.format == WeightFormat::packed_integer
-                ? fmt::format(" ({}, {} bits{})", config::to_string(spec.weights.scheme), spec.weights.bits,
-                              spec.weights.act_order ? ", act order" : "")
-                : ""));
+                                                        : packed_integer_detail(spec.weights)));
   }
   compiler::KernelSource source;
   source.family = "gemm_sm90_w4";
@@ -218,10 +223,7 @@ compiler::KernelSource sm90_decode_source(const GemmSpec& spec) {
                             spec.weights.format == WeightFormat::affine
                                 ? fmt::format(" with {} bits and groups of {}", spec.weights.bits,
                                               spec.weights.group_size)
-                            : spec.weights.format == WeightFormat::packed_integer
-                                ? fmt::format(" ({}, {} bits{})", config::to_string(spec.weights.scheme),
-                                              spec.weights.bits, spec.weights.act_order ? ", act order" : "")
-                                : ""));
+                                : packed_integer_detail(spec.weights)));
   }
   if (is_awq(spec.weights) && !sm90_decode_awq_share_fits(spec.sm90.block_n, spec.sm90.cluster_m)) {
     throw Error(Stage::input,
@@ -453,7 +455,8 @@ GemmKernelChoice choose_decode_gemm_kernel(const config::WeightEncoding& encodin
   // AWQ: segments of whole 32-row pieces (N / 8 words a 16-byte TMA stride), and no 160: its pairs' shares
   // of 80 rows are no whole code boxes of words (sm90_decode_awq_share_fits).
   const bool awq = is_awq(encoding);
-  if (awq && std::any_of(segment_widths.begin(), segment_widths.end(), [](int w) { return w % 32 != 0; }))
+  if (!std::all_of(segment_widths.begin(), segment_widths.end(),
+                   [&](int width) { return sm90_w4_width_fits(encoding, width); }))
     return {};
   std::vector<GemmSm90Tiling> candidates;
   for (const int block_n : {192, 160, 128, 64}) {

@@ -383,17 +383,13 @@ struct AwqWeights {
   // The nibble of column offset j (the inverse of the packing order).
   __device__ static int nibble_of_column(int j) { return (j % 2) * 4 + j / 2; }
   // Zero point of W row `row` of the segment in group `group`: qzeros [groups, N / 8] in the same order.
-  __device__ static float zero_point(const GemmSegment& segment, int row, int group) {
-    const int width = segment.n_end - segment.n_begin;
-    const unsigned word =
-        static_cast<const unsigned*>(segment.zeros)[static_cast<long long>(group) * (width / 8) + row / 8];
-    return float((word >> (4 * nibble_of_column(row % 8))) & 15u);
-  }
-  // The qzeros word of W rows `row` .. `row` + 7 of the segment (row a multiple of 8) in group `group`
-  // (gemm_sm90_decode.cuh).
+  // The qzeros word that holds W row `row` of the segment (rows 8 (row / 8) .. + 7) in group `group`.
   __device__ static unsigned zero_word(const GemmSegment& segment, int row, int group) {
     const int width = segment.n_end - segment.n_begin;
     return static_cast<const unsigned*>(segment.zeros)[static_cast<long long>(group) * (width / 8) + row / 8];
+  }
+  __device__ static float zero_point(const GemmSegment& segment, int row, int group) {
+    return float((zero_word(segment, row, group) >> (4 * nibble_of_column(row % 8))) & 15u);
   }
   template <int kBlockN, int kBlockK>
   __device__ static void dequantize(const unsigned* words, int tile_row, int kk, const GemmSegment& segment,

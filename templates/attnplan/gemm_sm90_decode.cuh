@@ -105,9 +105,9 @@ struct GemmSm90DecodeTraits : GemmSm90Traits<kBlockN, kStages, kSegments, kHasBi
   // rings and leave a thread at most 96 k of a slice (3 units of 4-bit codes, 6 of 8-bit ones): its codes
   // and two slices' scales are in registers.
   static constexpr int max_passes = 96 / unit_k;
-  // AWQ's words: a thread's unit is 64 values (8 rows x 8 k), and two of them a slice (16 words, two
-  // slices' 16 scales each) spill, so the teams are as many as leave one unit a thread: 192-wide tiles
-  // in pairs (96-row shares) take 2 teams, unpaired 1.
+  // AWQ's words: a thread's unit is 64 values (8 rows x 8 k), and two of them a slice (16 words) spill at
+  // 192 wide, so the teams are as many as leave one unit a thread: 192-wide tiles in pairs (96-row
+  // shares) take 2 teams, unpaired 1.
   static constexpr bool n_major_words = requires { Format::n_major_words; };
   static constexpr int decoder_teams =
       n_major_words ? gemm_sm90_decoder_teams(kStages, kCodeStages, share_rows, 1, decoder_threads)
@@ -145,10 +145,8 @@ struct GemmSm90DecodeTraits : GemmSm90Traits<kBlockN, kStages, kSegments, kHasBi
       8 * 8;
   // AWQ's words (n_major_words: qweight [K, N / 8], a word 8 rows of one k; see AwqWeights): a code slot
   // holds its pieces as TMA writes them, [code_box_rows / 8 words, 64 k] each, [64 k][piece_columns] words.
-  // A decoder thread's unit is then one word column (8 rows) x one chunk (8 k): 8 four-byte loads, 8
-  // sixteen-byte stores and 8 row scales; a slice of the share holds share_rows such units, the team's
-  // threads take them column first (unit thread + team_threads i: column % word_columns, chunk / ...).
-  static constexpr int word_columns = share_rows / 8;
+  // A decoder thread's unit is then one word column (8 rows) x one chunk (8 k): 8 four-byte loads and 8
+  // sixteen-byte stores; a slice of the share holds share_rows such units, taken chunk first (WordUnit).
   static constexpr int piece_columns = code_box_rows / 8;
   static constexpr int word_passes = (share_rows + team_threads - 1) / team_threads;
   static_assert(!n_major_words || word_passes == 1, "AWQ's words: one unit a thread a slice");
@@ -389,7 +387,7 @@ __device__ __forceinline__ void decode_units_guarded(const GemmParams& gemm, uns
 // of the share (W rows 8 column .. 8 column + 7) and chunk `chunk` of the slice (its k 8 chunk .. 8 chunk
 // + 7), chunk first: the 8 lanes of a quarter warp take the 8 chunks of one column, so each of their
 // 16-byte stores of a row puts 8 different swizzled chunks in one wavefront. A last, partial pass's
-// threads past the share take its last unit and decode nothing.
+// threads past the share take its last unit and store nothing.
 template <class Traits>
 struct WordUnit {
   int column, chunk;
