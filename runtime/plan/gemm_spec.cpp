@@ -168,6 +168,16 @@ nlohmann::json weights_spec(const config::WeightEncoding& weights) {
           {"policy", weight_policy(weights)}};
 }
 
+// Whether the gemm.cuh policy of `encoding` looks up each k's group (gathers_groups_v): GPTQ with act order.
+bool gathers_groups(const config::WeightEncoding& encoding) {
+  return encoding.format == WeightFormat::packed_integer && !is_awq(encoding) && encoding.act_order;
+}
+
+// The groups of K under `encoding`'s group size (-1, per channel: one).
+int group_count(const config::WeightEncoding& encoding, int k) {
+  return encoding.group_size > 0 ? static_cast<int>(ceil_div(k, encoding.group_size)) : 1;
+}
+
 // What a refusal names of a packed_integer encoding beside its format: " (awq, 4 bits)", " (gptq, 4 bits,
 // act order)"; nothing for other formats.
 std::string packed_integer_detail(const config::WeightEncoding& encoding) {
@@ -856,24 +866,39 @@ compiler::KernelSource DequantizeSpec::source() const {
   compiler::KernelSource source;
   source.family = "dequantize";
   source.header = "attnplan/dequantize.cuh";
-  source.traits = "attnplan::kernels::DequantizeTraits";
-  source.kernel = "attnplan::kernels::dequantize_kernel";
+  const bool table = kernel == DequantizeKernel::group_table;
+  if (table && (!gathers_groups(weights) || groups < 1 || groups > kDequantizeTableMaxGroups)) {
+    throw Error(Stage::input, fmt::format("dequantize: no group table of {} groups for format {}{}", groups,
+                                          config::to_string(weights.format), packed_integer_detail(weights)));
+  }
+  source.traits = table ? "attnplan::kernels::DequantizeTableTraits" : "attnplan::kernels::DequantizeTraits";
+  source.kernel =
+      table ? "attnplan::kernels::dequantize_table_kernel" : "attnplan::kernels::dequantize_kernel";
   source.arguments = {{"segments", std::to_string(segments)}, {"weights", weight_policy(weights)}};
+  if (table) source.arguments.push_back({"groups", std::to_string(groups)});
   source.spec = {{"family", source.family},
-                 {"block_rows", kDequantizeBlockRows},
-                 {"block_k", kDequantizeBlockK},
+                 {"block_rows", table ? kDequantizeTableBlockRows : kDequantizeBlockRows},
+                 {"block_k", table ? kDequantizeTableBlockK : kDequantizeBlockK},
                  {"segments", segments},
                  {"weights", weights_spec(weights)}};
+  if (table) source.spec["groups"] = groups;
   return source;
 }
 
 driver::LaunchShape DequantizeSpec::launch_shape(int n, int k) const {
   if (n <= 0 || k <= 0)
     throw Error(Stage::input, fmt::format("dequantize: no launch shape for N = {}, K = {}", n, k));
-  return driver::LaunchShape{{static_cast<unsigned>(ceil_div(n, kDequantizeBlockRows)),
-                              static_cast<unsigned>(ceil_div(k, kDequantizeBlockK)), 1},
-                             {static_cast<unsigned>(kDequantizeThreads), 1, 1},
-                             0};
+  const bool table = kernel == DequantizeKernel::group_table;
+  const int block_rows = table ? kDequantizeTableBlockRows : kDequantizeBlockRows;
+  const int block_k = table ? kDequantizeTableBlockK : kDequantizeBlockK;
+  return driver::LaunchShape{
+      {static_cast<unsigned>(ceil_div(n, block_rows)), static_cast<unsigned>(ceil_div(k, block_k)), 1},
+      {static_cast<unsigned>(kDequantizeThreads), 1, 1},
+      static_cast<unsigned>(dynamic_shared_bytes())};
+}
+
+int DequantizeSpec::dynamic_shared_bytes() const {
+  return kernel == DequantizeKernel::group_table ? dequantize_table_shared_bytes(groups, weights.bits) : 0;
 }
 
 void DequantizeSpec::check(const DequantizeParams& params) const {
@@ -884,6 +909,28 @@ void DequantizeSpec::check(const DequantizeParams& params) const {
   quantized.check(params.gemm);
   require(params.weight != nullptr && aligned(params.weight, 16),
           "dequantize weight: null or not 16-byte aligned (W [N, K] bf16 in the workspace)");
+  if (kernel != DequantizeKernel::group_table) return;
+  require(group_count(weights, params.gemm.k) == groups,
+          fmt::format("dequantize: K = {} has {} groups of {}, the group table was compiled for {}",
+                      params.gemm.k, group_count(weights, params.gemm.k), weights.group_size, groups));
+  for (int s = 1; s < segments; ++s) {
+    require(params.gemm.segments[s].n_begin % kDequantizeTableBlockRows == 0,
+            fmt::format("dequantize: segments[{}] begins at row {}, not a multiple of {} (the group table's "
+                        "CTAs take one segment's rows)",
+                        s, params.gemm.segments[s].n_begin, kDequantizeTableBlockRows));
+  }
+}
+
+DequantizeSpec choose_dequantize(int segments, const config::WeightEncoding& weights, int k,
+                                 std::span<const int> segment_widths) {
+  DequantizeSpec spec{segments, weights};
+  const int groups = group_count(weights, k);
+  if (gathers_groups(weights) && groups <= kDequantizeTableMaxGroups &&
+      segments_fit(segment_widths, kDequantizeTableBlockRows)) {
+    spec.kernel = DequantizeKernel::group_table;
+    spec.groups = groups;
+  }
+  return spec;
 }
 
 int dequantized_min_tokens(const config::WeightEncoding& weights) {

@@ -276,17 +276,36 @@ int decode_dequantized_min_tokens(const GemmSm90Tiling& decode, int n, int sms);
 // of its format. Pure.
 int dequantized_min_tokens(const GemmSpec& quantized, config::Arch arch, int n);
 
+// The dequantize kernels (dequantize.cuh). tiles: dequantize_kernel, [64 rows, 64 k] per CTA, every
+// format. group_table: dequantize_table_kernel, [64 rows, 512 k] per CTA with its rows' scale and zero of
+// every group staged in shared memory, for weights that look up each k's group (act-order GPTQ).
+enum class DequantizeKernel { tiles, group_table };
+
 struct DequantizeSpec {
   int segments = 1;
   config::WeightEncoding weights;  // the format; its gemm.cuh loader policy decodes
+  DequantizeKernel kernel = DequantizeKernel::tiles;
+  int groups = 0;  // group_table: the groups of K its table holds, ceil(K / group_size) (1 per channel)
 
   compiler::KernelSource source() const;
-  // grid [ceil(n / 64), ceil(k / 64)], block [256], no dynamic shared memory. n, k > 0.
+  // tiles: grid [ceil(n / 64), ceil(k / 64)], no dynamic shared memory; group_table: grid
+  // [ceil(n / 64), ceil(k / 512)], dynamic_shared_bytes(). Block [256]. n, k > 0.
   driver::LaunchShape launch_shape(int n, int k) const;
+  int dynamic_shared_bytes() const;
   // GemmSpec::check's rules for the quantized Params (params.gemm, as the mma.sync kernel with these
-  // weights reads them), and params.weight: null or not 16-byte aligned.
+  // weights reads them), and params.weight: null or not 16-byte aligned. group_table also: K's groups
+  // are `groups`, every segment but the last a multiple of 64 rows.
   void check(const DequantizeParams& params) const;
 };
+
+// The groups a group table holds at most: [groups, 64] float pairs, 512 bytes a group, within 96 KiB.
+inline constexpr int kDequantizeTableMaxGroups = 192;
+
+// Pure. The dequantize kernel for a projection of `segments` segments of `weights` over K `k`: group_table
+// where the weights look up each k's group (GPTQ with act order), K has at most kDequantizeTableMaxGroups
+// groups and every segment but the last is a multiple of 64 rows; tiles otherwise.
+DequantizeSpec choose_dequantize(int segments, const config::WeightEncoding& weights, int k,
+                                 std::span<const int> segment_widths);
 
 // Pure. The bf16 GEMM of `quantized`'s dequantized path for a plan of up to m_hint rows, or nullopt where
 // the path does not apply: not sm_90a, bf16 weights or fp8 activations, a format without an mma.sync

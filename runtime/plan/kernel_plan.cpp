@@ -213,8 +213,8 @@ std::optional<KernelPlan::Dequantized> dequantized_path(const GemmSpec& planned,
   std::optional<GemmSpec> gemm =
       choose_dequantized_gemm(planned, arch, config.max_tokens, n, k, segment_widths);
   if (!gemm) return std::nullopt;
-  return KernelPlan::Dequantized{DequantizeSpec{planned.segments, planned.weights}, *gemm,
-                                 dequantized_min_tokens(planned, arch, n)};
+  return KernelPlan::Dequantized{choose_dequantize(planned.segments, planned.weights, k, segment_widths),
+                                 *gemm, dequantized_min_tokens(planned, arch, n)};
 }
 
 }  // namespace
@@ -315,7 +315,8 @@ KernelPlan plan_kernels(const config::AttentionConfig& config, const config::Arc
       if (tiny)
         plan.kernels.push_back({stage, std::string(tiny_name), tiny->source(), tiny->dynamic_shared_bytes()});
       if (dequantized) {
-        plan.kernels.push_back({stage, std::string(dequantize_name), dequantized->dequantize.source(), 0});
+        plan.kernels.push_back({stage, std::string(dequantize_name), dequantized->dequantize.source(),
+                                dequantized->dequantize.dynamic_shared_bytes()});
         plan.kernels.push_back({stage, std::string(dequantized_name), dequantized->gemm.source(),
                                 dequantized->gemm.dynamic_shared_bytes()});
       }

@@ -141,4 +141,144 @@ __global__ void __launch_bounds__(Traits::threads) dequantize_kernel(const Dequa
   }
 }
 
+// Weights that look up each k's group (act-order GPTQ: the group of k is g_idx[k], in any order) gather a
+// scale and a zero per value. dequantize_kernel's CTA of 64 x 64 reads them from global memory, three
+// dependent loads per value (docs/kernels-notes.md, "Session 23"). This kernel's CTA takes [64 rows, 512 k]
+// and first stages, for its rows, every group's scale and zero in shared memory: a float pair per (group,
+// row), [groups, 64]. Each value then costs one shared load at an offset the CTA computed once per k
+// (g_idx[k] * 64 pairs). The table is 4.5 bytes a group and row in global memory against 1 KiB of W per row
+// written, and it fits shared memory for up to a few hundred groups (plan::choose_dequantize).
+//
+// A warp takes 16 rows x 2 chunks of 8 k, as dequantize_kernel's gathering layout: a half-warp reads one
+// group's pairs of 16 consecutive rows (128 bytes, every bank once), and each row's two chunks fill a
+// 32-byte sector of W. Every segment boundary is a multiple of 64 rows, so a CTA's rows share one segment
+// (and its g_idx). The value is s * (q - z), the mma.sync policy's, computed as s * ((2^23 + q) - (2^23 +
+// z)): both sums are exact in f32, so is their difference, and the product rounds once, as there.
+template <int kSegments, class WeightPolicy, int kGroups>
+struct DequantizeTableTraits {
+  using Params = DequantizeParams;
+  using Weights = WeightPolicy;
+  static constexpr int segments = kSegments;
+  static constexpr int groups = kGroups;  // ceil(K / group_size), or 1 per channel
+  static constexpr int block_rows = kDequantizeTableBlockRows;
+  static constexpr int block_k = kDequantizeTableBlockK;
+  static constexpr int threads = kDequantizeThreads;
+  static constexpr int bits = WeightPolicy::bits;
+  static constexpr int per_word = 32 / bits;        // codes per 32-bit word, consecutive k of one row
+  static constexpr int chunk_words = 8 / per_word;  // words per 8 k
+  static constexpr int word_rows = block_k / per_word;
+  static constexpr int word_pitch = dequantize_table_word_pitch(bits);  // words per staged word row
+  static constexpr int chunks_per_row = block_k / 8;
+  static constexpr int table_bytes = groups * block_rows * 8;
+  static constexpr int words_bytes = word_rows * word_pitch * 4;
+  static constexpr int shared_bytes = dequantize_table_shared_bytes(groups, bits);
+  // Output vectors per thread: 16 rows x 2 chunks per warp, the rows of a warp fixed across its steps.
+  static constexpr int row_blocks = block_rows / 16;
+  static constexpr int steps = block_rows * chunks_per_row / threads;
+
+  static_assert(gathers_groups_v<WeightPolicy>, "a policy that looks up each k's group");
+  static_assert(bits == 4 || bits == 8, "GPTQ packs 4 or 8 bits");
+  static_assert(groups >= 1, "at least one group");
+  static_assert(threads / 32 % row_blocks == 0, "the warps cover whole 16-row blocks");
+  static_assert(block_rows * chunks_per_row % threads == 0, "every thread stores the same vectors");
+  static_assert(word_pitch * 4 % 16 == 0 && block_rows % 4 == 0, "word rows of 16-byte copies");
+  static_assert(table_bytes + words_bytes + block_k * 4 == shared_bytes, "the host's shared-memory formula");
+};
+
+// grid: [ceil(N / 64), ceil(K / 512)], block: [Traits::threads], dynamic shared memory Traits::shared_bytes.
+// Every segment but the last spans a multiple of 64 rows (plan::DequantizeSpec::check).
+template <class Traits>
+__global__ void __launch_bounds__(Traits::threads) dequantize_table_kernel(const DequantizeParams params) {
+  using Weights = typename Traits::Weights;
+  extern __shared__ __align__(16) unsigned char shared[];
+  float2* const table = reinterpret_cast<float2*>(shared);  // [groups, block_rows]: (s, 2^23 + z)
+  unsigned* const words = reinterpret_cast<unsigned*>(shared + Traits::table_bytes);  // [word_rows, pitch]
+  int* const group_offsets =  // [block_k]: byte offset of g_idx[k]'s table row
+      reinterpret_cast<int*>(shared + Traits::table_bytes + Traits::words_bytes);
+  const GemmParams& gemm = params.gemm;
+  const int n0 = blockIdx.x * Traits::block_rows;
+  const int k0 = blockIdx.y * Traits::block_k;
+  const GemmSegment segment = segment_of<Traits::segments>(gemm, n0);
+  const int width = segment.n_end - segment.n_begin;
+  const int rows = min(Traits::block_rows, gemm.n - n0);  // rows of this CTA inside N (and its segment)
+
+  // The code words: word rows k0 / per_word + r of qweight [K / per_word, width], the CTA's 64 columns,
+  // in 16-byte copies of 4 rows (N is a multiple of 8: a copy lies wholly inside or outside N). Outside
+  // N or K: zeros, never stored.
+  const unsigned words_base = shared_address(words);
+  for (int v = threadIdx.x; v < Traits::word_rows * Traits::block_rows / 4; v += Traits::threads) {
+    const int r = v / (Traits::block_rows / 4);
+    const int column = v % (Traits::block_rows / 4) * 4;
+    const bool copy = column < rows && (k0 / Traits::per_word + r) * Traits::per_word < gemm.k;
+    const unsigned* source =
+        reinterpret_cast<const unsigned*>(segment.weight) +
+        (copy ? static_cast<long long>(k0 / Traits::per_word + r) * width + (n0 + column - segment.n_begin)
+              : 0);
+    cp_async_16(words_base + static_cast<unsigned>(r * Traits::word_pitch + column) * 4u, source,
+                copy ? 16 : 0);
+  }
+  cp_async_commit();
+
+  // Each k's table row. A g_idx outside [0, groups) (which the host refuses for checkpoints it reads)
+  // is clamped, so a bad tensor reads a wrong scale, never outside the table.
+  for (int kk = threadIdx.x; kk < Traits::block_k; kk += Traits::threads) {
+    const int k = k0 + kk;
+    const unsigned group = k < gemm.k ? static_cast<unsigned>(segment.g_idx[k]) : 0u;
+    group_offsets[kk] =
+        static_cast<int>(min(group, static_cast<unsigned>(Traits::groups - 1))) * (Traits::block_rows * 8);
+  }
+  // The table: every group's scale and zero (with v1's + 1) of the CTA's rows.
+  for (int e = threadIdx.x; e < Traits::groups * Traits::block_rows; e += Traits::threads) {
+    const int group = e / Traits::block_rows;
+    const int r = e % Traits::block_rows;
+    float2 pair = make_float2(0.0f, 0.0f);
+    if (r < rows) {
+      const int row = n0 + r - segment.n_begin;
+      pair = make_float2(group_major_scale(segment, row, group),
+                         8388608.0f + Weights::zero_point(segment, row, group));
+    }
+    table[e] = pair;
+  }
+  cp_async_wait<0>();
+  __syncthreads();
+
+  const int warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  const int r = warp % Traits::row_blocks * 16 + lane % 16;
+  if (r >= rows) return;
+  const unsigned char* const table_row = shared + r * 8;
+  bf16_bits* const out = params.weight + static_cast<long long>(n0 + r) * gemm.k;
+#pragma unroll 2
+  for (int step = 0; step < Traits::steps; ++step) {
+    const int chunk =
+        (warp / Traits::row_blocks + step * (Traits::threads / 32 / Traits::row_blocks)) * 2 + lane / 16;
+    const int k = k0 + chunk * 8;
+    if (k >= gemm.k) break;  // chunks grow with the step
+    const int4 offsets_low = reinterpret_cast<const int4*>(group_offsets)[chunk * 2];
+    const int4 offsets_high = reinterpret_cast<const int4*>(group_offsets)[chunk * 2 + 1];
+    const int offsets[8] = {offsets_low.x,  offsets_low.y,  offsets_low.z,  offsets_low.w,
+                            offsets_high.x, offsets_high.y, offsets_high.z, offsets_high.w};
+    unsigned codes[Traits::chunk_words];
+#pragma unroll
+    for (int w = 0; w < Traits::chunk_words; ++w)
+      codes[w] = words[(chunk * Traits::chunk_words + w) * Traits::word_pitch + r];
+    unsigned pairs[4];
+#pragma unroll
+    for (int e = 0; e < 8; e += 2) {
+      float values[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        constexpr unsigned mask = (1u << Traits::bits) - 1u;
+        const unsigned q =
+            (codes[(e + h) / Traits::per_word] >> (Traits::bits * ((e + h) % Traits::per_word))) & mask;
+        const float2 scale_zero = *reinterpret_cast<const float2*>(table_row + offsets[e + h]);
+        values[h] = scale_zero.x * (__uint_as_float(0x4B000000u | q) - scale_zero.y);
+      }
+      const __nv_bfloat162 pair = __floats2bfloat162_rn(values[0], values[1]);
+      pairs[e / 2] = *reinterpret_cast<const unsigned*>(&pair);
+    }
+    *reinterpret_cast<uint4*>(out + k) = make_uint4(pairs[0], pairs[1], pairs[2], pairs[3]);
+  }
+}
+
 }  // namespace attnplan::kernels

@@ -61,6 +61,23 @@ inline constexpr int kDequantizeBlockRows = 64;
 inline constexpr int kDequantizeBlockK = 64;
 inline constexpr int kDequantizeThreads = 256;
 
+// The group-table dequantize kernel (dequantize.cuh, weights that look up each k's group: act-order GPTQ):
+// a CTA takes [64 W rows, 512 k], 256 threads, and stages its rows' scale and zero of every group.
+inline constexpr int kDequantizeTableBlockRows = 64;
+inline constexpr int kDequantizeTableBlockK = 512;
+
+// Its dynamic shared memory, in bytes, for `groups` groups of `bits`-bit codes: the table (a float pair per
+// group and row), the code words ([block_k / (32 / bits)] word rows of block_rows + 16 / words-per-8-k
+// words: the padding puts a warp's two half-warps, 8 k apart, on different banks) and one group offset per k.
+ATTNPLAN_HOST_DEVICE constexpr int dequantize_table_word_pitch(int bits) {
+  return kDequantizeTableBlockRows + 16 / (bits * 8 / 32);
+}
+ATTNPLAN_HOST_DEVICE constexpr int dequantize_table_shared_bytes(int groups, int bits) {
+  return groups * kDequantizeTableBlockRows * 8 +
+         kDequantizeTableBlockK * bits / 32 * dequantize_table_word_pitch(bits) * 4 +
+         kDequantizeTableBlockK * 4;
+}
+
 // Dynamic shared memory of a GEMM specialization, in bytes: `stages` slices of A [block_m, block_k] in
 // bf16 and of W [block_n, block_k] at `weight_bits` per value, plus (quantized weights, bits < 16) one bf16
 // [block_n, block_k] tile the packed slice is dequantized into; reused by the epilogue as a bf16

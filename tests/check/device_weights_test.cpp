@@ -8,6 +8,8 @@
 #include <utility>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "check/layer_check.hpp"
 #include "config/parse.hpp"
 #include "support/catch.hpp"
@@ -131,5 +133,17 @@ TEST_CASE("quantized projections are checked against their format's tensors", "[
         config, w,
         "weights.q_proj: g_idx[0] = 1 is not k / group_size = 0; set /projection/act_order to true for a "
         "permuted g_idx");
+    // With act_order a permuted g_idx is what is expected; a group outside [0, K / group_size) is not.
+    config::AttentionConfig act_order = config;
+    act_order.projection.qkv.act_order = true;
+    io::HostLayerWeights ordered = random_weights(act_order);
+    CHECK_NOTHROW(check::validate_host_weights(act_order, ordered));
+    for (const std::int32_t outside : {4, -1}) {  // K 256 in groups of 64: groups 0..3
+      std::memcpy(ordered.q_quant.g_idx->bytes.data() + 4 * 7, &outside, 4);
+      rejected(act_order, ordered,
+               fmt::format(
+                   "weights.q_proj: g_idx[7] = {} is outside [0, 4), the groups of K = 256 in groups of 64",
+                   outside));
+    }
   }
 }

@@ -384,7 +384,7 @@ void check_dequantized_gemm(const config::WeightEncoding& weights, int m, int k,
   quantized.weights = weights;
   const std::optional<plan::GemmSpec> gemm = plan::choose_dequantized_gemm(quantized, arch, m, n, k, widths);
   REQUIRE(gemm);
-  const plan::DequantizeSpec dequantize{quantized.segments, weights};
+  const plan::DequantizeSpec dequantize = plan::choose_dequantize(quantized.segments, weights, k, widths);
   const DequantizeParams params{problem.params, d_w.data<bf16_bits>()};
   dequantize.check(params);
   const GemmParams bf16 = plan::dequantized_gemm_params(params.gemm, params.weight);
@@ -395,7 +395,8 @@ void check_dequantized_gemm(const config::WeightEncoding& weights, int m, int k,
   INFO(encoding_name(weights) << ": M " << m << " N " << n << " K " << k);
   d_w.fill_bytes_async(kPoisonByte, stream.handle());
   d_c.fill_bytes_async(kPoisonByte, stream.handle());
-  plan::launch_dequantize(kernel_function(dequantize.source(), 0), dequantize, params, stream.handle());
+  plan::launch_dequantize(kernel_function(dequantize.source(), dequantize.dynamic_shared_bytes()), dequantize,
+                          params, stream.handle());
   stream.synchronize();
   const std::vector<double> got_w = checked_output(d_w.download_all<std::uint16_t>(), n, k, k);
   const double w_error = reference::relative_l2_error(problem.w.data.weight.data, got_w);
@@ -403,8 +404,9 @@ void check_dequantized_gemm(const config::WeightEncoding& weights, int m, int k,
   stream.synchronize();
   const std::vector<double> got = checked_output(d_c.download_all<std::uint16_t>(), m, n, problem.ldc);
   const double error = reference::relative_l2_error(problem.expected.data, got);
-  std::printf("dequantized %-28s M %5d N %5d K %5d: W relative L2 %.3e, GEMM (%s) relative L2 %.3e\n",
-              encoding_name(weights).c_str(), m, n, k, w_error, spec_name(*gemm).c_str(), error);
+  const char* kernel = dequantize.kernel == plan::DequantizeKernel::group_table ? "group table" : "tiles";
+  std::printf("dequantized %-28s M %5d N %5d K %5d (%s): W relative L2 %.3e, GEMM (%s) relative L2 %.3e\n",
+              encoding_name(weights).c_str(), m, n, k, kernel, w_error, spec_name(*gemm).c_str(), error);
   INFO("W relative L2 error " << w_error << ", GEMM relative L2 error " << error);
   // W rounds once to bf16 (at most 2^-9 relative per element); then fp32 accumulation and one rounding.
   CHECK(w_error < 4e-3);
@@ -440,6 +442,14 @@ TEST_CASE("the dequantized path matches the reference per format", "[gpu][gemm][
     const int k = weights.group_size == 128 ? 2944 : (weights.group_size == 64 ? 2880 : 2912);
     check_dequantized_gemm(weights, 1100, k, {1024, 256, 200}, true, seed++);
     check_dequantized_gemm(weights, plan::dequantized_min_tokens(weights), 4096, {4096}, false, seed++);
+    if (weights.act_order) {
+      // The group table above (segments of whole 64-row blocks); segments of 992 | 224 rows (whole 32-row
+      // pieces for the wgmma GEMM) take the tiles kernel, whose gathers stay for such shapes and for K of
+      // more than 192 groups.
+      REQUIRE(plan::choose_dequantize(3, weights, k, std::vector<int>{992, 224, 200}).kernel ==
+              plan::DequantizeKernel::tiles);
+      check_dequantized_gemm(weights, 600, k, {992, 224, 200}, false, seed++);
+    }
   }
 }
 
@@ -561,12 +571,15 @@ double median_launch_ms(const plan::GemmSpec& spec, const GemmParams& params, co
 double median_dequantized_ms(const config::WeightEncoding& weights, int segments, const GemmParams& params,
                              const plan::GemmSpec& gemm, driver::DeviceBuffer& workspace,
                              driver::DeviceBuffer& c, const driver::Stream& stream) {
-  const plan::DequantizeSpec dequantize{segments, weights};
+  std::vector<int> widths;
+  for (int s = 0; s < segments; ++s) widths.push_back(params.segments[s].n_end - params.segments[s].n_begin);
+  const plan::DequantizeSpec dequantize = plan::choose_dequantize(segments, weights, params.k, widths);
   const DequantizeParams dequantize_params{params, workspace.data<bf16_bits>()};
   dequantize.check(dequantize_params);
   const GemmParams on_dequantized = plan::dequantized_gemm_params(params, dequantize_params.weight);
   gemm.check(on_dequantized);
-  const driver::Function& dequantize_function = kernel_function(dequantize.source(), 0);
+  const driver::Function& dequantize_function =
+      kernel_function(dequantize.source(), dequantize.dynamic_shared_bytes());
   const driver::Function& gemm_kernel = gemm_function(gemm);
   c.fill_bytes_async(kPoisonByte, stream.handle());
   return median_ms(

@@ -78,7 +78,13 @@ TEST_CASE("on sm_90a weight-only quantized projections plan a dequantized path i
     }
     const std::string stub = qkv.dequantize.source().render_stub();
     CHECK(stub.find("#include \"attnplan/dequantize.cuh\"") != std::string::npos);
-    CHECK(stub.find("dequantize_kernel") != std::string::npos);
+    // Act-order GPTQ (K 4096: 32 groups of 128) stages its groups in the group table; the rest, tiles.
+    const bool table = config.projection.qkv.act_order;
+    CHECK(stub.find(table ? "dequantize_table_kernel" : "dequantize_kernel") != std::string::npos);
+    CHECK(qkv.dequantize.kernel ==
+          (table ? plan::DequantizeKernel::group_table : plan::DequantizeKernel::tiles));
+    CHECK(qkv.dequantize.groups == (table ? 32 : 0));
+    CHECK(output.dequantize.kernel == qkv.dequantize.kernel);
 
     // Each projection's two kernels right after its planned kernel (and its short-launch specialization,
     // the decoding kernel's for the 4-bit formats), in the projection's stage.
@@ -95,7 +101,8 @@ TEST_CASE("on sm_90a weight-only quantized projections plan a dequantized path i
       const plan::ProjectionVariant variant = plan::projection_variant_of(kernel);
       if (kernel.name == plan::kQkvDequantizeName || kernel.name == plan::kOutputDequantizeName) {
         CHECK(variant == plan::ProjectionVariant::dequantize);
-        CHECK(kernel.dynamic_shared_bytes == 0);
+        CHECK(kernel.dynamic_shared_bytes == qkv.dequantize.dynamic_shared_bytes());
+        CHECK(kernel.dynamic_shared_bytes == (table ? dequantize_table_shared_bytes(32, 4) : 0));
       }
       if (kernel.name == plan::kQkvProjectionDequantizedName) {
         CHECK(variant == plan::ProjectionVariant::dequantized);
@@ -248,4 +255,95 @@ TEST_CASE("the dequantize kernel's spec: stub, launch shape and checks", "[plan]
   params.weight = reinterpret_cast<bf16_bits*>(memory + 256);
   params.gemm.segments[1].scales = nullptr;
   CHECK(error_of([&] { spec.check(params); }).find("segments[1].scales") != std::string::npos);
+}
+
+TEST_CASE("act-order GPTQ dequantizes through a group table where K's groups and the segments allow",
+          "[plan][gemm][dequantized]") {
+  using config::PackedIntegerScheme;
+  const config::WeightEncoding act_order = testing::packed_encoding(PackedIntegerScheme::gptq, 4, 128, true);
+  const std::vector<int> llama = {4096, 1024, 1024};
+
+  // Llama-3.1-8B: K 4096, 32 groups; 38 KiB of shared memory (16 KiB table, 20 KiB words, 2 KiB offsets).
+  const plan::DequantizeSpec spec = plan::choose_dequantize(3, act_order, 4096, llama);
+  CHECK(spec.kernel == plan::DequantizeKernel::group_table);
+  CHECK(spec.groups == 32);
+  CHECK(spec.dynamic_shared_bytes() == 32 * 64 * 8 + 64 * 80 * 4 + 512 * 4);
+  const std::string stub = spec.source().render_stub();
+  CHECK(stub.find("DequantizeTableTraits") != std::string::npos);
+  CHECK(stub.find("GptqWeights<4, false, 128, true>") != std::string::npos);
+  CHECK(stub.find("/*groups=*/32") != std::string::npos);
+  const driver::LaunchShape shape = spec.launch_shape(6144, 4096);
+  CHECK(shape.grid.x == 96);
+  CHECK(shape.grid.y == 8);
+  CHECK(shape.block.x == unsigned(kDequantizeThreads));
+  CHECK(shape.dynamic_shared_bytes == unsigned(spec.dynamic_shared_bytes()));
+  CHECK(spec.launch_shape(6144, 2944).grid.y == 6);  // a partial last K block
+  // 8-bit words hold 4 k: 128 word rows of 72 words.
+  const config::WeightEncoding act_order_8 =
+      testing::packed_encoding(PackedIntegerScheme::gptq_v2, 8, 32, true);
+  CHECK(plan::choose_dequantize(1, act_order_8, 2912, std::vector<int>{1480}).dynamic_shared_bytes() ==
+        91 * 512 + 128 * 72 * 4 + 512 * 4);
+  // Per channel: one group.
+  const config::WeightEncoding per_channel = testing::packed_encoding(PackedIntegerScheme::gptq, 4, -1, true);
+  CHECK(plan::choose_dequantize(3, per_channel, 4096, llama).groups == 1);
+
+  // The tiles kernel otherwise: no act order, a segment boundary inside a 64-row block, too many groups.
+  CHECK(plan::choose_dequantize(3, testing::packed_encoding(PackedIntegerScheme::gptq, 4, 128, false), 4096,
+                                llama)
+            .kernel == plan::DequantizeKernel::tiles);
+  CHECK(plan::choose_dequantize(3, testing::packed_encoding(PackedIntegerScheme::awq, 4, 128, false), 4096,
+                                llama)
+            .kernel == plan::DequantizeKernel::tiles);
+  CHECK(plan::choose_dequantize(3, act_order, 4096, std::vector<int>{992, 224, 200}).kernel ==
+        plan::DequantizeKernel::tiles);
+  CHECK(plan::choose_dequantize(3, act_order, 4096, std::vector<int>{1024, 256, 200}).kernel ==
+        plan::DequantizeKernel::group_table);  // the last segment may end anywhere
+  const config::WeightEncoding small_groups =
+      testing::packed_encoding(PackedIntegerScheme::gptq, 4, 32, true);
+  CHECK(plan::choose_dequantize(1, small_groups, 32 * plan::kDequantizeTableMaxGroups, std::vector<int>{4096})
+            .kernel == plan::DequantizeKernel::group_table);
+  CHECK(plan::choose_dequantize(1, small_groups, 32 * plan::kDequantizeTableMaxGroups + 32,
+                                std::vector<int>{4096})
+            .kernel == plan::DequantizeKernel::tiles);
+
+  // Params: K must have the table's groups, and segments must begin on 64-row blocks.
+  alignas(256) static unsigned char memory[4096];
+  DequantizeParams params{};
+  params.gemm.a = reinterpret_cast<const bf16_bits*>(memory);
+  params.gemm.c = reinterpret_cast<bf16_bits*>(memory);
+  params.gemm.lda = 4096;
+  params.gemm.ldc = 6144;
+  params.gemm.m = 1;
+  params.gemm.n = 6144;
+  params.gemm.k = 4096;
+  int begin = 0;
+  for (int s = 0; s < 3; ++s) {
+    params.gemm.segments[s] = {reinterpret_cast<const bf16_bits*>(memory), nullptr, begin, begin + llama[s]};
+    begin += llama[s];
+    params.gemm.segments[s].scales = memory;
+    params.gemm.segments[s].zeros = memory;
+    params.gemm.segments[s].g_idx = reinterpret_cast<const int*>(memory);
+  }
+  params.weight = reinterpret_cast<bf16_bits*>(memory + 256);
+  CHECK_NOTHROW(spec.check(params));
+  params.gemm.k = 4224;  // 33 groups
+  params.gemm.lda = 4224;
+  CHECK(error_of([&] {
+          spec.check(params);
+        }).find("dequantize: K = 4224 has 33 groups of 128, the group table was compiled for 32") !=
+        std::string::npos);
+  params.gemm.k = 4096;
+  params.gemm.lda = 4096;
+  params.gemm.segments[0].n_end = params.gemm.segments[1].n_begin = 4064;
+  CHECK(error_of([&] { spec.check(params); })
+            .find("dequantize: segments[1] begins at row 4064, not a multiple of 64 (the group table's CTAs "
+                  "take one segment's rows)") != std::string::npos);
+
+  // A group table for a format that does not gather groups, or of no groups, is refused.
+  plan::DequantizeSpec wrong = spec;
+  wrong.weights = testing::packed_encoding(PackedIntegerScheme::gptq, 4, 128, false);
+  CHECK(error_of([&] { (void)wrong.source(); }).find("no group table of 32 groups") != std::string::npos);
+  wrong = spec;
+  wrong.groups = 0;
+  CHECK_THROWS_AS(wrong.source(), Error);
 }
