@@ -934,8 +934,9 @@ DequantizeSpec choose_dequantize(int segments, const config::WeightEncoding& wei
 }
 
 int dequantized_min_tokens(const config::WeightEncoding& weights) {
-  const bool slow_short_kernel = !sm90_w4_gemm_supports(weights) || weights.format == WeightFormat::nvfp4 ||
-                                 weights.format == WeightFormat::mxfp4 || is_awq(weights);
+  if (!sm90_w4_gemm_supports(weights)) return 1;  // mma.sync: behind the path at every length
+  const bool slow_short_kernel =
+      weights.format == WeightFormat::nvfp4 || weights.format == WeightFormat::mxfp4 || is_awq(weights);
   return slow_short_kernel ? 512 : 1024;
 }
 

@@ -252,13 +252,15 @@ void launch_gemm(const driver::Function& function, const GemmSpec& spec, const G
 //
 // Pure. Launches of at least this many rows take the path, shorter ones the quantized kernel. Measured on
 // the H200 (`test_gpu "[.gemm_w4_speed]"`, Llama-3.1-8B's q|k|v, 512 tokens, session 9): 512 where the
-// short-launch kernel is behind the path there — mma.sync for formats without a wgmma_w4 member
-// (act-order GPTQ 0.454 ms against 0.132 dequantized), wgmma_w4's nvfp4 decode (0.122 against 0.083),
-// mxfp4 (0.088 against 0.081) and AWQ (0.088 against 0.085) — and 1024 for the others, which tie or win at
-// 512 (mxfp8 0.083 both ways; GPTQ, MLX affine and fp8 block ahead by 4-23%) and so keep the workspace the
-// path needs for plans of fewer tokens. Since session 19 the short launches of the 4-bit formats in rows
-// of bytes run the decoding kernel (sm90_decode_gemm_planned); the switch points stayed (at 512 tokens it
-// is 0.87-1.06x the dequantized path for mxfp4 and nvfp4).
+// short-launch kernel is behind the path there — wgmma_w4's nvfp4 decode (0.122 against 0.083), mxfp4
+// (0.088 against 0.081) and AWQ (0.088 against 0.085) — and 1024 for the others, which tie or win at 512
+// (mxfp8 0.083 both ways; GPTQ, MLX affine and fp8 block ahead by 4-23%) and so keep the workspace the path
+// needs for plans of fewer tokens. Since session 19 the short launches of the 4-bit formats in rows of
+// bytes run the decoding kernel (sm90_decode_gemm_planned); the switch points stayed (at 512 tokens it is
+// 0.87-1.06x the dequantized path for mxfp4 and nvfp4). 1 for formats without a wgmma_w4 member, whose
+// short launches would run mma.sync: from 1 to 511 tokens (`attnplan bench`, session 23) act-order GPTQ's
+// q|k|v took 0.32-0.46 ms there against 0.077-0.078 on the path, o 0.30 against 0.065, MLX 3-bit's 0.19-0.26
+// and 0.17 against 0.070 and 0.058: the path's rewrite plus a bf16 GEMM beat it at every length.
 int dequantized_min_tokens(const config::WeightEncoding& weights);
 
 // The same for a projection planned on the decoding kernel (`decode`, its planned tiling; N = n) on `sms`

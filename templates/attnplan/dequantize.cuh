@@ -167,10 +167,9 @@ struct DequantizeTableTraits {
   static constexpr int per_word = 32 / bits;        // codes per 32-bit word, consecutive k of one row
   static constexpr int chunk_words = 8 / per_word;  // words per 8 k
   static constexpr int word_rows = block_k / per_word;
-  static constexpr int word_pitch = dequantize_table_word_pitch(bits);  // words per staged word row
   static constexpr int chunks_per_row = block_k / 8;
   static constexpr int table_bytes = groups * block_rows * 8;
-  static constexpr int words_bytes = word_rows * word_pitch * 4;
+  static constexpr int words_bytes = word_rows * block_rows * 4;
   static constexpr int shared_bytes = dequantize_table_shared_bytes(groups, bits);
   // Output vectors per thread: 16 rows x 2 chunks per warp, the rows of a warp fixed across its steps.
   static constexpr int row_blocks = block_rows / 16;
@@ -181,8 +180,15 @@ struct DequantizeTableTraits {
   static_assert(groups >= 1, "at least one group");
   static_assert(threads / 32 % row_blocks == 0, "the warps cover whole 16-row blocks");
   static_assert(block_rows * chunks_per_row % threads == 0, "every thread stores the same vectors");
-  static_assert(word_pitch * 4 % 16 == 0 && block_rows % 4 == 0, "word rows of 16-byte copies");
+  static_assert(block_rows % 32 == 0, "word rows of whole 16-byte copies and bank rows");
   static_assert(table_bytes + words_bytes + block_k * 4 == shared_bytes, "the host's shared-memory formula");
+
+  // Where word column `column` of word row `word_row` is staged: columns XOR 16 in the word rows of odd
+  // chunks of 8 k, so a warp's two half-warps (16 rows each of chunks 2p and 2p + 1) read different banks.
+  // 16-byte copies of 4 columns stay whole.
+  __device__ static int word_slot(int word_row, int column) {
+    return word_row * block_rows + (column ^ (word_row / chunk_words % 2 * 16));
+  }
 };
 
 // grid: [ceil(N / 64), ceil(K / 512)], block: [Traits::threads], dynamic shared memory Traits::shared_bytes.
@@ -192,7 +198,7 @@ __global__ void __launch_bounds__(Traits::threads) dequantize_table_kernel(const
   using Weights = typename Traits::Weights;
   extern __shared__ __align__(16) unsigned char shared[];
   float2* const table = reinterpret_cast<float2*>(shared);  // [groups, block_rows]: (s, 2^23 + z)
-  unsigned* const words = reinterpret_cast<unsigned*>(shared + Traits::table_bytes);  // [word_rows, pitch]
+  unsigned* const words = reinterpret_cast<unsigned*>(shared + Traits::table_bytes);  // [word_rows, 64]
   int* const group_offsets =  // [block_k]: byte offset of g_idx[k]'s table row
       reinterpret_cast<int*>(shared + Traits::table_bytes + Traits::words_bytes);
   const GemmParams& gemm = params.gemm;
@@ -214,8 +220,7 @@ __global__ void __launch_bounds__(Traits::threads) dequantize_table_kernel(const
         reinterpret_cast<const unsigned*>(segment.weight) +
         (copy ? static_cast<long long>(k0 / Traits::per_word + r) * width + (n0 + column - segment.n_begin)
               : 0);
-    cp_async_16(words_base + static_cast<unsigned>(r * Traits::word_pitch + column) * 4u, source,
-                copy ? 16 : 0);
+    cp_async_16(words_base + static_cast<unsigned>(Traits::word_slot(r, column)) * 4u, source, copy ? 16 : 0);
   }
   cp_async_commit();
 
@@ -261,7 +266,7 @@ __global__ void __launch_bounds__(Traits::threads) dequantize_table_kernel(const
     unsigned codes[Traits::chunk_words];
 #pragma unroll
     for (int w = 0; w < Traits::chunk_words; ++w)
-      codes[w] = words[(chunk * Traits::chunk_words + w) * Traits::word_pitch + r];
+      codes[w] = words[Traits::word_slot(chunk * Traits::chunk_words + w, r)];
     unsigned pairs[4];
 #pragma unroll
     for (int e = 0; e < 8; e += 2) {

@@ -67,15 +67,10 @@ inline constexpr int kDequantizeTableBlockRows = 64;
 inline constexpr int kDequantizeTableBlockK = 512;
 
 // Its dynamic shared memory, in bytes, for `groups` groups of `bits`-bit codes: the table (a float pair per
-// group and row), the code words ([block_k / (32 / bits)] word rows of block_rows + 16 / words-per-8-k
-// words: the padding puts a warp's two half-warps, 8 k apart, on different banks) and one group offset per k.
-ATTNPLAN_HOST_DEVICE constexpr int dequantize_table_word_pitch(int bits) {
-  return kDequantizeTableBlockRows + 16 / (bits * 8 / 32);
-}
+// group and row), the code words ([block_k / (32 / bits), block_rows] words) and one group offset per k.
 ATTNPLAN_HOST_DEVICE constexpr int dequantize_table_shared_bytes(int groups, int bits) {
   return groups * kDequantizeTableBlockRows * 8 +
-         kDequantizeTableBlockK * bits / 32 * dequantize_table_word_pitch(bits) * 4 +
-         kDequantizeTableBlockK * 4;
+         kDequantizeTableBlockK * bits / 32 * kDequantizeTableBlockRows * 4 + kDequantizeTableBlockK * 4;
 }
 
 // Dynamic shared memory of a GEMM specialization, in bytes: `stages` slices of A [block_m, block_k] in

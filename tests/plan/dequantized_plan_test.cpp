@@ -152,8 +152,9 @@ TEST_CASE("the dequantized path is planned only on sm_90a, for long launches, wi
   CHECK_FALSE(fp8_kernels.output_projection_dequantized);
 }
 
-TEST_CASE("the dequantized path starts at 512 rows where the short-launch kernel is slowest, else at 1024",
-          "[plan][gemm][dequantized]") {
+TEST_CASE(
+    "the dequantized path starts at one row for mma.sync formats, 512 where wgmma_w4 is slowest, else 1024",
+    "[plan][gemm][dequantized]") {
   using config::PackedIntegerScheme;
   const auto packed = testing::packed_encoding;
   const auto format = [](config::WeightFormat each) {
@@ -161,12 +162,17 @@ TEST_CASE("the dequantized path starts at 512 rows where the short-launch kernel
     encoding.format = each;
     return encoding;
   };
-  // mma.sync for short launches (no wgmma_w4 member), or a wgmma_w4 member behind the path at 512 rows
-  // (nvfp4, mxfp4, AWQ: the H200's measurements in gemm_spec.hpp).
+  // mma.sync for short launches (no wgmma_w4 member): 2.7-5.8x behind the path from 1 to 511 rows.
   for (const config::WeightEncoding& weights :
        {packed(PackedIntegerScheme::gptq, 4, 128, true), packed(PackedIntegerScheme::gptq_v2, 8, 32, true),
-        testing::affine_encoding(3, 32), format(config::WeightFormat::nvfp4),
-        format(config::WeightFormat::mxfp4), packed(PackedIntegerScheme::awq, 4, 128, false)}) {
+        testing::affine_encoding(3, 32)}) {
+    CHECK(plan::dequantized_min_tokens(weights) == 1);
+  }
+  // A wgmma_w4 member behind the path at 512 rows (nvfp4, mxfp4, AWQ: the H200's measurements in
+  // gemm_spec.hpp).
+  for (const config::WeightEncoding& weights :
+       {format(config::WeightFormat::nvfp4), format(config::WeightFormat::mxfp4),
+        packed(PackedIntegerScheme::awq, 4, 128, false)}) {
     CHECK(plan::dequantized_min_tokens(weights) == 512);
   }
   // wgmma_w4 ties or wins at 512 rows.
@@ -176,8 +182,15 @@ TEST_CASE("the dequantized path starts at 512 rows where the short-launch kernel
     CHECK(plan::dequantized_min_tokens(weights) == 1024);
   }
   // The act-order GPTQ and AWQ plans launch 600 rows on the path, the mxfp8 plan does not.
-  const plan::KernelPlan gptq = plan::plan_kernels(plan_config("llama-3.1-8b-gptq"), kSm90a);
+  const config::AttentionConfig gptq_config = plan_config("llama-3.1-8b-gptq");
+  const plan::KernelPlan gptq = plan::plan_kernels(gptq_config, kSm90a);
   CHECK(plan::runs_dequantized(gptq.qkv_projection_dequantized, 600));
+  // The act-order plan from one row: its workspace holds W at any launch length.
+  CHECK(plan::runs_dequantized(gptq.qkv_projection_dequantized, 1));
+  CHECK(plan::runs_dequantized(gptq.output_projection_dequantized, 1));
+  CHECK_FALSE(plan::runs_dequantized(gptq.qkv_projection_dequantized, 0));
+  CHECK(plan::plan_workspace(gptq_config, gptq, 1).dequantized_weight_bytes ==
+        std::size_t(plan::qkv_row_width(gptq_config)) * gptq_config.hidden_size * 2);
   const plan::KernelPlan awq = plan::plan_kernels(plan_config("llama-3.1-8b-awq"), kSm90a);
   CHECK(plan::runs_dequantized(awq.qkv_projection_dequantized, 600));
   const plan::KernelPlan mxfp8 = plan::plan_kernels(plan_config("llama-3.1-8b-mxfp8"), kSm90a);
@@ -263,11 +276,11 @@ TEST_CASE("act-order GPTQ dequantizes through a group table where K's groups and
   const config::WeightEncoding act_order = testing::packed_encoding(PackedIntegerScheme::gptq, 4, 128, true);
   const std::vector<int> llama = {4096, 1024, 1024};
 
-  // Llama-3.1-8B: K 4096, 32 groups; 38 KiB of shared memory (16 KiB table, 20 KiB words, 2 KiB offsets).
+  // Llama-3.1-8B: K 4096, 32 groups; 34 KiB of shared memory (16 KiB table, 16 KiB words, 2 KiB offsets).
   const plan::DequantizeSpec spec = plan::choose_dequantize(3, act_order, 4096, llama);
   CHECK(spec.kernel == plan::DequantizeKernel::group_table);
   CHECK(spec.groups == 32);
-  CHECK(spec.dynamic_shared_bytes() == 32 * 64 * 8 + 64 * 80 * 4 + 512 * 4);
+  CHECK(spec.dynamic_shared_bytes() == 32 * 64 * 8 + 64 * 64 * 4 + 512 * 4);
   const std::string stub = spec.source().render_stub();
   CHECK(stub.find("DequantizeTableTraits") != std::string::npos);
   CHECK(stub.find("GptqWeights<4, false, 128, true>") != std::string::npos);
@@ -278,11 +291,11 @@ TEST_CASE("act-order GPTQ dequantizes through a group table where K's groups and
   CHECK(shape.block.x == unsigned(kDequantizeThreads));
   CHECK(shape.dynamic_shared_bytes == unsigned(spec.dynamic_shared_bytes()));
   CHECK(spec.launch_shape(6144, 2944).grid.y == 6);  // a partial last K block
-  // 8-bit words hold 4 k: 128 word rows of 72 words.
+  // 8-bit words hold 4 k: 128 word rows.
   const config::WeightEncoding act_order_8 =
       testing::packed_encoding(PackedIntegerScheme::gptq_v2, 8, 32, true);
   CHECK(plan::choose_dequantize(1, act_order_8, 2912, std::vector<int>{1480}).dynamic_shared_bytes() ==
-        91 * 512 + 128 * 72 * 4 + 512 * 4);
+        91 * 512 + 128 * 64 * 4 + 512 * 4);
   // Per channel: one group.
   const config::WeightEncoding per_channel = testing::packed_encoding(PackedIntegerScheme::gptq, 4, -1, true);
   CHECK(plan::choose_dequantize(3, per_channel, 4096, llama).groups == 1);
