@@ -147,7 +147,7 @@ __global__ void __launch_bounds__(Traits::threads) dequantize_kernel(const Dequa
 // and first stages, for its rows, every group's scale and zero in shared memory: a float pair per (group,
 // row), [groups, 64]. Each value then costs one shared load at an offset the CTA computed once per k
 // (g_idx[k] * 64 pairs). The table is 4.5 bytes a group and row in global memory against 1 KiB of W per row
-// written, and it fits shared memory for up to a few hundred groups (plan::choose_dequantize).
+// written; plan::choose_dequantize takes this kernel for up to 192 groups (a 96 KiB table).
 //
 // A warp takes 16 rows x 2 chunks of 8 k, as dequantize_kernel's gathering layout: a half-warp reads one
 // group's pairs of 16 consecutive rows (128 bytes, every bank once), and each row's two chunks fill a
@@ -226,23 +226,38 @@ __global__ void __launch_bounds__(Traits::threads) dequantize_table_kernel(const
 
   // Each k's table row. A g_idx outside [0, groups) (which the host refuses for checkpoints it reads)
   // is clamped, so a bad tensor reads a wrong scale, never outside the table.
+#pragma unroll
   for (int kk = threadIdx.x; kk < Traits::block_k; kk += Traits::threads) {
     const int k = k0 + kk;
     const unsigned group = k < gemm.k ? static_cast<unsigned>(segment.g_idx[k]) : 0u;
     group_offsets[kk] =
         static_cast<int>(min(group, static_cast<unsigned>(Traits::groups - 1))) * (Traits::block_rows * 8);
   }
-  // The table: every group's scale and zero (with v1's + 1) of the CTA's rows.
-  for (int e = threadIdx.x; e < Traits::groups * Traits::block_rows; e += Traits::threads) {
-    const int group = e / Traits::block_rows;
-    const int r = e % Traits::block_rows;
-    float2 pair = make_float2(0.0f, 0.0f);
-    if (r < rows) {
-      const int row = n0 + r - segment.n_begin;
-      pair = make_float2(group_major_scale(segment, row, group),
-                         8388608.0f + Weights::zero_point(segment, row, group));
+  // The table: every group's scale and zero (with v1's + 1) of the CTA's rows. A thread keeps one row
+  // (threads is a multiple of block_rows) and loads the pairs of kBatch groups before it stores any, so
+  // their L2 round trips overlap rather than follow one another.
+  static_assert(Traits::threads % Traits::block_rows == 0, "a thread stages one row's pairs");
+  constexpr int kGroupsPerStep = Traits::threads / Traits::block_rows;
+  constexpr int kBatch = 8;
+  const int staged_row = threadIdx.x % Traits::block_rows;
+  const int row = n0 + staged_row - segment.n_begin;  // in the segment
+  for (int first = threadIdx.x / Traits::block_rows; first < Traits::groups;
+       first += kBatch * kGroupsPerStep) {
+    float2 pairs[kBatch];
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int group = first + b * kGroupsPerStep;
+      pairs[b] = make_float2(0.0f, 0.0f);
+      if (group < Traits::groups && staged_row < rows) {
+        pairs[b] = make_float2(group_major_scale(segment, row, group),
+                               8388608.0f + Weights::zero_point(segment, row, group));
+      }
     }
-    table[e] = pair;
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int group = first + b * kGroupsPerStep;
+      if (group < Traits::groups) table[group * Traits::block_rows + staged_row] = pairs[b];
+    }
   }
   cp_async_wait<0>();
   __syncthreads();
