@@ -101,12 +101,6 @@ bool segments_fit(std::span<const int> widths, int multiple) {
 
 using config::WeightFormat;
 
-// AWQ's packed words ([K, N / 8], packed along N), as opposed to GPTQ's.
-bool is_awq(const config::WeightEncoding& encoding) {
-  return encoding.format == WeightFormat::packed_integer &&
-         encoding.scheme == config::PackedIntegerScheme::awq;
-}
-
 // Whether the wgmma_w4 kernel can map a weight segment `width` rows wide: AWQ's rows of width / 8 words
 // must make 16-byte TMA strides (width a multiple of 32); the other layouts take any width.
 bool sm90_w4_width_fits(const config::WeightEncoding& encoding, int width) {
@@ -296,6 +290,11 @@ std::optional<GemmSm90Tiling> least_cost_tiling(std::span<const GemmSm90Tiling> 
 }
 
 }  // namespace
+
+bool is_awq(const config::WeightEncoding& encoding) {
+  return encoding.format == WeightFormat::packed_integer &&
+         encoding.scheme == config::PackedIntegerScheme::awq;
+}
 
 std::string_view gemm_kernel_name(GemmKernel kernel) {
   switch (kernel) {

@@ -100,6 +100,9 @@ GemmKernelChoice choose_gemm_kernel(config::Arch arch, int m_hint, int n, int k,
 // GemmSpec::check applies the same rule to Params. Pure.
 bool gemm_sm90_segments_fit(std::span<const int> segment_widths, int block_n);
 
+// Whether `encoding` is AWQ's packed words ([K, N / 8], packed along N), as opposed to GPTQ's [K / 8, N].
+bool is_awq(const config::WeightEncoding& encoding);
+
 // Whether the decoding wgmma kernel (wgmma_decode) reads `encoding`: codes in rows of bytes [N, K * bits
 // / 8] in k order — mxfp4, nvfp4, 4-bit affine (groups 32, 64, 128), fp8 weight-only (any scale
 // granularity), mxfp8 — or AWQ's 4-bit words [K, N / 8] (a decoder thread takes 8 rows x 8 k of one

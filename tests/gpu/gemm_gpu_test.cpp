@@ -8,8 +8,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <initializer_list>
 #include <numeric>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/bf16.hpp"
@@ -222,6 +224,22 @@ std::string encoding_name(const config::WeightEncoding& weights) {
     default:
       return std::string(config::to_string(weights.format));
   }
+}
+
+// The encodings of `list` named `names` (encoding_name), in that order: a list reordered or grown keeps each
+// test's picks, and a name it lacks fails the test.
+std::vector<config::WeightEncoding> named_encodings(const std::vector<config::WeightEncoding>& list,
+                                                    std::initializer_list<std::string_view> names) {
+  std::vector<config::WeightEncoding> picked;
+  for (const std::string_view name : names) {
+    const auto found = std::find_if(list.begin(), list.end(), [&](const config::WeightEncoding& each) {
+      return encoding_name(each) == name;
+    });
+    INFO("encoding " << name);
+    REQUIRE(found != list.end());
+    picked.push_back(*found);
+  }
+  return picked;
 }
 
 // Params of C [m, n] (row stride ldc) = A [m, k] (row stride k) x W^T; the segments are the caller's.
@@ -750,7 +768,7 @@ TEST_CASE("sm_90a 4-bit weight GEMM matches the reference per format", "[gpu][ge
     const int llama[] = {4096, 1024, 1024};
     const bool enabled = plan::sm90_w4_gemm_enabled();
     // AWQ's rows of N / 8 words must be 16-byte strides: its segments are multiples of 32 wide.
-    const bool awq = weights.scheme == config::PackedIntegerScheme::awq;
+    const bool awq = plan::is_awq(weights);
     CHECK(plan::choose_w4_gemm_kernel(weights, arch, 2048, 6144, 4096, llama).kernel ==
           (enabled ? plan::GemmKernel::wgmma_w4 : plan::GemmKernel::mma_sync));
     // NVRTC takes seconds per specialization: the cases share four (segments, bias, tiling) per format.
@@ -823,11 +841,12 @@ TEST_CASE("quantized weight GEMM speed: wgmma_w4 and the dequantized path vs bf1
   // One of each code layout and decode: E2M1 (two scale kinds), affine (g64: g32 and g128 time alike), GPTQ;
   // AWQ and the 8-bit members (fp8 block-scaled weight-only, mxfp8), whose mma.sync rows are the baseline
   // they replaced; act-order GPTQ (mma.sync and the dequantized path only).
-  const std::vector<config::WeightEncoding> all = w4_encodings();
-  const std::vector<config::WeightEncoding> w8 = testing::sm90_w8_encodings();
-  const std::vector<config::WeightEncoding> encodings = {
-      all[0], all[1], all[3], all[5],
-      all[7], w8[2],  w8[3],  testing::packed_encoding(config::PackedIntegerScheme::gptq, 4, 128, true)};
+  std::vector<config::WeightEncoding> all = w4_encodings();
+  for (const config::WeightEncoding& each : testing::sm90_w8_encodings()) all.push_back(each);
+  all.push_back(testing::packed_encoding(config::PackedIntegerScheme::gptq, 4, 128, true));
+  const std::vector<config::WeightEncoding> encodings =
+      named_encodings(all, {"mxfp4", "nvfp4", "affine 4-bit g64", "gptq 4-bit g128", "awq 4-bit g128",
+                            "fp8 block", "mxfp8", "gptq 4-bit g128 act_order"});
   // The dequantized path's W [N, K] bf16 (the plan's workspace region).
   driver::DeviceBuffer d_dequantized(std::size_t(n) * k * 2);
   std::vector<QuantizedWeights> quantized;
@@ -965,8 +984,7 @@ TEST_CASE("sm_90a decoding weight GEMM matches the reference per format", "[gpu]
          {std::pair{192, 1}, {160, 1}, {192, 4}, {160, 2}, {96, 1}, {96, 2}})
       straddling.push_back(tiling(block_n, cluster_m));
     // AWQ's code boxes are rows of N / 8 words: shares of whole 32-row pieces, segments of whole 32 rows.
-    const bool awq = weights.scheme == config::PackedIntegerScheme::awq &&
-                     weights.format == config::WeightFormat::packed_integer;
+    const bool awq = plan::is_awq(weights);
     if (awq) {
       for (std::vector<plan::GemmSm90Tiling>* list : {&all, &straddling}) {
         std::erase_if(*list, [](const plan::GemmSm90Tiling& each) {
@@ -982,7 +1000,9 @@ TEST_CASE("sm_90a decoding weight GEMM matches the reference per format", "[gpu]
     // K past the last whole slot where the group allows (4064 = 63.5 slots; groups of 64: 4032, of 128:
     // 3968), no bias.
     const int k_tail = weights.group_size == 128 ? 3968 : (weights.group_size == 64 ? 4032 : 4064);
-    check_quantized_gemm(weights, 1000, k_tail, {1536, 64}, false, seed++, {all[0], all[1]}, decode);
+    // The two widest unclustered tilings (AWQ has no 160).
+    const std::vector<plan::GemmSm90Tiling> widest = {tiling(192, 1), awq ? tiling(128, 1) : tiling(160, 1)};
+    check_quantized_gemm(weights, 1000, k_tail, {1536, 64}, false, seed++, widest, decode);
     // q | k | v segments of 32-row multiples that 160- and 192-wide tiles straddle (code pieces from two
     // segments), few tokens (one row tile: a cluster's other CTAs lie past M), bias; then one token.
     const int k_few = 2880 - (weights.group_size == 128 ? 64 : 0);
@@ -992,8 +1012,8 @@ TEST_CASE("sm_90a decoding weight GEMM matches the reference per format", "[gpu]
     // memcheck flags such reads, tools/sanitize.sh).
     check_quantized_gemm(weights, 64, k_few, {4096, 512, 512}, true, seed++,
                          {awq ? tiling(192, 2) : tiling(96, 2)}, decode);
-    check_quantized_gemm(weights, 1, k_few, {128, 128, few_last}, true, seed++, {all[2], tiling(64, 2)},
-                         decode);
+    check_quantized_gemm(weights, 1, k_few, {128, 128, few_last}, true, seed++,
+                         {awq ? tiling(192, 2) : tiling(128, 1), tiling(64, 2)}, decode);
   }
 }
 
@@ -1047,9 +1067,8 @@ TEST_CASE("decoding weight GEMM speed: wgmma_decode against wgmma_w4, the dequan
   const Shape shapes[] = {{"Llama-3.1-8B q|k|v", 6144, 4096, {4096, 1024, 1024}},
                           {"Llama-3.1-8B o", 4096, 4096, {4096}},
                           {"gpt-oss-20b q|k|v", 5120, 2880, {4096, 512, 512}}};
-  const std::vector<config::WeightEncoding> all = decode_encodings();
-  // mxfp4, nvfp4, MLX g64, fp8 block, AWQ g128 (all: w4_encodings' order, then sm90_w8_encodings').
-  std::vector<config::WeightEncoding> encodings = {all[0], all[1], all[3], all[9], all[5]};
+  std::vector<config::WeightEncoding> encodings = named_encodings(
+      decode_encodings(), {"mxfp4", "nvfp4", "affine 4-bit g64", "fp8 block", "awq 4-bit g128"});
   encodings.resize(std::min<std::size_t>(encodings.size(),
                                          std::size_t(env_integers("ATTNPLAN_SPEED_FORMATS", {4}).front())));
   gpu().context.make_current();
