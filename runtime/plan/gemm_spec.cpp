@@ -420,10 +420,13 @@ bool sm90_decode_gemm_supports(const config::WeightEncoding& encoding) {
              (encoding.group_size == 32 || encoding.group_size == 64 || encoding.group_size == 128);
     case WeightFormat::fp8:  // weight-only: fp8 activations take gemm_sm90_fp8.cuh
       return encoding.activation == config::ActivationType::bf16;
-    case WeightFormat::packed_integer:  // AWQ's 4-bit words; GPTQ's k-major words are not read
-      // Groups of whole 64-k slices (the quarter warp of a word column shares one row scale per lane).
-      return is_awq(encoding) && encoding.bits == 4 &&
-             (encoding.group_size < 0 || encoding.group_size % 64 == 0);
+    case WeightFormat::packed_integer:
+      if (encoding.bits != 4) return false;
+      // AWQ's words: groups of whole 64-k slices (the quarter warp of a word column shares one row scale
+      // per lane).
+      if (is_awq(encoding)) return encoding.group_size < 0 || encoding.group_size % 64 == 0;
+      // GPTQ's words without act order: a unit (32 k of a row) in one group, with one zero point.
+      return !encoding.act_order && (encoding.group_size < 0 || encoding.group_size % 32 == 0);
     default:
       return false;
   }
@@ -828,6 +831,13 @@ GemmSm90Params make_gemm_sm90_decode_params(const GemmSpec& spec, const GemmPara
     if (is_awq(spec.weights)) {  // words [K, rows / 8]: boxes of 64 k of a share's (or piece's) words
       encode_tensor_map(sm90.w_maps[s], CU_TENSOR_MAP_DATA_TYPE_UINT32, 4, segment.weight, rows / 8, params.k,
                         rows / 8, box_rows / 8, kGemmSm90BlockK, fmt::format("gemm segments[{}].weight", s),
+                        CU_TENSOR_MAP_SWIZZLE_NONE);
+      continue;
+    }
+    if (spec.weights.format == WeightFormat::packed_integer) {  // GPTQ's words [K / 8, rows]: boxes of 8
+      // word rows (64 k) of a share's (or piece's) rows
+      encode_tensor_map(sm90.w_maps[s], CU_TENSOR_MAP_DATA_TYPE_UINT32, 4, segment.weight, rows, params.k / 8,
+                        rows, box_rows, kGemmSm90BlockK / 8, fmt::format("gemm segments[{}].weight", s),
                         CU_TENSOR_MAP_SWIZZLE_NONE);
       continue;
     }

@@ -344,13 +344,32 @@ struct GptqWeights {
     }
   }
 
-  // For the sm_90a kernel (gemm_sm90_w4.cuh; 4 bits, no act order): the codes are 32-bit words
-  // [K / 8, rows] (k_major_words), a byte of a word holds two consecutive k (low nibble first), and a value
-  // is q * s + offset with offset = -s * z.
+  // For the sm_90a kernels (gemm_sm90_w4.cuh, gemm_sm90_decode.cuh; 4 bits, no act order): the codes are
+  // 32-bit words [K / 8, rows] (k_major_words), a byte of a word holds two consecutive k (low nibble first),
+  // and a value is q * s + offset with offset = -s * z.
   static constexpr int group_size = kGroupSize;  // -1: one group (per channel)
   static constexpr bool k_major_words = true;
   static constexpr bool has_offset = true;
   static constexpr float code_pair_unit = 1.0f;
+  using ScaleCode = float;  // for gemm_sm90_decode.cuh (see scale_code there)
+  __device__ static ScaleCode scale_code(const GemmSegment& segment, int row, int group, int k_total) {
+    return group_scale(segment, row, group, k_total);
+  }
+  __device__ static float scale_value(ScaleCode code) {
+    return code;
+  }
+  // The offset split like the scale: the qzeros word that holds `row`'s zero point (loaded a slice ahead),
+  // then -s * z from it once the loads have landed (group_offset's value).
+  using OffsetCode = unsigned;
+  __device__ static OffsetCode offset_code(const GemmSegment& segment, int row, int group, int /*k_total*/) {
+    const int width = segment.n_end - segment.n_begin;
+    return static_cast<const unsigned*>(
+        segment.zeros)[static_cast<long long>(group) * (width / per_word) + row / per_word];
+  }
+  __device__ static float offset_value(OffsetCode word, float scale, int row) {
+    constexpr unsigned mask = (1u << kBits) - 1u;
+    return -scale * (float((word >> (kBits * (row % per_word))) & mask) + (kV2 ? 0.0f : 1.0f));
+  }
   __device__ static float2 code_pair(unsigned byte) {
     static_assert(kBits == 4 && !kActOrder, "code pairs: 4-bit codes in k order");
     return u4_pair_to_float2(byte);
@@ -460,6 +479,12 @@ struct AffineWeights {
     return static_cast<const float*>(
         segment.zeros)[static_cast<long long>(row) * (k_total / kGroupSize) + group];
   }
+  // The offset split like the scale (see scale_code): the stored bias, used as it is.
+  using OffsetCode = float;
+  __device__ static OffsetCode offset_code(const GemmSegment& segment, int row, int group, int k_total) {
+    return group_offset(segment, row, group, k_total);
+  }
+  __device__ static float offset_value(OffsetCode code, float /*scale*/, int /*row*/) { return code; }
   template <int kBlockN, int kBlockK>
   static constexpr int tile_rows = kBlockN;
   template <int kBlockN, int kBlockK>

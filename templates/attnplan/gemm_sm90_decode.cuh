@@ -1,7 +1,8 @@
 // The sm_90a decoding projection GEMM: C[M, N] = A[M, K] · dequant(W)[N, K]^T (+ bias[N]) for weights whose
 // codes are rows of bytes [N, K * bits / 8] in k order: 4-bit mxfp4, nvfp4 and MLX affine (two codes per
-// byte, low nibble first), 8-bit e4m3fn (fp8 weight-only, mxfp8); bf16 activations, fp32 accumulation, one
-// rounding of each weight to bf16 and one of each output — the semantics of gemm.cuh and gemm_sm90_w4.cuh.
+// byte, low nibble first), 8-bit e4m3fn (fp8 weight-only, mxfp8); and for AWQ's words [K, N / 8] and GPTQ's
+// [K / 8, N] (4 bits, no act order); bf16 activations, fp32 accumulation, one rounding of each weight to
+// bf16 and one of each output — the semantics of gemm.cuh and gemm_sm90_w4.cuh.
 //
 // It is gemm_sm90.cuh with another producer. Short launches of a 4-bit projection are compute-bound, like
 // bf16 ones: the mixed-input kernel (gemm_sm90_w4.cuh) loses there because its consumers decode between
@@ -59,7 +60,8 @@ constexpr int gemm_sm90_decoder_teams(int stages, int code_stages, int share_row
 }
 
 // kFormat: a row-byte policy of gemm.cuh with code_pair and group_scale (group_offset where has_offset):
-// Mxfp4Weights, Nvfp4Weights, AffineWeights<4, group>, Fp8Weights<granularity> or Mxfp8Weights.
+// Mxfp4Weights, Nvfp4Weights, AffineWeights<4, group>, Fp8Weights<granularity> or Mxfp8Weights; or a
+// word policy: AwqWeights<group> (n_major_words) or GptqWeights<4, v2, group, false> (k_major_words).
 // kClusterM: CTAs per cluster along M (1, 2 or 4); each decodes its share of every W slice and copies it
 // into the others' slots.
 template <int kBlockN, int kStages, int kCodeStages, int kSegments, bool kHasBias, class kFormat,
@@ -156,8 +158,12 @@ struct GemmSm90DecodeTraits : GemmSm90Traits<kBlockN, kStages, kSegments, kHasBi
 
   static_assert(bits == 4 || bits == 8, "4-bit codes two per byte, or 8-bit bytes");
   static_assert(kBlockN <= 192, "the consumers' 96 accumulators at most (see consumer_registers)");
-  static_assert(
-      !requires { Format::k_major_words; }, "codes in rows of bytes or AWQ's words, not GPTQ's");
+  // GPTQ's words (k_major_words: qweight [K / 8, N], a word 8 k of one row; see GptqWeights): a code slot
+  // holds its pieces as TMA writes them, [8 word rows (64 k)][code_box_rows words] each. A unit (32 k of
+  // one row) is then 4 four-byte loads of one word column, the same 16 bytes in the same order as a
+  // row-byte format's unit (a byte two consecutive k, low nibble first), decoded alike.
+  static constexpr bool k_major_words = requires { Format::k_major_words; };
+  static_assert(!k_major_words || (bits == 4 && unit_k == 32), "GPTQ's words: 4-bit codes, 4 words a unit");
   static_assert(!n_major_words || (bits == 4 && code_box_rows % 32 == 0),
                 "AWQ's words: 4-bit codes, code boxes of whole 16-byte rows of words (32 W rows)");
   static_assert(cluster_m == 1 || cluster_m == 2 || cluster_m == 4, "clusters of 1, 2 or 4 CTAs along M");
@@ -190,11 +196,21 @@ struct GemmSm90DecodeTraits : GemmSm90Traits<kBlockN, kStages, kSegments, kHasBi
 // conversion (scale_value) and the zeroing of units past N or K wait until the slice is decoded
 // (SliceScaleValues), after its barriers. Converting at load time had every decoder wait one L2 round trip
 // per slice (session 17).
+// The stored form of a format's affine offset (Format::OffsetCode where has_offset).
+template <class Format, bool = Format::has_offset>
+struct OffsetCodeOf {
+  using type = float;
+};
+template <class Format>
+struct OffsetCodeOf<Format, true> {
+  using type = typename Format::OffsetCode;
+};
+
 template <class Traits>
 struct SliceScales {
   using Format = typename Traits::Format;
   typename Format::ScaleCode code[Traits::passes][Traits::unit_groups];
-  float offset[Format::has_offset ? Traits::passes : 1];
+  typename OffsetCodeOf<Format>::type offset[Format::has_offset ? Traits::passes : 1];
   unsigned valid;  // bit i: pass i's row is inside N and its unit inside K
 
   __device__ __forceinline__ void load(const GemmParams& gemm, int n0, int k0, int thread) {
@@ -225,7 +241,7 @@ struct SliceScales {
       for (int g = 0; g < Traits::unit_groups; ++g)
         code[pass][g] = Format::scale_code(segment, row - segment.n_begin, group + g, gemm.k);
       if constexpr (Format::has_offset)
-        offset[pass] = Format::group_offset(segment, row - segment.n_begin, group, gemm.k);
+        offset[pass] = Format::offset_code(segment, row - segment.n_begin, group, gemm.k);
       valid |= (in_k && n < gemm.n ? 1u : 0u) << pass;  // (rows past the share write nothing)
     }
   }
@@ -276,7 +292,8 @@ struct SliceScaleValues {
   // or NaN): then the slice takes the guarded decode.
   bool unfolded;
 
-  __device__ __forceinline__ explicit SliceScaleValues(const SliceScales<Traits>& stored)
+  // thread: the team thread whose scales these are (its rows select a GPTQ zero point's nibble).
+  __device__ __forceinline__ SliceScaleValues(const SliceScales<Traits>& stored, int thread)
       : valid(stored.valid) {
     constexpr float kUnit = Format::code_pair_unit;
     bool folds = true;
@@ -296,7 +313,13 @@ struct SliceScaleValues {
           scale[pass][g] = s * (1.0f / kUnit);  // exact where it folds
         }
       }
-      if constexpr (Format::has_offset) offset[pass] = inside ? stored.offset[pass] : 0.0f;
+      if constexpr (Format::has_offset) {
+        // Shares start on 8-row atoms and segments on multiples of 8 rows: the share row's nibble is the
+        // segment row's. The offset's scale is the unit's (one group: unit_groups is 1 with an offset).
+        const float s = Format::scale_value(stored.code[pass][0]);
+        offset[pass] =
+            inside ? Format::offset_value(stored.offset[pass], s, Traits::loaded_row(pass, thread)) : 0.0f;
+      }
     }
     unfolded = !folds;
   }
@@ -314,8 +337,18 @@ __device__ __forceinline__ void decode_units(unsigned char* w, const SliceScaleV
   uint4 loaded[Traits::passes];
 #pragma unroll
   for (int pass = 0; pass < Traits::passes; ++pass) {
-    loaded[pass] = *reinterpret_cast<const uint4*>(
-        codes + Traits::loaded_row(pass, thread) * Traits::code_row_bytes + unit * 16);
+    const int loaded_row = Traits::loaded_row(pass, thread);
+    if constexpr (Traits::k_major_words) {
+      // Word rows 4 unit .. 4 unit + 3 of the row's column in its piece. The two units of a warp's rows
+      // lie 4 code_box_rows words apart, a multiple of 32: each load is two wavefronts, not one.
+      constexpr int kColumns = Traits::code_box_rows;
+      const unsigned* const piece = reinterpret_cast<const unsigned*>(
+          codes + loaded_row / kColumns * kColumns * Traits::code_row_bytes);
+      const unsigned* const column = piece + 4 * unit * kColumns + loaded_row % kColumns;
+      loaded[pass] = make_uint4(column[0], column[kColumns], column[2 * kColumns], column[3 * kColumns]);
+    } else {
+      loaded[pass] = *reinterpret_cast<const uint4*>(codes + loaded_row * Traits::code_row_bytes + unit * 16);
+    }
   }
 #pragma unroll
   for (int pass = 0; pass < Traits::passes; ++pass) {
@@ -537,7 +570,7 @@ template <class Traits>
 __device__ __forceinline__ void decode_slice(const GemmParams& gemm, const unsigned char* codes,
                                              unsigned char* w, const SliceScales<Traits>& stored, int n0,
                                              int k0, int thread) {
-  const SliceScaleValues<Traits> scales(stored);
+  const SliceScaleValues<Traits> scales(stored, thread);
   if constexpr (Traits::Format::code_pair_unit != 1.0f) {
     if (scales.unfolded) {
       decode_units_guarded<Traits>(gemm, w, scales, codes, n0, k0, thread);
@@ -623,6 +656,9 @@ __global__ void __launch_bounds__(Traits::threads, 1)
         if constexpr (Traits::n_major_words) {  // [64 k, code_box_rows / 8 words]
           sm90::tma_load_2d(slot + piece * Traits::code_row_bytes, codes.map, barrier, codes.row / 8,
                             (u % k_tiles) * Traits::block_k);
+        } else if constexpr (Traits::k_major_words) {  // [8 word rows, code_box_rows words]
+          sm90::tma_load_2d(slot + piece * Traits::code_row_bytes, codes.map, barrier, codes.row,
+                            (u % k_tiles) * (Traits::block_k / 8));
         } else {
           sm90::tma_load_2d(slot + piece * Traits::code_row_bytes, codes.map, barrier,
                             (u % k_tiles) * Traits::code_row_bytes, codes.row);

@@ -1044,8 +1044,9 @@ std::vector<int> env_integers(const char* name, std::vector<int> fallback) {
 // compared with the dequantized path's (same bf16 weights: rel. L2 ~0). Run: test_gpu "[.gemm_decode_speed]".
 // ATTNPLAN_SPEED_TOKENS="64,256" times other launch lengths; ATTNPLAN_SPEED_WIDTHS="96,64" times only those
 // widths besides the chooser's pick (each unclustered and in clusters of 2); ATTNPLAN_SPEED_FORMATS="3"
-// only the first formats (mxfp4, nvfp4, MLX g64, fp8 block, AWQ g128; default 4: AWQ's after session 22
-// only when asked for).
+// only the first formats (mxfp4, nvfp4, MLX g64, fp8 block, AWQ g128, GPTQ g128; default 4: AWQ's after
+// session 22 and GPTQ's after session 23 only when asked for); ATTNPLAN_DECODE_FORMATS="gptq" first keeps
+// only the formats whose name holds that text.
 TEST_CASE("decoding weight GEMM speed: wgmma_decode against wgmma_w4, the dequantized path and bf16",
           "[.gemm_decode_speed][gpu][gemm]") {
   const config::Arch arch = device_arch();
@@ -1068,7 +1069,13 @@ TEST_CASE("decoding weight GEMM speed: wgmma_decode against wgmma_w4, the dequan
                           {"Llama-3.1-8B o", 4096, 4096, {4096}},
                           {"gpt-oss-20b q|k|v", 5120, 2880, {4096, 512, 512}}};
   std::vector<config::WeightEncoding> encodings = named_encodings(
-      decode_encodings(), {"mxfp4", "nvfp4", "affine 4-bit g64", "fp8 block", "awq 4-bit g128"});
+      decode_encodings(),
+      {"mxfp4", "nvfp4", "affine 4-bit g64", "fp8 block", "awq 4-bit g128", "gptq 4-bit g128"});
+  if (const char* const only = std::getenv("ATTNPLAN_DECODE_FORMATS")) {
+    std::erase_if(encodings, [&](const config::WeightEncoding& each) {
+      return encoding_name(each).find(only) == std::string::npos;
+    });
+  }
   encodings.resize(std::min<std::size_t>(encodings.size(),
                                          std::size_t(env_integers("ATTNPLAN_SPEED_FORMATS", {4}).front())));
   gpu().context.make_current();

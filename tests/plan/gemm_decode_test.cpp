@@ -28,15 +28,19 @@ config::WeightEncoding awq(int group_size) {
   return testing::packed_encoding(config::PackedIntegerScheme::awq, 4, group_size, false);
 }
 
-// Every encoding the kernel reads: codes in rows of bytes, 4 or 8 bits, and AWQ's words.
+// Every encoding the kernel reads: codes in rows of bytes, 4 or 8 bits, AWQ's words and GPTQ's.
 std::vector<config::WeightEncoding> decode_encodings() {
-  std::vector<config::WeightEncoding> encodings = {format(config::WeightFormat::mxfp4),
-                                                   format(config::WeightFormat::nvfp4),
-                                                   testing::affine_encoding(4, 32),
-                                                   testing::affine_encoding(4, 64),
-                                                   testing::affine_encoding(4, 128),
-                                                   awq(128),
-                                                   awq(-1)};
+  std::vector<config::WeightEncoding> encodings = {
+      format(config::WeightFormat::mxfp4),
+      format(config::WeightFormat::nvfp4),
+      testing::affine_encoding(4, 32),
+      testing::affine_encoding(4, 64),
+      testing::affine_encoding(4, 128),
+      awq(128),
+      awq(-1),
+      testing::packed_encoding(config::PackedIntegerScheme::gptq, 4, 128, false),
+      testing::packed_encoding(config::PackedIntegerScheme::gptq, 4, 32, false),
+      testing::packed_encoding(config::PackedIntegerScheme::gptq_v2, 4, -1, false)};
   for (const config::WeightEncoding& encoding : testing::sm90_w8_encodings()) encodings.push_back(encoding);
   return encodings;
 }
@@ -73,15 +77,16 @@ TEST_CASE("wgmma_decode: sm_90a, codes in rows of bytes, the bf16 kernel's tiles
     CHECK(choose_decode_gemm_kernel(encoding, {9, 0, false}, 8192, 6144, 4096, llama).kernel ==
           GemmKernel::mma_sync);
   }
-  // GPTQ's words, other affine widths, fp8 activations and bf16 are neither codes in rows of bytes nor
-  // AWQ's words.
+  // Act-order GPTQ (a group per k), GPTQ groups within a 32-k unit, 8-bit words, other affine widths, fp8
+  // activations and bf16 are none of those.
   config::WeightEncoding fp8_activations = testing::fp8_weight_only(config::Fp8ScaleGranularity::block);
   fp8_activations.activation = config::ActivationType::fp8;
   const config::WeightEncoding others[] = {
       format(config::WeightFormat::bf16),
       fp8_activations,
-      testing::packed_encoding(config::PackedIntegerScheme::gptq, 4, 128, false),
       testing::packed_encoding(config::PackedIntegerScheme::gptq, 4, 128, true),
+      testing::packed_encoding(config::PackedIntegerScheme::gptq, 4, 16, false),
+      testing::packed_encoding(config::PackedIntegerScheme::gptq, 8, 128, false),
       testing::packed_encoding(config::PackedIntegerScheme::awq, 8, 128, false),
       testing::packed_encoding(config::PackedIntegerScheme::awq, 4, 32, false),  // groups within a slice
       testing::affine_encoding(3, 64),
@@ -246,12 +251,12 @@ TEST_CASE("wgmma_decode spec: stub, shared memory, persistent launch shape, chec
   spec.sm90.cluster_m = 3;
   CHECK(contains(expect_error([&] { (void)spec.source(); }).what(), "cluster_m 3 with the wgmma_decode"));
   spec.sm90 = gemm_sm90_decode_tiling(192, 4);
-  // A format without codes in rows of bytes is refused when rendered, by name.
+  // A format the kernel does not read (act-order GPTQ: a group per k) is refused when rendered, by name.
   spec.sm90.block_n = 256;
   CHECK(contains(expect_error([&] { (void)spec.source(); }).what(),
                  "block_n 256 with the wgmma_decode kernel"));
   spec.sm90.block_n = 192;
-  spec.weights = testing::packed_encoding(config::PackedIntegerScheme::gptq, 4, 128, false);
+  spec.weights = testing::packed_encoding(config::PackedIntegerScheme::gptq, 4, 128, true);
   const std::string refused = expect_error([&] { (void)spec.source(); }).what();
   INFO(refused);
   CHECK(contains(refused, "wgmma_decode"));
@@ -275,9 +280,7 @@ TEST_CASE("wgmma_decode specializations compile for sm_90a: no spills, wgmma fro
                                              {128, 2},
                                              {96, 2},
                                              {64, 2}}) {
-      if (encoding.format == config::WeightFormat::packed_integer &&
-          !sm90_decode_awq_share_fits(block_n, cluster_m))
-        continue;
+      if (is_awq(encoding) && !sm90_decode_awq_share_fits(block_n, cluster_m)) continue;
       GemmSpec spec{.segments = 3, .has_bias = true};
       spec.kernel = GemmKernel::wgmma_decode;
       spec.sm90 = gemm_sm90_decode_tiling(block_n, bits, cluster_m);

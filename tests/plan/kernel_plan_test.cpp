@@ -136,6 +136,17 @@ TEST_CASE(
   // AWQ's shares are whole 32-row code boxes of words: never 160 wide (pairs of 80 rows).
   const plan::KernelPlan awq = plan::plan_kernels(load("llama-3.1-8b-awq"), hopper);
   CHECK(plan::sm90_decode_awq_share_fits(awq.qkv_projection.sm90.block_n, awq.qkv_projection.sm90.cluster_m));
+  // GPTQ's words without act order too (with it, each k's group is g_idx[k]: mma.sync and the dequantized
+  // path), and past one wave of tiles the dequantized path.
+  config::AttentionConfig gptq = load("llama-3.1-8b-gptq");
+  CHECK_FALSE(plan::sm90_decode_gemm_planned(gptq.projection.qkv));
+  gptq.projection.qkv.act_order = gptq.projection.output.act_order = false;
+  CHECK(plan::sm90_decode_gemm_planned(gptq.projection.qkv));
+  const plan::KernelPlan gptq_kernels = plan::plan_kernels(gptq, hopper);
+  CHECK(gptq_kernels.qkv_projection.kernel == plan::GemmKernel::wgmma_decode);
+  CHECK(gptq_kernels.output_projection.kernel == plan::GemmKernel::wgmma_decode);
+  REQUIRE(gptq_kernels.qkv_projection_dequantized);
+  CHECK(gptq_kernels.qkv_projection_dequantized->min_tokens == 513);
   // The 8-bit formats: wgmma_w4.
   for (const char* name : {"llama-3.1-8b-fp8", "qwen3-8b-fp8-block", "llama-3.1-8b-mxfp8"}) {
     INFO(name);
