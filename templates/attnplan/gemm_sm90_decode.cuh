@@ -188,14 +188,6 @@ struct GemmSm90DecodeTraits : GemmSm90Traits<kBlockN, kStages, kSegments, kHasBi
                 "setmaxnreg targets exceed the registers the CTA launched with");
 };
 
-// A decoder thread's stored group scales (and affine offsets) of one slice: its pass i is the unit (see
-// GemmSm90DecodeTraits::unit_k) of W row n0 + rows_per_pass i + thread / units_per_row at k k0 + unit_k
-// (thread % units_per_row), which has one group scale (nvfp4's 16-k groups: two). Loaded a slice ahead,
-// unconditionally (from row N - 1 and group 0 past N and K: a load under `valid` would be a branch per
-// pass), and nothing here reads what was loaded: the first instruction that does waits for the load, so the
-// conversion (scale_value) and the zeroing of units past N or K wait until the slice is decoded
-// (SliceScaleValues), after its barriers. Converting at load time had every decoder wait one L2 round trip
-// per slice (session 17).
 // The stored form of a format's affine offset (Format::OffsetCode where has_offset).
 template <class Format, bool = Format::has_offset>
 struct OffsetCodeOf {
@@ -206,6 +198,14 @@ struct OffsetCodeOf<Format, true> {
   using type = typename Format::OffsetCode;
 };
 
+// A decoder thread's stored group scales (and affine offsets) of one slice: its pass i is the unit (see
+// GemmSm90DecodeTraits::unit_k) of W row n0 + rows_per_pass i + thread / units_per_row at k k0 + unit_k
+// (thread % units_per_row), which has one group scale (nvfp4's 16-k groups: two). Loaded a slice ahead,
+// unconditionally (from row N - 1 and group 0 past N and K: a load under `valid` would be a branch per
+// pass), and nothing here reads what was loaded: the first instruction that does waits for the load, so the
+// conversion (scale_value) and the zeroing of units past N or K wait until the slice is decoded
+// (SliceScaleValues), after its barriers. Converting at load time had every decoder wait one L2 round trip
+// per slice (session 17).
 template <class Traits>
 struct SliceScales {
   using Format = typename Traits::Format;
