@@ -105,30 +105,23 @@ void check_projection(const std::string& name, const config::WeightEncoding& enc
                                             tensor->element_count() * io::element_size(tensor->dtype)));
     }
   }
-  // With act_order each k's group indexes the scale and zero tensors: one outside [0, groups) would make
-  // the kernels read another group's (the group table clamps it) or past the tensors (the gathers).
-  if (quant.g_idx && encoding.act_order && encoding.format == config::WeightFormat::packed_integer) {
-    const std::int64_t groups =
-        encoding.group_size > 0 ? (k + encoding.group_size - 1) / encoding.group_size : 1;
+  // g_idx. With act_order each k's group indexes the scale and zero tensors: one outside [0, groups) would
+  // make the kernels read another group's (the group table clamps it) or past the tensors (the gathers).
+  // Without it the kernel never reads g_idx (the group of k is k / group_size), so one that is not that
+  // would be ignored on the GPU but honoured by the reference.
+  if (quant.g_idx && encoding.format == config::WeightFormat::packed_integer) {
+    const std::int64_t group = encoding.group_size > 0 ? encoding.group_size : k;
+    const std::int64_t groups = (k + group - 1) / group;
     for (std::int64_t i = 0; i < k; ++i) {
       std::int32_t g;
       std::memcpy(&g, quant.g_idx->bytes.data() + 4 * i, 4);
-      if (g < 0 || g >= groups) {
+      if (encoding.act_order && (g < 0 || g >= groups)) {
         throw Error(Stage::input,
                     fmt::format("weights.{}: g_idx[{}] = {} is outside [0, {}), the groups of K = "
                                 "{} in groups of {}",
                                 name, i, g, groups, k, encoding.group_size));
       }
-    }
-  }
-  // The kernel reads g_idx only with act_order (the group of k is then data-dependent); without it a
-  // g_idx that is not the plain k / group_size would be ignored on the GPU but honoured by the reference.
-  if (quant.g_idx && !encoding.act_order && encoding.format == config::WeightFormat::packed_integer) {
-    const std::int64_t group = encoding.group_size > 0 ? encoding.group_size : k;
-    for (std::int64_t i = 0; i < k; ++i) {
-      std::int32_t g;
-      std::memcpy(&g, quant.g_idx->bytes.data() + 4 * i, 4);
-      if (g != i / group) {
+      if (!encoding.act_order && g != i / group) {
         throw Error(Stage::input, fmt::format("weights.{}: g_idx[{}] = {} is not k / group_size = {}; set "
                                               "/projection/act_order to true for a permuted g_idx",
                                               name, i, g, i / group));

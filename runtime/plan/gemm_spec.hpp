@@ -105,8 +105,9 @@ bool is_awq(const config::WeightEncoding& encoding);
 
 // Whether the decoding wgmma kernel (wgmma_decode) reads `encoding`: codes in rows of bytes [N, K * bits
 // / 8] in k order — mxfp4, nvfp4, 4-bit affine (groups 32, 64, 128), fp8 weight-only (any scale
-// granularity), mxfp8 — or AWQ's 4-bit words [K, N / 8] (a decoder thread takes 8 rows x 8 k of one
-// word column) in groups of a multiple of 64 or per channel. Not GPTQ's k-major words.
+// granularity), mxfp8 — AWQ's 4-bit words [K, N / 8] (a decoder thread takes 8 rows x 8 k of one word
+// column) in groups of a multiple of 64 or per channel, or GPTQ's 4-bit words [K / 8, N] without act order
+// (a unit is 4 words of one row's column) in groups of a multiple of 32 or per channel.
 bool sm90_decode_gemm_supports(const config::WeightEncoding& encoding);
 
 // Whether a CTA's share of a block_n-wide tile in clusters of cluster_m (block_n / cluster_m rows) is whole
@@ -116,7 +117,7 @@ bool sm90_decode_awq_share_fits(int block_n, int cluster_m);
 
 // Whether the plan gives `encoding`'s projections the decoding kernel for launches below
 // dequantized_min_tokens, in place of wgmma_w4: the 4-bit formats it reads (mxfp4, nvfp4, 4-bit affine,
-// AWQ).
+// AWQ, GPTQ without act order).
 // On the H200 it ran their projections 1.2-2.3x faster than wgmma_w4 at 256 tokens, and their plans' layer
 // 1.2-2.4x faster at 64-400 tokens. The 8-bit formats keep wgmma_w4, which is ahead on Llama-3.1-8B's q|k|v
 // (0.0607 against 0.0700 ms at 512 tokens; docs/kernels-notes.md, "Session 19"). Pure.

@@ -10,6 +10,7 @@
 #include "core/error.hpp"
 #include "plan/kernel_plan.hpp"
 #include "plan/prefill_plan.hpp"
+#include "plan_testing.hpp"
 #include "support/catch.hpp"
 #include "support/weight_encodings.hpp"
 
@@ -320,24 +321,13 @@ TEST_CASE("act-order GPTQ dequantizes through a group table where K's groups and
             .kernel == plan::DequantizeKernel::tiles);
 
   // Params: K must have the table's groups, and segments must begin on 64-row blocks.
-  alignas(256) static unsigned char memory[4096];
   DequantizeParams params{};
-  params.gemm.a = reinterpret_cast<const bf16_bits*>(memory);
-  params.gemm.c = reinterpret_cast<bf16_bits*>(memory);
-  params.gemm.lda = 4096;
-  params.gemm.ldc = 6144;
-  params.gemm.m = 1;
-  params.gemm.n = 6144;
-  params.gemm.k = 4096;
-  int begin = 0;
+  params.gemm = plan_testing::llama_qkv_params(1);
   for (int s = 0; s < 3; ++s) {
-    params.gemm.segments[s] = {reinterpret_cast<const bf16_bits*>(memory), nullptr, begin, begin + llama[s]};
-    begin += llama[s];
-    params.gemm.segments[s].scales = memory;
-    params.gemm.segments[s].zeros = memory;
-    params.gemm.segments[s].g_idx = reinterpret_cast<const int*>(memory);
+    params.gemm.segments[s].zeros = plan_testing::fake_pointer<const void>(0x8000000);
+    params.gemm.segments[s].g_idx = plan_testing::fake_pointer<const int>(0x9000000);
   }
-  params.weight = reinterpret_cast<bf16_bits*>(memory + 256);
+  params.weight = plan_testing::fake_pointer<bf16_bits>(0xA000000);
   CHECK_NOTHROW(spec.check(params));
   params.gemm.k = 4224;  // 33 groups
   params.gemm.lda = 4224;
