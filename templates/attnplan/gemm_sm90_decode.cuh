@@ -107,12 +107,13 @@ struct GemmSm90DecodeTraits : GemmSm90Traits<kBlockN, kStages, kSegments, kHasBi
   // rings and leave a thread at most 96 k of a slice (3 units of 4-bit codes, 6 of 8-bit ones): its codes
   // and two slices' scales are in registers.
   static constexpr int max_passes = 96 / unit_k;
-  // AWQ's words: a thread's unit is 64 values (8 rows x 8 k), and two of them a slice (16 words) spill at
-  // 192 wide, so the teams are as many as leave one unit a thread: 192-wide tiles in pairs (96-row
-  // shares) take 2 teams, unpaired 1.
+  // AWQ's words: a thread's unit is 64 values (8 rows x 8 k), and the teams are as many as leave a thread at
+  // most two units a slice, decoded one after the other (decode_word_slice): 192-wide tiles in pairs
+  // (96-row shares) take 4 teams, unpaired 2. With both units' words loaded first they spilled at 192
+  // wide, which held those tiles to one unit a thread: 2 teams in pairs (session 22).
   static constexpr bool n_major_words = requires { Format::n_major_words; };
   static constexpr int decoder_teams =
-      n_major_words ? gemm_sm90_decoder_teams(kStages, kCodeStages, share_rows, 1, decoder_threads)
+      n_major_words ? gemm_sm90_decoder_teams(kStages, kCodeStages, share_rows, 2, decoder_threads)
                     : gemm_sm90_decoder_teams(kStages, kCodeStages, share_rows, max_passes,
                                               decoder_threads / units_per_row);
   // The consumers free each slot as soon as its wgmmas complete: a slot they held a slice longer was one
@@ -151,7 +152,7 @@ struct GemmSm90DecodeTraits : GemmSm90Traits<kBlockN, kStages, kSegments, kHasBi
   // sixteen-byte stores; a slice of the share holds share_rows such units, taken chunk first (WordUnit).
   static constexpr int piece_columns = code_box_rows / 8;
   static constexpr int word_passes = (share_rows + team_threads - 1) / team_threads;
-  static_assert(!n_major_words || word_passes == 1, "AWQ's words: one unit a thread a slice");
+  static_assert(!n_major_words || word_passes <= 2, "AWQ's words: at most two units a thread a slice");
 
   // Full-barrier arrivals per phase: one arrive_expect_tx for A, then one per warp of the decoding team.
   static constexpr unsigned full_arrivals = 1 + team_warps;
@@ -488,24 +489,28 @@ __device__ __forceinline__ void decode_word_slice(const unsigned char* codes, un
                                                   const WordSliceScales<Traits>& stored, int thread) {
   using Format = typename Traits::Format;
   const unsigned* const words = reinterpret_cast<const unsigned*>(codes);
-  // Every unit's words first: shared loads that no store of the slice has to wait behind. loaded[pass][e]
-  // holds the word of k 8 chunk + (e ^ rotation).
-  unsigned loaded[Traits::word_passes][8];
-#pragma unroll
-  for (int pass = 0; pass < Traits::word_passes; ++pass) {
-    const WordUnit<Traits> unit(pass, thread);
-    const unsigned* const at = words + unit.first_word();
-    const int rotation = unit.rotation();
-#pragma unroll
-    for (int e = 0; e < 8; ++e) loaded[pass][e] = at[(e ^ rotation) * Traits::piece_columns];
-  }
-#pragma unroll
+  // One unit at a time (two a thread where four teams share 96 rows): two units' words and decodes
+  // interleaved spilled.
+#pragma unroll 1
   for (int pass = 0; pass < Traits::word_passes; ++pass) {
     // Threads of a partial pass (whole quarter warps past the share) decode with the others, for the
     // shuffles, and store nothing.
     const WordUnit<Traits> unit(pass, thread);
     const int rotation = unit.rotation();
-    unsigned* const x = loaded[pass];
+    // x[e] holds the word of k 8 chunk + (e ^ rotation), then (below) of k 8 chunk + e.
+    unsigned x[8];
+    const unsigned* const at = words + unit.first_word();
+    // This pass's scale and zeros by selects: indexed with the loop's `pass` they would go through local
+    // memory.
+    float scale = stored.scale[0];
+    unsigned zero_word = stored.zeros[0];
+#pragma unroll
+    for (int p = 1; p < Traits::word_passes; ++p) {
+      scale = pass == p ? stored.scale[p] : scale;
+      zero_word = pass == p ? stored.zeros[p] : zero_word;
+    }
+#pragma unroll
+    for (int e = 0; e < 8; ++e) x[e] = at[(e ^ rotation) * Traits::piece_columns];
     // Undo the rotation: x[e] becomes the word of k 8 chunk + e.
 #pragma unroll
     for (int bit = 1; bit <= 2; bit *= 2) {
@@ -526,9 +531,9 @@ __device__ __forceinline__ void decode_word_slice(const unsigned char* codes, un
       // Byte 0 of a selection <- byte nibble / 2 of word 2q, byte 2 <- the same byte of word 2q + 1.
       const unsigned select = static_cast<unsigned>(nibble / 2) * 0x0101u + 0x0400u;
       const unsigned mask = odd ? 0x00F000F0u : 0x000F000Fu;
-      const unsigned zero = (stored.zeros[pass] >> (4 * nibble)) & 15u;
+      const unsigned zero = (zero_word >> (4 * nibble)) & 15u;
       const unsigned zero_bits = zero * (odd ? 0x00100010u : 0x00010001u) + 0x64006400u;
-      const float row_scale = __shfl_sync(0xFFFFFFFFu, stored.scale[pass], r, 8);
+      const float row_scale = __shfl_sync(0xFFFFFFFFu, scale, r, 8);
       const float s = inside ? row_scale * (odd ? 0.0625f : 1.0f) : 0.0f;
       unsigned pairs[4];
 #pragma unroll
