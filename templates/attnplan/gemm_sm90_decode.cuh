@@ -510,8 +510,10 @@ __device__ __forceinline__ void decode_word_slice(const unsigned char* codes, un
       zero_word = pass == p ? stored.zeros[p] : zero_word;
     }
 #pragma unroll
-    for (int e = 0; e < 8; ++e) x[e] = at[(e ^ rotation) * Traits::piece_columns];
-      // Undo the rotation: x[e] becomes the word of k 8 chunk + e.
+    for (int e = 0; e < 8; ++e) {
+      x[e] = at[(e ^ rotation) * Traits::piece_columns];
+    }
+    // Undo the rotation: x[e] becomes the word of k 8 chunk + e.
 #pragma unroll
     for (int bit = 1; bit <= 2; bit *= 2) {
       const bool swap = (rotation & bit) != 0;
