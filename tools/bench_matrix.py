@@ -40,7 +40,9 @@ QUANTIZED_MODELS = {"Qwen3-8B-fp8-block": "qwen3-8b-fp8-block.json",
                     "Llama-3.1-8B-fp8-dynamic": "llama-3.1-8b-fp8-dynamic.json",
                     "Llama-3.1-8B-nvfp4": "llama-3.1-8b-nvfp4.json",
                     "gpt-oss-20b-mxfp4": "gpt-oss-20b-mxfp4.json", "Llama-3.1-8B-awq": "llama-3.1-8b-awq.json",
-                    "Llama-3.1-8B-gptq": "llama-3.1-8b-gptq.json", "Llama-3.1-8B-mlx-4bit": "llama-3.1-8b-mlx-4bit.json"}
+                    "Llama-3.1-8B-gptq": "llama-3.1-8b-gptq.json",
+                    "Llama-3.1-8B-gptq-noact": "llama-3.1-8b-gptq-noact.json",
+                    "Llama-3.1-8B-mlx-4bit": "llama-3.1-8b-mlx-4bit.json"}
 QUANTIZED_TOKENS = (256, 512, 8192)
 REFUSAL = "not supported by the kernels yet"  # runtime/plan/kernel_plan.cpp's words for a format without kernel
 # The window rows (issue 5: "a 4k window over 32k tokens costs about window/sequence of full causal").

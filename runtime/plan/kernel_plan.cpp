@@ -35,6 +35,9 @@ ProjectionVariant projection_variant_of(const PlannedKernel& kernel) {
     return ProjectionVariant::dequantize;
   if (kernel.name == kQkvProjectionDequantizedName || kernel.name == kOutputProjectionDequantizedName)
     return ProjectionVariant::dequantized;
+  if (kernel.name == kQkvProjectionDequantizedSmallName ||
+      kernel.name == kOutputProjectionDequantizedSmallName)
+    return ProjectionVariant::dequantized_small;
   return ProjectionVariant::planned;
 }
 
@@ -49,9 +52,14 @@ ProjectionVariant launched_projection_variant(const KernelPlan& kernels, StageKi
     throw Error(Stage::internal,
                 fmt::format("launched_projection_variant: {} is not a projection stage", to_string(stage)));
   }
-  if (runs_dequantized(qkv ? kernels.qkv_projection_dequantized : kernels.output_projection_dequantized,
-                       num_tokens)) {
-    return ProjectionVariant::dequantized;
+  const std::optional<KernelPlan::Dequantized>& dequantized =
+      qkv ? kernels.qkv_projection_dequantized : kernels.output_projection_dequantized;
+  if (runs_dequantized(dequantized, num_tokens)) {
+    const bool small =
+        dequantized->gemm_small && choose_gemm_variant(num_tokens, n, dequantized->gemm.sm90,
+                                                       dequantized->gemm_small->sm90, multiprocessors)
+                                       .small;
+    return small ? ProjectionVariant::dequantized_small : ProjectionVariant::dequantized;
   }
   if (qkv ? kernels.qkv_projection_fp8.has_value() : kernels.output_projection_fp8.has_value())
     return ProjectionVariant::planned;
@@ -213,8 +221,14 @@ std::optional<KernelPlan::Dequantized> dequantized_path(const GemmSpec& planned,
   std::optional<GemmSpec> gemm =
       choose_dequantized_gemm(planned, arch, config.max_tokens, n, k, segment_widths);
   if (!gemm) return std::nullopt;
-  return KernelPlan::Dequantized{choose_dequantize(planned.segments, planned.weights, k, segment_widths),
-                                 *gemm, dequantized_min_tokens(planned, arch, n)};
+  KernelPlan::Dequantized path{choose_dequantize(planned.segments, planned.weights, k, segment_widths), *gemm,
+                               std::nullopt, dequantized_min_tokens(planned, arch, n)};
+  // The bf16 plan's short-launch tiling, where the path takes launches that short: act-order GPTQ, 3-bit
+  // and 8-bit GPTQ from one token (at 1 token Llama-3.1-8B's q|k|v ran 24 CTAs of 128 x 256, session 23).
+  if (path.min_tokens <= kSmallLaunchTokens)
+    path.gemm_small =
+        specialization(*gemm, std::nullopt, kSmallLaunchTokens, config, arch, n, k, segment_widths);
+  return path;
 }
 
 }  // namespace
@@ -306,7 +320,8 @@ KernelPlan plan_kernels(const config::AttentionConfig& config, const config::Arc
                                   std::string_view small_name, const std::optional<GemmSpec>& tiny,
                                   std::string_view tiny_name,
                                   const std::optional<KernelPlan::Dequantized>& dequantized,
-                                  std::string_view dequantize_name, std::string_view dequantized_name) {
+                                  std::string_view dequantize_name, std::string_view dequantized_name,
+                                  std::string_view dequantized_small_name) {
     if (!fp8) {
       plan.kernels.push_back({stage, name, spec.source(), spec.dynamic_shared_bytes()});
       if (small)
@@ -319,6 +334,11 @@ KernelPlan plan_kernels(const config::AttentionConfig& config, const config::Arc
                                 dequantized->dequantize.dynamic_shared_bytes()});
         plan.kernels.push_back({stage, std::string(dequantized_name), dequantized->gemm.source(),
                                 dequantized->gemm.dynamic_shared_bytes()});
+        if (dequantized->gemm_small) {
+          plan.kernels.push_back({stage, std::string(dequantized_small_name),
+                                  dequantized->gemm_small->source(),
+                                  dequantized->gemm_small->dynamic_shared_bytes()});
+        }
       }
       return;
     }
@@ -333,7 +353,7 @@ KernelPlan plan_kernels(const config::AttentionConfig& config, const config::Arc
   add_projection(std::nullopt, StageKind::qkv_projection, "qkv_projection", plan.qkv_projection,
                  plan.qkv_projection_fp8, plan.qkv_projection_small, kQkvProjectionSmallName,
                  plan.qkv_projection_tiny, kQkvProjectionTinyName, plan.qkv_projection_dequantized,
-                 kQkvDequantizeName, kQkvProjectionDequantizedName);
+                 kQkvDequantizeName, kQkvProjectionDequantizedName, kQkvProjectionDequantizedSmallName);
   if (plan.qkv_postprocess.has_work()) {
     plan.kernels.push_back({StageKind::qkv_postprocess, "qkv_postprocess", plan.qkv_postprocess.source(), 0});
   }
@@ -343,7 +363,8 @@ KernelPlan plan_kernels(const config::AttentionConfig& config, const config::Arc
   add_projection(StageKind::output_quantize, StageKind::output_projection, "output_projection",
                  plan.output_projection, plan.output_projection_fp8, plan.output_projection_small,
                  kOutputProjectionSmallName, plan.output_projection_tiny, kOutputProjectionTinyName,
-                 plan.output_projection_dequantized, kOutputDequantizeName, kOutputProjectionDequantizedName);
+                 plan.output_projection_dequantized, kOutputDequantizeName, kOutputProjectionDequantizedName,
+                 kOutputProjectionDequantizedSmallName);
   return plan;
 }
 

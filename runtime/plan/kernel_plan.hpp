@@ -61,10 +61,13 @@ struct KernelPlan {
   std::optional<GemmSpec> qkv_projection_tiny, output_projection_tiny;
   // The dequantized path of a weight-only quantized projection (choose_dequantized_gemm): launches of at
   // least min_tokens rows (dequantized_min_tokens of the planned projection) run `dequantize` into the
-  // workspace, then `gemm` (bf16 wgmma).
+  // workspace, then `gemm` (bf16 wgmma, tiled for max_tokens) or, where the path takes launches of
+  // kSmallLaunchTokens rows and that tiles differently, `gemm_small` (the bf16 plan's short-launch
+  // tiling), the one of least gemm_sm90_cost (launched_projection_variant).
   struct Dequantized {
     DequantizeSpec dequantize;
     GemmSpec gemm;
+    std::optional<GemmSpec> gemm_small;
     int min_tokens = 0;
   };
   std::optional<Dequantized> qkv_projection_dequantized, output_projection_dequantized;
@@ -83,9 +86,12 @@ inline constexpr std::string_view kQkvDequantizeName = "qkv_dequantize";
 inline constexpr std::string_view kQkvProjectionDequantizedName = "qkv_projection_dequantized";
 inline constexpr std::string_view kOutputDequantizeName = "output_dequantize";
 inline constexpr std::string_view kOutputProjectionDequantizedName = "output_projection_dequantized";
+inline constexpr std::string_view kQkvProjectionDequantizedSmallName = "qkv_projection_dequantized_small";
+inline constexpr std::string_view kOutputProjectionDequantizedSmallName =
+    "output_projection_dequantized_small";
 
 // Which of a projection stage's kernels a planned kernel is.
-enum class ProjectionVariant { planned, small, tiny, dequantize, dequantized };
+enum class ProjectionVariant { planned, small, tiny, dequantize, dequantized, dequantized_small };
 ProjectionVariant projection_variant_of(const PlannedKernel& kernel);
 
 // Whether a launch of `num_tokens` rows runs the projection's dequantized path (planned, and
@@ -94,7 +100,8 @@ bool runs_dequantized(const std::optional<KernelPlan::Dequantized>& path, int nu
 
 // The variant of projection stage `stage` (qkv_projection or output_projection) that a launch of
 // `num_tokens` rows of N = n runs on `multiprocessors` SMs, as execute chooses: `dequantized` (its dequantize
-// kernel, then its GEMM) where runs_dequantized; else `small` where planned and choose_gemm_variant prefers
+// kernel, then its GEMM; `dequantized_small` where the path's small GEMM costs less by choose_gemm_variant)
+// where runs_dequantized; else `small` where planned and choose_gemm_variant prefers
 // it to the planned tiling, then `tiny` where planned and cheaper again by gemm_sm90_cost (ties keep the
 // wider tiling); else `planned` (the fp8-activation GEMM included). Pure.
 ProjectionVariant launched_projection_variant(const KernelPlan& kernels, StageKind stage, int num_tokens,

@@ -33,6 +33,7 @@ struct PrefillPlan::Loaded {
   // The dequantized paths, where planned (KernelPlan::qkv_projection_dequantized, ...).
   driver::Function qkv_dequantize, qkv_projection_dequantized, output_dequantize,
       output_projection_dequantized;
+  driver::Function qkv_projection_dequantized_small, output_projection_dequantized_small;
   driver::DeviceBuffer rope_frequencies;  // [rotary_dim / 2] doubles, uploaded once at load
   double rope_attention_factor = 1.0;
   int multiprocessors = 0;           // the device's SMs: the persistent grids of the wgmma GEMM and attention
@@ -105,23 +106,31 @@ T* at(void* base, std::size_t offset) {
 }
 
 // One launch's dequantized path: the dequantize kernel's Params and the bf16 GEMM's (segments pointing
-// into W in the workspace).
+// into W in the workspace), and which of the path's GEMMs runs (`small`: gemm_small).
 struct Dequantized {
   const KernelPlan::Dequantized* path;
   DequantizeParams dequantize;
   GemmParams gemm;
+  bool small = false;
+  const GemmSpec& gemm_spec() const { return small ? *path->gemm_small : path->gemm; }
 };
 
 // The dequantized path's Params for `params` (the quantized projection's, already checked), checked, when
 // this launch takes it.
-std::optional<Dequantized> dequantized_launch(const std::optional<KernelPlan::Dequantized>& path,
+std::optional<Dequantized> dequantized_launch(const KernelPlan& kernels, StageKind stage,
                                               const GemmParams& params, const WorkspaceLayout& layout,
-                                              void* workspace) {
+                                              void* workspace, int multiprocessors) {
+  const std::optional<KernelPlan::Dequantized>& path = stage == StageKind::qkv_projection
+                                                           ? kernels.qkv_projection_dequantized
+                                                           : kernels.output_projection_dequantized;
   if (!runs_dequantized(path, params.m)) return std::nullopt;
   bf16_bits* weight = at<bf16_bits>(workspace, layout.dequantized_weights);
-  const Dequantized launch{&*path, DequantizeParams{params, weight}, dequantized_gemm_params(params, weight)};
+  const bool small = launched_projection_variant(kernels, stage, params.m, params.n, multiprocessors) ==
+                     ProjectionVariant::dequantized_small;
+  const Dequantized launch{&*path, DequantizeParams{params, weight}, dequantized_gemm_params(params, weight),
+                           small};
   path->dequantize.check(launch.dequantize);
-  path->gemm.check(launch.gemm);
+  launch.gemm_spec().check(launch.gemm);
   return launch;
 }
 
@@ -295,8 +304,8 @@ void PrefillPlan::execute(const ExecuteArgs& args, CUstream stream, const StageO
       kernels, StageKind::qkv_projection, loaded.qkv_projection, loaded.qkv_projection_small,
       loaded.qkv_projection_tiny, projection, loaded.multiprocessors);
   check_projection(*qkv_spec, kernels.qkv_projection_fp8, projection);
-  const std::optional<Dequantized> qkv_dequantized =
-      dequantized_launch(kernels.qkv_projection_dequantized, projection, layout, args.workspace);
+  const std::optional<Dequantized> qkv_dequantized = dequantized_launch(
+      kernels, StageKind::qkv_projection, projection, layout, args.workspace, loaded.multiprocessors);
 
   QkvPostprocessParams post{};
   post.qkv = qkv;
@@ -363,8 +372,8 @@ void PrefillPlan::execute(const ExecuteArgs& args, CUstream stream, const StageO
       kernels, StageKind::output_projection, loaded.output_projection, loaded.output_projection_small,
       loaded.output_projection_tiny, output, loaded.multiprocessors);
   check_projection(*output_spec, kernels.output_projection_fp8, output);
-  const std::optional<Dequantized> output_dequantized =
-      dequantized_launch(kernels.output_projection_dequantized, output, layout, args.workspace);
+  const std::optional<Dequantized> output_dequantized = dequantized_launch(
+      kernels, StageKind::output_projection, output, layout, args.workspace, loaded.multiprocessors);
 
   // Enqueue in spec order. The observer (debugging only) sees each stage's results in the workspace.
   loaded.context.make_current();
@@ -391,11 +400,12 @@ void PrefillPlan::execute(const ExecuteArgs& args, CUstream stream, const StageO
   auto project = [&](const driver::Function* quantize, StageKind stage, const driver::Function& gemm,
                      const GemmSpec& spec, const std::optional<GemmFp8Spec>& fp8, const GemmParams& params,
                      const std::optional<Dequantized>& dequantized, const driver::Function& dequantize,
-                     const driver::Function& dequantized_gemm) {
+                     const driver::Function& dequantized_gemm,
+                     const driver::Function& dequantized_small_gemm) {
     if (dequantized) {
       launch_dequantize(dequantize, dequantized->path->dequantize, dequantized->dequantize, stream);
-      launch_gemm(dequantized_gemm, dequantized->path->gemm, dequantized->gemm, stream,
-                  loaded.multiprocessors);
+      launch_gemm(dequantized->small ? dequantized_small_gemm : dequantized_gemm, dequantized->gemm_spec(),
+                  dequantized->gemm, stream, loaded.multiprocessors);
     } else if (fp8) {
       const Fp8ActivationBuffers buffers =
           fp8_activation_buffers(at<void>(args.workspace, layout.fp8_activations), params.m, params.k);
@@ -410,7 +420,8 @@ void PrefillPlan::execute(const ExecuteArgs& args, CUstream stream, const StageO
     notify(stage);
   };
   project(nullptr, StageKind::qkv_projection, *qkv_function, *qkv_spec, kernels.qkv_projection_fp8,
-          projection, qkv_dequantized, loaded.qkv_dequantize, loaded.qkv_projection_dequantized);
+          projection, qkv_dequantized, loaded.qkv_dequantize, loaded.qkv_projection_dequantized,
+          loaded.qkv_projection_dequantized_small);
   if (kernels.has(StageKind::qkv_postprocess)) {
     driver::launch(loaded.qkv_postprocess,
                    driver::LaunchShape{
@@ -425,7 +436,7 @@ void PrefillPlan::execute(const ExecuteArgs& args, CUstream stream, const StageO
   notify(StageKind::attention);
   project(&loaded.output_quantize, StageKind::output_projection, *output_function, *output_spec,
           kernels.output_projection_fp8, output, output_dequantized, loaded.output_dequantize,
-          loaded.output_projection_dequantized);
+          loaded.output_projection_dequantized, loaded.output_projection_dequantized_small);
 }
 
 std::vector<std::string> PrefillPlan::stage_kernels(StageKind stage, int num_tokens) const {
@@ -442,6 +453,9 @@ std::vector<std::string> PrefillPlan::stage_kernels(StageKind stage, int num_tok
     case ProjectionVariant::dequantized:
       return {std::string(qkv ? kQkvDequantizeName : kOutputDequantizeName),
               std::string(qkv ? kQkvProjectionDequantizedName : kOutputProjectionDequantizedName)};
+    case ProjectionVariant::dequantized_small:
+      return {std::string(qkv ? kQkvDequantizeName : kOutputDequantizeName),
+              std::string(qkv ? kQkvProjectionDequantizedSmallName : kOutputProjectionDequantizedSmallName)};
     default:
       return {planned};
   }
@@ -578,10 +592,11 @@ plan::PrefillPlan Runtime::load(const plan::CompiledPlan& compiled) {
     if (shared > 48 * 1024) function.set_max_dynamic_shared_bytes(shared);
     const plan::ProjectionVariant variant = plan::projection_variant_of(planned);
     // The projection stages' functions by variant: the planned GEMM, its short-launch specializations,
-    // the dequantized path's two kernels.
+    // the dequantized path's kernels.
     const auto projection_slot = [&](driver::Function& planned_function, driver::Function& small,
                                      driver::Function& tiny, driver::Function& dequantize,
-                                     driver::Function& dequantized) -> driver::Function& {
+                                     driver::Function& dequantized,
+                                     driver::Function& dequantized_small) -> driver::Function& {
       switch (variant) {
         case plan::ProjectionVariant::small:
           return small;
@@ -591,6 +606,8 @@ plan::PrefillPlan Runtime::load(const plan::CompiledPlan& compiled) {
           return dequantize;
         case plan::ProjectionVariant::dequantized:
           return dequantized;
+        case plan::ProjectionVariant::dequantized_small:
+          return dequantized_small;
         default:
           return planned_function;
       }
@@ -604,7 +621,8 @@ plan::PrefillPlan Runtime::load(const plan::CompiledPlan& compiled) {
         break;
       case plan::StageKind::qkv_projection:
         projection_slot(loaded->qkv_projection, loaded->qkv_projection_small, loaded->qkv_projection_tiny,
-                        loaded->qkv_dequantize, loaded->qkv_projection_dequantized) = function;
+                        loaded->qkv_dequantize, loaded->qkv_projection_dequantized,
+                        loaded->qkv_projection_dequantized_small) = function;
         break;
       case plan::StageKind::qkv_postprocess:
         loaded->qkv_postprocess = function;
@@ -618,7 +636,8 @@ plan::PrefillPlan Runtime::load(const plan::CompiledPlan& compiled) {
       case plan::StageKind::output_projection:
         projection_slot(loaded->output_projection, loaded->output_projection_small,
                         loaded->output_projection_tiny, loaded->output_dequantize,
-                        loaded->output_projection_dequantized) = function;
+                        loaded->output_projection_dequantized, loaded->output_projection_dequantized_small) =
+            function;
         break;
     }
   }

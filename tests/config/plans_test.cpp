@@ -33,17 +33,29 @@ TEST_CASE("every plan parses, validates and round-trips through to_json", "[conf
     CHECK(to_json(parse(canonical)) == canonical);
   }
   std::sort(names.begin(), names.end());
-  CHECK(names == std::vector<std::string>{"gemma-3-27b-global", "gemma-3-27b-local",
-                                          "gpt-j-6b",           "gpt-oss-20b-full",
-                                          "gpt-oss-20b-mxfp4",  "gpt-oss-20b-sliding",
-                                          "llama-3.1-8b",       "llama-3.1-8b-awq",
-                                          "llama-3.1-8b-fp8",   "llama-3.1-8b-fp8-dynamic",
-                                          "llama-3.1-8b-gptq",  "llama-3.1-8b-mlx-4bit",
-                                          "llama-3.1-8b-mxfp8", "llama-3.1-8b-nvfp4",
-                                          "mistral-7b",         "mistral-7b-fp8kv",
-                                          "phi-4-mini",         "qwen2.5-7b",
-                                          "qwen3-32b",          "qwen3-8b",
-                                          "qwen3-8b-fp8-block", "qwen3-8b-fp8-block-fp8act"});
+  CHECK(names == std::vector<std::string>{"gemma-3-27b-global",
+                                          "gemma-3-27b-local",
+                                          "gpt-j-6b",
+                                          "gpt-oss-20b-full",
+                                          "gpt-oss-20b-mxfp4",
+                                          "gpt-oss-20b-sliding",
+                                          "llama-3.1-8b",
+                                          "llama-3.1-8b-awq",
+                                          "llama-3.1-8b-fp8",
+                                          "llama-3.1-8b-fp8-dynamic",
+                                          "llama-3.1-8b-gptq",
+                                          "llama-3.1-8b-gptq-noact",
+                                          "llama-3.1-8b-mlx-4bit",
+                                          "llama-3.1-8b-mxfp8",
+                                          "llama-3.1-8b-nvfp4",
+                                          "mistral-7b",
+                                          "mistral-7b-fp8kv",
+                                          "phi-4-mini",
+                                          "qwen2.5-7b",
+                                          "qwen3-32b",
+                                          "qwen3-8b",
+                                          "qwen3-8b-fp8-block",
+                                          "qwen3-8b-fp8-block-fp8act"});
 }
 
 TEST_CASE("plans carry the HF values", "[config][plans]") {

@@ -97,7 +97,25 @@ TEST_CASE("on sm_90a weight-only quantized projections plan a dequantized path i
     CHECK(kernels.qkv_projection_small.has_value() == plan::sm90_decode_gemm_planned(config.projection.qkv));
     CHECK(position(plan::kQkvDequantizeName) == position("qkv_projection") + 1 + small);
     CHECK(position(plan::kQkvProjectionDequantizedName) == position("qkv_projection") + 2 + small);
-    CHECK(position(plan::kOutputProjectionDequantizedName) == std::ptrdiff_t(names.size()) - 1);
+    // The path's short-launch GEMM (the bf16 plan's kSmallLaunchTokens tiling) where the path takes
+    // launches that short, last.
+    CHECK(qkv.gemm_small.has_value() == (min_tokens <= plan::kSmallLaunchTokens));
+    CHECK(output.gemm_small.has_value() == (min_tokens <= plan::kSmallLaunchTokens));
+    if (qkv.gemm_small) {
+      CHECK(position(plan::kQkvProjectionDequantizedSmallName) == position("qkv_projection") + 3 + small);
+      CHECK(position(plan::kOutputProjectionDequantizedSmallName) == std::ptrdiff_t(names.size()) - 1);
+      CHECK(position(plan::kOutputProjectionDequantizedName) == std::ptrdiff_t(names.size()) - 2);
+      if (config.hidden_size == bf16.hidden_size && config.query_heads == bf16.query_heads) {
+        REQUIRE(bf16_kernels.qkv_projection_small);
+        REQUIRE(bf16_kernels.output_projection_small);
+        CHECK(qkv.gemm_small->source().render_stub() ==
+              bf16_kernels.qkv_projection_small->source().render_stub());
+        CHECK(output.gemm_small->source().render_stub() ==
+              bf16_kernels.output_projection_small->source().render_stub());
+      }
+    } else {
+      CHECK(position(plan::kOutputProjectionDequantizedName) == std::ptrdiff_t(names.size()) - 1);
+    }
     for (const plan::PlannedKernel& kernel : kernels.kernels) {
       const plan::ProjectionVariant variant = plan::projection_variant_of(kernel);
       if (kernel.name == plan::kQkvDequantizeName || kernel.name == plan::kOutputDequantizeName) {
@@ -109,6 +127,12 @@ TEST_CASE("on sm_90a weight-only quantized projections plan a dequantized path i
         CHECK(variant == plan::ProjectionVariant::dequantized);
         CHECK(kernel.stage == plan::StageKind::qkv_projection);
         CHECK(kernel.dynamic_shared_bytes == qkv.gemm.dynamic_shared_bytes());
+      }
+      if (kernel.name == plan::kOutputProjectionDequantizedSmallName) {
+        CHECK(variant == plan::ProjectionVariant::dequantized_small);
+        CHECK(kernel.stage == plan::StageKind::output_projection);
+        REQUIRE(output.gemm_small);
+        CHECK(kernel.dynamic_shared_bytes == output.gemm_small->dynamic_shared_bytes());
       }
     }
 
@@ -349,4 +373,48 @@ TEST_CASE("act-order GPTQ dequantizes through a group table where K's groups and
   wrong = spec;
   wrong.groups = 0;
   CHECK_THROWS_AS(wrong.source(), Error);
+}
+
+TEST_CASE("a dequantized launch takes the path's short-launch GEMM where it costs less",
+          "[plan][gemm][dequantized]") {
+  using plan::ProjectionVariant;
+  // Act-order GPTQ on Llama-3.1-8B: the path from one token, its GEMMs tiled for 8192 rows (128 x 256:
+  // 24 column tiles of q|k|v, 16 of o) and for 512.
+  const config::AttentionConfig config = plan_config("llama-3.1-8b-gptq");
+  const plan::KernelPlan kernels = plan::plan_kernels(config, kSm90a);
+  REQUIRE(kernels.qkv_projection_dequantized);
+  REQUIRE(kernels.qkv_projection_dequantized->gemm_small);
+  REQUIRE(kernels.output_projection_dequantized);
+  REQUIRE(kernels.output_projection_dequantized->gemm_small);
+  const plan::KernelPlan::Dequantized& qkv = *kernels.qkv_projection_dequantized;
+  CHECK(qkv.gemm.sm90.block_n == 256);
+  CHECK(qkv.gemm_small->sm90.block_n < qkv.gemm.sm90.block_n);
+  const int qkv_n = static_cast<int>(plan::qkv_row_width(config));
+  const int hidden = config.hidden_size;
+  const auto variant = [&](plan::StageKind stage, int tokens) {
+    return plan::launched_projection_variant(kernels, stage, tokens,
+                                             stage == plan::StageKind::qkv_projection ? qkv_n : hidden, 132);
+  };
+  for (const plan::StageKind stage : {plan::StageKind::qkv_projection, plan::StageKind::output_projection}) {
+    INFO(plan::to_string(stage));
+    // One row tile: more, narrower tiles fill more SMs.
+    CHECK(variant(stage, 1) == ProjectionVariant::dequantized_small);
+    CHECK(variant(stage, 512) == ProjectionVariant::dequantized_small);
+    // Whole waves of 128 x 256 tiles at 8192 rows.
+    CHECK(variant(stage, 8192) == ProjectionVariant::dequantized);
+  }
+  // Each matches choose_gemm_variant on the path's two tilings.
+  for (const int tokens : {1, 64, 256, 384, 512, 640, 1024, 2048, 4096, 8192}) {
+    INFO(tokens);
+    const bool small =
+        plan::choose_gemm_variant(tokens, qkv_n, qkv.gemm.sm90, qkv.gemm_small->sm90, 132).small;
+    CHECK(variant(plan::StageKind::qkv_projection, tokens) ==
+          (small ? ProjectionVariant::dequantized_small : ProjectionVariant::dequantized));
+  }
+  // A plan whose path starts above kSmallLaunchTokens (the decoding kernel's formats) has none.
+  const plan::KernelPlan awq = plan::plan_kernels(plan_config("llama-3.1-8b-awq"), kSm90a);
+  REQUIRE(awq.qkv_projection_dequantized);
+  CHECK_FALSE(awq.qkv_projection_dequantized->gemm_small);
+  CHECK(plan::launched_projection_variant(awq, plan::StageKind::qkv_projection, 600, qkv_n, 132) ==
+        ProjectionVariant::dequantized);
 }

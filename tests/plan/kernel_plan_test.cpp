@@ -306,9 +306,12 @@ TEST_CASE("quantized projections with a GEMM policy are planned with it", "[plan
   CHECK(kernels.qkv_projection.weights == config.projection.qkv);
   CHECK(kernels.output_projection.weights == config.projection.output);
   for (const auto& kernel : kernels.kernels) {
-    // The dequantized path's GEMM reads bf16 (tests/plan/dequantized_plan_test.cpp); the other kernels of
+    // The dequantized path's GEMMs read bf16 (tests/plan/dequantized_plan_test.cpp); the other kernels of
     // the stage carry the format's policy.
-    if (plan::projection_variant_of(kernel) == plan::ProjectionVariant::dequantized) continue;
+    const plan::ProjectionVariant variant = plan::projection_variant_of(kernel);
+    if (variant == plan::ProjectionVariant::dequantized ||
+        variant == plan::ProjectionVariant::dequantized_small)
+      continue;
     if (kernel.stage == plan::StageKind::qkv_projection)
       CHECK(kernel.source.render_stub().find("Mxfp4Weights") != std::string::npos);
     if (kernel.stage == plan::StageKind::output_projection)
