@@ -223,11 +223,12 @@ std::optional<KernelPlan::Dequantized> dequantized_path(const GemmSpec& planned,
   if (!gemm) return std::nullopt;
   KernelPlan::Dequantized path{choose_dequantize(planned.segments, planned.weights, k, segment_widths), *gemm,
                                std::nullopt, dequantized_min_tokens(planned, arch, n)};
-  // The bf16 plan's short-launch tiling, where the path takes launches that short: act-order GPTQ, 3-bit
-  // and 8-bit GPTQ from one token (at 1 token Llama-3.1-8B's q|k|v ran 24 CTAs of 128 x 256, session 23).
-  if (path.min_tokens <= kSmallLaunchTokens)
-    path.gemm_small =
-        specialization(*gemm, std::nullopt, kSmallLaunchTokens, config, arch, n, k, segment_widths);
+  // The bf16 plan's short-launch tiling, which launches take where choose_gemm_variant prefers it, as the
+  // bf16 plan's do: act-order GPTQ, 3-bit and 8-bit GPTQ from one token (at 1 token Llama-3.1-8B's q|k|v
+  // ran 24 CTAs of 128 x 256, session 23), the other formats from their switch point (o at 513-1023
+  // tokens: 80-128 tiles of 128 x 256 on 132 SMs, or 160-256 of 128 x 128).
+  path.gemm_small =
+      specialization(*gemm, std::nullopt, kSmallLaunchTokens, config, arch, n, k, segment_widths);
   return path;
 }
 

@@ -61,9 +61,9 @@ struct KernelPlan {
   std::optional<GemmSpec> qkv_projection_tiny, output_projection_tiny;
   // The dequantized path of a weight-only quantized projection (choose_dequantized_gemm): launches of at
   // least min_tokens rows (dequantized_min_tokens of the planned projection) run `dequantize` into the
-  // workspace, then `gemm` (bf16 wgmma, tiled for max_tokens) or, where the path takes launches of
-  // kSmallLaunchTokens rows and that tiles differently, `gemm_small` (the bf16 plan's short-launch
-  // tiling), the one of least gemm_sm90_cost (launched_projection_variant).
+  // workspace, then `gemm` (bf16 wgmma, tiled for max_tokens) or, where the bf16 plan's short-launch
+  // tiling differs, `gemm_small` (that tiling), the one of least gemm_sm90_cost
+  // (launched_projection_variant).
   struct Dequantized {
     DequantizeSpec dequantize;
     GemmSpec gemm;

@@ -97,10 +97,10 @@ TEST_CASE("on sm_90a weight-only quantized projections plan a dequantized path i
     CHECK(kernels.qkv_projection_small.has_value() == plan::sm90_decode_gemm_planned(config.projection.qkv));
     CHECK(position(plan::kQkvDequantizeName) == position("qkv_projection") + 1 + small);
     CHECK(position(plan::kQkvProjectionDequantizedName) == position("qkv_projection") + 2 + small);
-    // The path's short-launch GEMM (the bf16 plan's kSmallLaunchTokens tiling) where the path takes
-    // launches that short, last.
-    CHECK(qkv.gemm_small.has_value() == (min_tokens <= plan::kSmallLaunchTokens));
-    CHECK(output.gemm_small.has_value() == (min_tokens <= plan::kSmallLaunchTokens));
+    // The path's short-launch GEMM (the bf16 plan's kSmallLaunchTokens tiling, where it differs: on
+    // Llama-3.1-8B's shapes it does), last.
+    CHECK(qkv.gemm_small.has_value() == bf16_kernels.qkv_projection_small.has_value());
+    CHECK(output.gemm_small.has_value() == bf16_kernels.output_projection_small.has_value());
     if (qkv.gemm_small) {
       CHECK(position(plan::kQkvProjectionDequantizedSmallName) == position("qkv_projection") + 3 + small);
       CHECK(position(plan::kOutputProjectionDequantizedSmallName) == std::ptrdiff_t(names.size()) - 1);
@@ -411,10 +411,20 @@ TEST_CASE("a dequantized launch takes the path's short-launch GEMM where it cost
     CHECK(variant(plan::StageKind::qkv_projection, tokens) ==
           (small ? ProjectionVariant::dequantized_small : ProjectionVariant::dequantized));
   }
-  // A plan whose path starts above kSmallLaunchTokens (the decoding kernel's formats) has none.
+  // A plan whose path starts past the decoding kernel's one wave (513 tokens) has one too, for the
+  // launches whose tiles round badly: q|k|v's 120 tiles of 128 x 256 at 600 tokens are one round on 132
+  // SMs (160 of 128 x 192 would be two), its 144 at 768 tokens two, as the narrower tiles' 192; o's 80 of
+  // 128 x 256 at 600 tokens are one round, 160 of 128 x 128 two.
   const plan::KernelPlan awq = plan::plan_kernels(plan_config("llama-3.1-8b-awq"), kSm90a);
   REQUIRE(awq.qkv_projection_dequantized);
-  CHECK_FALSE(awq.qkv_projection_dequantized->gemm_small);
+  REQUIRE(awq.qkv_projection_dequantized->gemm_small);
+  REQUIRE(awq.output_projection_dequantized->gemm_small);
+  CHECK(plan::launched_projection_variant(awq, plan::StageKind::output_projection, 600, hidden, 132) ==
+        ProjectionVariant::dequantized);
   CHECK(plan::launched_projection_variant(awq, plan::StageKind::qkv_projection, 600, qkv_n, 132) ==
+        ProjectionVariant::dequantized);
+  CHECK(plan::launched_projection_variant(awq, plan::StageKind::qkv_projection, 768, qkv_n, 132) ==
+        ProjectionVariant::dequantized_small);
+  CHECK(plan::launched_projection_variant(awq, plan::StageKind::qkv_projection, 8192, qkv_n, 132) ==
         ProjectionVariant::dequantized);
 }

@@ -102,14 +102,16 @@ TEST_CASE(
   CHECK(variant(256) == plan::ProjectionVariant::small);
   CHECK(plan::launched_projection_variant(nvfp4, plan::StageKind::output_projection, 64, 4096, 132) ==
         plan::ProjectionVariant::small);
-  // The kernels in launch order: each specialization right after its planned kernel, the tiny one last.
+  // The kernels in launch order: each specialization right after its planned kernel, the tiny one last,
+  // then the dequantized path's two and its GEMM's short-launch tiling.
   std::vector<std::string> names;
   for (const auto& kernel : nvfp4.kernels) names.push_back(kernel.name);
-  CHECK(names == std::vector<std::string>{"input_rmsnorm", "qkv_projection", "qkv_projection_small",
-                                          "qkv_projection_tiny", "qkv_dequantize",
-                                          "qkv_projection_dequantized", "qkv_postprocess", "kv_store",
-                                          "attention", "output_projection", "output_projection_small",
-                                          "output_dequantize", "output_projection_dequantized"});
+  CHECK(names == std::vector<std::string>{
+                     "input_rmsnorm", "qkv_projection", "qkv_projection_small", "qkv_projection_tiny",
+                     "qkv_dequantize", "qkv_projection_dequantized", "qkv_projection_dequantized_small",
+                     "qkv_postprocess", "kv_store", "attention", "output_projection",
+                     "output_projection_small", "output_dequantize", "output_projection_dequantized",
+                     "output_projection_dequantized_small"});
   for (const plan::PlannedKernel& kernel : nvfp4.kernels) {
     if (kernel.name == plan::kQkvProjectionTinyName) {
       CHECK(plan::projection_variant_of(kernel) == plan::ProjectionVariant::tiny);
