@@ -111,7 +111,7 @@ void check_projection(const std::string& name, const config::WeightEncoding& enc
   // would be ignored on the GPU but honoured by the reference.
   if (quant.g_idx && encoding.format == config::WeightFormat::packed_integer) {
     const std::int64_t group = encoding.group_size > 0 ? encoding.group_size : k;
-    const std::int64_t groups = (k + group - 1) / group;
+    const std::int64_t groups = io::group_count(encoding, k);  // the scale tensors' rows, checked above
     for (std::int64_t i = 0; i < k; ++i) {
       std::int32_t g;
       std::memcpy(&g, quant.g_idx->bytes.data() + 4 * i, 4);
