@@ -4,11 +4,14 @@
 # (the variants interleaved, the first of each round rotating), and prints one markdown table: per row and
 # stage, each variant's round medians, their median, its minimum, and its time over the first variant's.
 # A variant is NAME=DIR (ATTNPLAN_TEMPLATE_DIR=DIR: the JIT kernels come from that copy of templates/, the
-# host code is the build's) or NAME alone (the templates built into attnplan). Writes $OUT/ab.md and every
-# run's JSON and log under $OUT/ab/NAME/. Ours only: no peers. ATTNPLAN_COMMIT as for tools/bench_suite.sh.
+# host code is the build's), NAME=BUILD (a build directory holding its own `attnplan`: host code and
+# templates of another commit, for a change that is not templates alone) or NAME alone (the templates built
+# into attnplan). Writes $OUT/ab.md and every run's JSON and log under $OUT/ab/NAME/. Ours only: no peers.
+# ATTNPLAN_COMMIT as for tools/bench_suite.sh.
 #
 #   tools/ab_bench.sh --only 'attn-d64-causal-16k-s1-b64' main new=/tmp/new/templates
 #   tools/ab_bench.sh --rounds 3 --only 'attn-d128-causal-4k|fp8act-qkv-8192' main old=/tmp/old/templates
+#   tools/ab_bench.sh --only 'layer' main old=/tmp/old/build   # /tmp/old: `git archive BASE`, built there
 #
 # A tree from another commit must match the build's kernel parameters (templates/attnplan/*_params.h) and
 # launches: nothing here can tell (e.g. attention trees from before the persistent grid of 9b52ccc would run
@@ -47,7 +50,7 @@ for variant in "${variants[@]}"; do
     exit 1
   fi
   if [[ $variant == *=* && ! -d ${variant#*=} ]]; then
-    echo "variant $name: template directory '${variant#*=}' does not exist" >&2
+    echo "variant $name: template or build directory '${variant#*=}' does not exist" >&2
     exit 1
   fi
   names+=("$name")
@@ -67,11 +70,18 @@ for ((round = 1; round <= ROUNDS; ++round)); do
     variant="${variants[$(((i + round - 1) % ${#variants[@]}))]}"
     name="${variant%%=*}"
     mkdir -p "$WORK/$name"
+    binary="$BUILD/attnplan"
+    environment=(env -u ATTNPLAN_TEMPLATE_DIR)
+    if [[ $variant == *=* ]]; then
+      if [[ -f ${variant#*=}/attnplan && -x ${variant#*=}/attnplan ]]; then
+        binary="${variant#*=}/attnplan"  # another build: its own host code and embedded templates
+      else
+        environment=(env "ATTNPLAN_TEMPLATE_DIR=${variant#*=}")
+      fi
+    fi
     while read -r id config rest; do
-      environment=(env -u ATTNPLAN_TEMPLATE_DIR)
-      [[ $variant == *=* ]] && environment=(env "ATTNPLAN_TEMPLATE_DIR=${variant#*=}")
       # shellcheck disable=SC2086  # rest is the run's own argument list
-      if ! "${environment[@]}" "$BUILD/attnplan" bench "$config" $rest --iterations "$ITERATIONS" --json \
+      if ! "${environment[@]}" "$binary" bench "$config" $rest --iterations "$ITERATIONS" --json \
              >"$WORK/$name/$id.r$round.json" 2>"$WORK/$name/$id.r$round.log"; then
         printf 'round %d %-10s %-40s FAILED: %s\n' "$round" "$name" "$id" \
           "$(tail -1 "$WORK/$name/$id.r$round.log")"

@@ -616,6 +616,11 @@ compiler::KernelSource GemmSpec::source() const {
                             "pieces)",
                             sm90.block_n, sm90.block_n / 2));
   }
+  if (postprocess && kernel != GemmKernel::wgmma) {
+    throw Error(Stage::input, fmt::format("gemm: the q|k|v postprocess in the epilogue is the bf16 wgmma "
+                                          "kernel's, not the {} kernel's",
+                                          gemm_kernel_name(kernel)));
+  }
   if (kernel == GemmKernel::wgmma_w4) return sm90_w4_source(*this);
   if (kernel == GemmKernel::wgmma_decode) return sm90_decode_source(*this);
   compiler::KernelSource source;
@@ -639,9 +644,21 @@ compiler::KernelSource GemmSpec::source() const {
                    {"has_bias", has_bias},
                    {"dynamic_shared_bytes", dynamic_shared_bytes()}};
     // Unclustered specializations keep their stub, and so their cache key, from before clusters existed.
-    if (sm90.cluster_m != 1) {
+    if (sm90.cluster_m != 1 || postprocess) {
       source.arguments.push_back({"cluster_m", std::to_string(sm90.cluster_m)});
       source.spec["cluster_m"] = sm90.cluster_m;
+    }
+    if (postprocess) {
+      if (!postprocess->fits_gemm_epilogue(sm90.block_n)) {
+        throw Error(
+            Stage::input,
+            fmt::format("gemm: the q|k|v postprocess does not fit the epilogue of {}-wide tiles (head "
+                        "dim {}, pairing dim {}, rotary offset {})",
+                        sm90.block_n, postprocess->head_dim, postprocess->pairing_dim,
+                        postprocess->rotary_offset));
+      }
+      source.arguments.push_back({"qkv_epilogue", postprocess->epilogue_traits()});
+      source.spec["qkv_epilogue"] = postprocess->epilogue_spec();
     }
     return source;
   }
@@ -800,9 +817,27 @@ void GemmSpec::check(const GemmParams& params) const {
   }
 }
 
-GemmSm90Params make_gemm_sm90_params(const GemmSpec& spec, const GemmParams& params) {
+GemmSm90Params make_gemm_sm90_params(const GemmSpec& spec, const GemmParams& params,
+                                     const GemmQkvEpilogueParams* qkv_epilogue) {
   GemmSm90Params sm90{};
   sm90.gemm = params;
+  if (spec.postprocess) {
+    const QkvPostprocessSpec& post = *spec.postprocess;
+    if (qkv_epilogue == nullptr)
+      throw Error(Stage::input, "gemm qkv_epilogue: the spec fuses the q|k|v postprocess; pass its values");
+    if (post.rotary_dim > 0 && qkv_epilogue->rotations == nullptr)
+      throw Error(Stage::input, "gemm qkv_epilogue.rotations: null, but the epilogue applies RoPE");
+    if (post.rotary_dim > 0 && qkv_epilogue->rotation_stride != rope_rotation_stride(post.rotary_dim)) {
+      throw Error(Stage::input, fmt::format("gemm qkv_epilogue.rotation_stride: {} is not {} (rotary dim {})",
+                                            qkv_epilogue->rotation_stride,
+                                            rope_rotation_stride(post.rotary_dim), post.rotary_dim));
+    }
+    if (post.query_norm && qkv_epilogue->q_norm_weight == nullptr)
+      throw Error(Stage::input, "gemm qkv_epilogue.q_norm_weight: null, but the epilogue normalizes q");
+    if (post.key_norm && qkv_epilogue->k_norm_weight == nullptr)
+      throw Error(Stage::input, "gemm qkv_epilogue.k_norm_weight: null, but the epilogue normalizes k");
+    sm90.qkv_epilogue = *qkv_epilogue;
+  }
   encode_tensor_map(sm90.a_map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, params.a, params.k, params.m, params.lda,
                     kGemmSm90BlockK, kGemmSm90BlockM, "gemm a");
   for (int s = 0; s < spec.segments; ++s) {
@@ -852,11 +887,11 @@ GemmSm90Params make_gemm_sm90_decode_params(const GemmSpec& spec, const GemmPara
 }
 
 void launch_gemm(const driver::Function& function, const GemmSpec& spec, const GemmParams& params,
-                 CUstream stream, int multiprocessors) {
+                 CUstream stream, int multiprocessors, const GemmQkvEpilogueParams* qkv_epilogue) {
   if (params.m == 0 || params.n == 0) return;
   const driver::LaunchShape shape = spec.launch_shape(params.m, params.n, multiprocessors);
   if (spec.kernel == GemmKernel::wgmma) {
-    driver::launch(function, shape, stream, make_gemm_sm90_params(spec, params));
+    driver::launch(function, shape, stream, make_gemm_sm90_params(spec, params, qkv_epilogue));
   } else if (spec.kernel == GemmKernel::wgmma_w4) {
     driver::launch(function, shape, stream, make_gemm_sm90_w4_params(spec, params));
   } else if (spec.kernel == GemmKernel::wgmma_decode) {

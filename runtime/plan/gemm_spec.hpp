@@ -19,6 +19,7 @@
 #include "config/attention_config.hpp"
 #include "config/target.hpp"
 #include "driver/launch.hpp"
+#include "plan/qkv_postprocess_spec.hpp"
 
 namespace attnplan::plan {
 
@@ -208,6 +209,10 @@ struct GemmSpec {
   GemmKernel kernel = GemmKernel::mma_sync;
   GemmSm90Tiling sm90;             // the wgmma kernel's tiling
   config::WeightEncoding weights;  // the format of W; the loader policy is picked from it at JIT time
+  // The q|k|v projection's postprocess (per-head norms, RoPE) done by the epilogue: the bf16 wgmma kernel
+  // only, where postprocess->fits_gemm_epilogue(sm90.block_n) (plan_kernels). Its launches take
+  // GemmQkvEpilogueParams, and the plan runs no postprocess kernel after them.
+  std::optional<QkvPostprocessSpec> postprocess;
 
   compiler::KernelSource source() const;
 
@@ -233,7 +238,10 @@ struct GemmSpec {
 // The wgmma kernel's Params for `params` (checked by spec.check first): `params` plus one TMA tensor map
 // for A and one per weight segment, encoded with cuTensorMapEncodeTiled — a host-only driver call that
 // neither allocates nor synchronizes, so it is legal per launch and during stream capture.
-GemmSm90Params make_gemm_sm90_params(const GemmSpec& spec, const GemmParams& params);
+// With spec.postprocess, `qkv_epilogue` carries its run-time values (the rotation table, the norm weights,
+// epsilon) and must not be null.
+GemmSm90Params make_gemm_sm90_params(const GemmSpec& spec, const GemmParams& params,
+                                     const GemmQkvEpilogueParams* qkv_epilogue = nullptr);
 
 // The wgmma_w4 kernel's Params (gemm_sm90_w4_params.h): `params` plus the tensor maps of X and of each
 // segment's codes.
@@ -244,9 +252,11 @@ GemmSm90Params make_gemm_sm90_w4_params(const GemmSpec& spec, const GemmParams& 
 GemmSm90Params make_gemm_sm90_decode_params(const GemmSpec& spec, const GemmParams& params);
 
 // Queues spec's kernel for `params` on `stream` (encoding the tensor maps for wgmma). `multiprocessors`:
-// the device's SM count (the wgmma kernel's persistent grid). Nothing is launched when M or N is 0.
+// the device's SM count (the wgmma kernel's persistent grid). `qkv_epilogue`: the fused postprocess's
+// values, required when spec.postprocess is set (Error(input) otherwise: a null table where it rotates, a
+// null norm weight it reads), ignored when not. Nothing is launched when M or N is 0.
 void launch_gemm(const driver::Function& function, const GemmSpec& spec, const GemmParams& params,
-                 CUstream stream, int multiprocessors);
+                 CUstream stream, int multiprocessors, const GemmQkvEpilogueParams* qkv_epilogue = nullptr);
 
 // The dequantized path of a weight-only quantized projection (sm_90a): the dequantize kernel
 // (dequantize.cuh) writes W [N, K] as bf16 into the workspace, then the bf16 wgmma GEMM reads it like a

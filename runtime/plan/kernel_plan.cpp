@@ -79,6 +79,27 @@ ProjectionVariant launched_projection_variant(const KernelPlan& kernels, StageKi
   return variant;
 }
 
+const GemmSpec* launched_qkv_gemm(const KernelPlan& kernels, int num_tokens, int n, int multiprocessors) {
+  const StageKind stage = StageKind::qkv_projection;
+  switch (launched_projection_variant(kernels, stage, num_tokens, n, multiprocessors)) {
+    case ProjectionVariant::dequantized:
+      return &kernels.qkv_projection_dequantized->gemm;
+    case ProjectionVariant::dequantized_small:
+      return &*kernels.qkv_projection_dequantized->gemm_small;
+    case ProjectionVariant::small:
+      return &*kernels.qkv_projection_small;
+    case ProjectionVariant::tiny:
+      return &*kernels.qkv_projection_tiny;
+    default:
+      return kernels.qkv_projection_fp8 ? nullptr : &kernels.qkv_projection;
+  }
+}
+
+bool qkv_postprocess_fused(const KernelPlan& kernels, int num_tokens, int n, int multiprocessors) {
+  const GemmSpec* gemm = launched_qkv_gemm(kernels, num_tokens, n, multiprocessors);
+  return gemm != nullptr && gemm->postprocess.has_value();
+}
+
 bool KernelPlan::has(StageKind stage) const {
   for (const PlannedKernel& kernel : kernels) {
     if (kernel.stage == stage) return true;
@@ -232,6 +253,44 @@ std::optional<KernelPlan::Dequantized> dequantized_path(const GemmSpec& planned,
   return path;
 }
 
+// The QKV postprocess in the epilogue of every bf16 wgmma q|k|v GEMM whose tiles it fits (issue #6: at 8k
+// tokens of Llama-3.1-8B the postprocess pass took 0.057 of the layer's 2.1 ms; docs/kernels-notes.md,
+// "Session 25"), with the rotation table from the input norm where it applies RoPE. The other kernels
+// (mma.sync, the 4-bit kernels, the fp8-activation GEMM) and tiles that split heads (160 and 192 wide at
+// D 128) keep the postprocess kernel.
+void fuse_qkv_postprocess(KernelPlan& plan) {
+  const QkvPostprocessSpec& post = plan.qkv_postprocess;
+  if (!post.has_work() || plan.qkv_projection_fp8) return;
+  bool fused = false;
+  const auto fuse = [&](GemmSpec& spec) {
+    if (spec.kernel != GemmKernel::wgmma || !post.fits_gemm_epilogue(spec.sm90.block_n)) return;
+    spec.postprocess = post;
+    fused = true;
+  };
+  fuse(plan.qkv_projection);
+  if (plan.qkv_projection_small) fuse(*plan.qkv_projection_small);
+  if (plan.qkv_projection_tiny) fuse(*plan.qkv_projection_tiny);
+  if (plan.qkv_projection_dequantized) {
+    fuse(plan.qkv_projection_dequantized->gemm);
+    if (plan.qkv_projection_dequantized->gemm_small) fuse(*plan.qkv_projection_dequantized->gemm_small);
+  }
+  if (fused && post.rotary_dim > 0) plan.input_norm.rotary_pairs = post.rotary_dim / 2;
+}
+
+// Whether a launch may run a q|k|v GEMM without the postprocess in its epilogue while the postprocess has
+// work: then the plan needs the postprocess kernel. The planned GEMM and its short-launch specializations
+// run below the dequantized path's min_tokens (never when that is 1).
+bool needs_qkv_postprocess_kernel(const KernelPlan& plan) {
+  if (!plan.qkv_postprocess.has_work()) return false;
+  const auto unfused = [](const std::optional<GemmSpec>& spec) { return spec && !spec->postprocess; };
+  const std::optional<KernelPlan::Dequantized>& dequantized = plan.qkv_projection_dequantized;
+  if (!dequantized || dequantized->min_tokens > 1) {
+    if (plan.qkv_projection_fp8 || !plan.qkv_projection.postprocess) return true;
+    if (unfused(plan.qkv_projection_small) || unfused(plan.qkv_projection_tiny)) return true;
+  }
+  return dequantized && (!dequantized->gemm.postprocess || unfused(dequantized->gemm_small));
+}
+
 }  // namespace
 
 KernelPlan plan_kernels(const config::AttentionConfig& config, const config::Arch& arch) {
@@ -311,6 +370,7 @@ KernelPlan plan_kernels(const config::AttentionConfig& config, const config::Arc
   // quantizer reads its rows again (nor, unobserved, are they written in bf16). require_supported's
   // K % 16 rule gives the norm the 8-channel vectors the codes need (RmsNormTraits' static_assert).
   plan.input_norm.fp8_codes = plan.qkv_projection_fp8.has_value();
+  fuse_qkv_postprocess(plan);
   // An fp8-activation projection has no small-launch specialization: its GemmSpec is never the bf16 wgmma
   // or the decoding kernel (choose_projection_kernel keeps fp8 weights off both), so
   // short_launch_specializations gave none.
@@ -355,7 +415,7 @@ KernelPlan plan_kernels(const config::AttentionConfig& config, const config::Arc
                  plan.qkv_projection_fp8, plan.qkv_projection_small, kQkvProjectionSmallName,
                  plan.qkv_projection_tiny, kQkvProjectionTinyName, plan.qkv_projection_dequantized,
                  kQkvDequantizeName, kQkvProjectionDequantizedName, kQkvProjectionDequantizedSmallName);
-  if (plan.qkv_postprocess.has_work()) {
+  if (needs_qkv_postprocess_kernel(plan)) {
     plan.kernels.push_back({StageKind::qkv_postprocess, "qkv_postprocess", plan.qkv_postprocess.source(), 0});
   }
   plan.kernels.push_back({StageKind::kv_store, "kv_store", plan.kv_store.source(), 0});

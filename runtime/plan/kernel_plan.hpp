@@ -41,8 +41,10 @@ struct PlannedKernel {
 
 struct KernelPlan {
   RmsNormSpec input_norm;
-  GemmSpec qkv_projection;             // [T, hidden] x [q | k | v, hidden]^T -> the fused qkv rows
-  QkvPostprocessSpec qkv_postprocess;  // q/k/v norms and RoPE in place; skipped when it has no work
+  GemmSpec qkv_projection;  // [T, hidden] x [q | k | v, hidden]^T -> the fused qkv rows
+  // q/k/v norms and RoPE in place. Its kernel is planned when it has work and some q|k|v GEMM a launch may
+  // run does not do it in its epilogue (GemmSpec::postprocess): a launch runs it after such a GEMM only.
+  QkvPostprocessSpec qkv_postprocess;
   KvStoreSpec kv_store;
   AttentionSpec attention;
   GemmSpec output_projection;  // [T, Hq * Dv] x [hidden, Hq * Dv]^T
@@ -106,6 +108,15 @@ bool runs_dequantized(const std::optional<KernelPlan::Dequantized>& path, int nu
 // wider tiling); else `planned` (the fp8-activation GEMM included). Pure.
 ProjectionVariant launched_projection_variant(const KernelPlan& kernels, StageKind stage, int num_tokens,
                                               int n, int multiprocessors);
+
+// The q|k|v projection's GEMM spec that a launch of `num_tokens` rows runs (launched_projection_variant:
+// the planned one, a short-launch specialization or the dequantized path's GEMM), or null for the
+// fp8-activation GEMM (GemmFp8Spec). Pure.
+const GemmSpec* launched_qkv_gemm(const KernelPlan& kernels, int num_tokens, int n, int multiprocessors);
+
+// Whether a launch of `num_tokens` rows has its q|k|v postprocess done by the GEMM's epilogue (so runs no
+// postprocess kernel, and the GEMM's output is already normed and rotated). Pure.
+bool qkv_postprocess_fused(const KernelPlan& kernels, int num_tokens, int n, int multiprocessors);
 
 // Throws Error(config) when the config asks for something the kernels cannot do yet (a quantized
 // projection format without a loader, fp8 activations on an arch without the fp8-activation GEMM or with

@@ -25,9 +25,13 @@ compiler::KernelSource RmsNormSpec::source() const {
                  {"unit_offset", unit_offset}, {"threads", tiling.threads},
                  {"vector", tiling.vector},    {"vectors_per_thread", tiling.vectors_per_thread}};
   // Only when on, so the stubs and cache keys of the plain norms stay what they were.
-  if (fp8_codes) {
-    source.arguments.push_back({"fp8_codes", cxx_bool(true)});
-    source.spec["fp8_codes"] = true;
+  if (fp8_codes || rotary_pairs > 0) {
+    source.arguments.push_back({"fp8_codes", cxx_bool(fp8_codes)});
+    source.spec["fp8_codes"] = fp8_codes;
+  }
+  if (rotary_pairs > 0) {
+    source.arguments.push_back({"rotary_pairs", std::to_string(rotary_pairs)});
+    source.spec["rotary_pairs"] = rotary_pairs;
   }
   return source;
 }

@@ -152,7 +152,13 @@ WorkspaceLayout plan_workspace(const config::AttentionConfig& config, const Kern
   layout.normed = 0;
   layout.qkv = align_up(layout.normed + tokens * config.hidden_size * 2, 256);
   layout.attention = align_up(layout.qkv + tokens * layout.qkv_row_width * 2, 256);
-  layout.fp8_activations = align_up(layout.attention + tokens * attention_width * 2, 256);
+  std::size_t attention_bytes = tokens * attention_width * 2;
+  if (kernels.input_norm.rotary_pairs > 0) {
+    layout.rotations = layout.attention;
+    layout.rotation_stride = rope_rotation_stride(2 * kernels.input_norm.rotary_pairs);
+    attention_bytes = std::max(attention_bytes, tokens * layout.rotation_stride * 4);
+  }
+  layout.fp8_activations = align_up(layout.attention + attention_bytes, 256);
   if (kernels.qkv_projection_fp8)
     layout.fp8_activation_bytes = fp8_activation_bytes(int(tokens), config.hidden_size);
   if (kernels.output_projection_fp8) {
@@ -307,6 +313,19 @@ void PrefillPlan::execute(const ExecuteArgs& args, CUstream stream, const StageO
   const std::optional<Dequantized> qkv_dequantized = dequantized_launch(
       kernels, StageKind::qkv_projection, projection, layout, args.workspace, loaded.multiprocessors);
 
+  // The q/k/v norms and RoPE: in the q|k|v GEMM's epilogue where the launched GEMM takes them (its
+  // rotation table from the input norm), else the postprocess kernel after it.
+  const bool fused_postprocess =
+      plan::qkv_postprocess_fused(kernels, tokens, projection.n, loaded.multiprocessors);
+  float* rotations =
+      fused_postprocess && layout.rotation_stride > 0 ? at<float>(args.workspace, layout.rotations) : nullptr;
+  GemmQkvEpilogueParams qkv_epilogue{};
+  qkv_epilogue.rotations = rotations;
+  qkv_epilogue.q_norm_weight = static_cast<const bf16_bits*>(w.q_norm);
+  qkv_epilogue.k_norm_weight = static_cast<const bf16_bits*>(w.k_norm);
+  qkv_epilogue.rotation_stride = layout.rotation_stride;
+  qkv_epilogue.epsilon = static_cast<float>(config.qkv_norm_epsilon());
+
   QkvPostprocessParams post{};
   post.qkv = qkv;
   post.q_norm_weight = static_cast<const bf16_bits*>(w.q_norm);
@@ -390,7 +409,7 @@ void PrefillPlan::execute(const ExecuteArgs& args, CUstream stream, const StageO
     if (!observer || observation == Observation::timing) quantizing.output = nullptr;
     enqueue_input_norm(quantizing, stream, &buffers);
   } else {
-    enqueue_input_norm(norm, stream);
+    enqueue_input_norm(norm, stream, nullptr, rotations, &batch);
   }
   notify(StageKind::input_norm);
   // A projection with fp8 activations: the quantizer into the workspace (its own stage; `quantize` null:
@@ -402,10 +421,12 @@ void PrefillPlan::execute(const ExecuteArgs& args, CUstream stream, const StageO
                      const std::optional<Dequantized>& dequantized, const driver::Function& dequantize,
                      const driver::Function& dequantized_gemm,
                      const driver::Function& dequantized_small_gemm) {
+    // The q|k|v GEMM's fused postprocess reads these where its spec has one (GemmSpec::postprocess).
+    const GemmQkvEpilogueParams* epilogue = stage == StageKind::qkv_projection ? &qkv_epilogue : nullptr;
     if (dequantized) {
       launch_dequantize(dequantize, dequantized->path->dequantize, dequantized->dequantize, stream);
       launch_gemm(dequantized->small ? dequantized_small_gemm : dequantized_gemm, dequantized->gemm_spec(),
-                  dequantized->gemm, stream, loaded.multiprocessors);
+                  dequantized->gemm, stream, loaded.multiprocessors, epilogue);
     } else if (fp8) {
       const Fp8ActivationBuffers buffers =
           fp8_activation_buffers(at<void>(args.workspace, layout.fp8_activations), params.m, params.k);
@@ -415,14 +436,14 @@ void PrefillPlan::execute(const ExecuteArgs& args, CUstream stream, const StageO
       }
       launch_gemm_fp8_codes(gemm, *fp8, params, buffers, stream, loaded.multiprocessors);
     } else {
-      launch_gemm(gemm, spec, params, stream, loaded.multiprocessors);
+      launch_gemm(gemm, spec, params, stream, loaded.multiprocessors, epilogue);
     }
     notify(stage);
   };
   project(nullptr, StageKind::qkv_projection, *qkv_function, *qkv_spec, kernels.qkv_projection_fp8,
           projection, qkv_dequantized, loaded.qkv_dequantize, loaded.qkv_projection_dequantized,
           loaded.qkv_projection_dequantized_small);
-  if (kernels.has(StageKind::qkv_postprocess)) {
+  if (kernels.has(StageKind::qkv_postprocess) && !fused_postprocess) {
     driver::launch(loaded.qkv_postprocess,
                    driver::LaunchShape{
                        {unsigned(tokens), 1, 1}, {unsigned(kernels.qkv_postprocess.tiling.threads), 1, 1}, 0},
@@ -461,6 +482,12 @@ std::vector<std::string> PrefillPlan::stage_kernels(StageKind stage, int num_tok
   }
 }
 
+bool PrefillPlan::qkv_postprocess_fused(int num_tokens) const {
+  return plan::qkv_postprocess_fused(compiled_.kernels_planned, num_tokens,
+                                     static_cast<int>(qkv_row_width(compiled_.config)),
+                                     loaded_->multiprocessors);
+}
+
 void PrefillPlan::launch_input_norm(const InputNormArgs& args, CUstream stream) const {
   const config::AttentionConfig& config = compiled_.config;
   const RmsNormSpec& spec = compiled_.kernels_planned.input_norm;
@@ -477,7 +504,8 @@ void PrefillPlan::launch_input_norm(const InputNormArgs& args, CUstream stream) 
 }
 
 void PrefillPlan::enqueue_input_norm(const InputNormArgs& args, CUstream stream,
-                                     const Fp8ActivationBuffers* codes) const {
+                                     const Fp8ActivationBuffers* codes, float* rotations,
+                                     const BatchDescription* batch) const {
   RmsNormParams params{};
   params.input = static_cast<const bf16_bits*>(args.input);
   params.weight = static_cast<const bf16_bits*>(args.weight);
@@ -489,6 +517,15 @@ void PrefillPlan::enqueue_input_norm(const InputNormArgs& args, CUstream stream,
     params.scales = codes->scales;
     params.ld_codes = compiled_.config.hidden_size;  // fp8_activation_buffers: row stride K bytes
     params.scale_ld = codes->scale_ld;
+  }
+  if (rotations != nullptr) {
+    params.rotations = rotations;
+    params.frequencies = loaded_->rope_frequencies.data<const double>();
+    params.query_starts = batch->query_starts;
+    params.context_lens = batch->context_lens;
+    params.num_seqs = batch->num_seqs;
+    params.rotation_stride = rope_rotation_stride(2 * compiled_.kernels_planned.input_norm.rotary_pairs);
+    params.attention_factor = static_cast<float>(loaded_->rope_attention_factor);
   }
   // One block per token row.
   const unsigned threads = unsigned(compiled_.kernels_planned.input_norm.tiling.threads);

@@ -87,6 +87,12 @@ struct WorkspaceLayout {
   // after the other on the stream. dequantized_weight_bytes is 0 when this launch does not take the path.
   std::size_t dequantized_weights = 0;
   std::size_t dequantized_weight_bytes = 0;
+  // A plan whose q|k|v GEMM can apply RoPE in its epilogue (RmsNormSpec::rotary_pairs > 0): byte offset of
+  // the rotation table [T, rotation_stride] f32 that the input norm writes and that GEMM reads, in the
+  // attention output's region (sized for the larger of the two; attention overwrites the table after the
+  // GEMM has read it). rotation_stride is 0 without it.
+  std::size_t rotations = 0;
+  int rotation_stride = 0;
   std::size_t bytes = 0;  // total
   long long qkv_row_width = 0;
 };
@@ -159,6 +165,11 @@ class PrefillPlan {
   // path's two kernels (launched_projection_variant on this device's SMs); the stage's one kernel otherwise.
   std::vector<std::string> stage_kernels(StageKind stage, int num_tokens) const;
 
+  // Whether a chunk of `num_tokens` tokens has its q/k/v norms and RoPE done by the q|k|v GEMM's epilogue
+  // (qkv_postprocess_fused on this device's SMs): then execute runs no qkv_postprocess stage, and what an
+  // observer reads at qkv_projection is already normed and rotated.
+  bool qkv_postprocess_fused(int num_tokens) const;
+
  private:
   friend class ::attnplan::Runtime;
   struct Loaded;
@@ -168,8 +179,11 @@ class PrefillPlan {
   // arguments are already checked, the context is current, and `args` strides are resolved (non-zero).
   // With `codes` (a plan whose norm writes fp8 codes) also the q|k|v projection's e4m3 input; args.output
   // may then be null.
+  // With `rotations` (a launch whose q|k|v GEMM applies RoPE in its epilogue) also each token's row of
+  // the rotation table there, the positions from `batch`.
   void enqueue_input_norm(const InputNormArgs& args, CUstream stream,
-                          const Fp8ActivationBuffers* codes = nullptr) const;
+                          const Fp8ActivationBuffers* codes = nullptr, float* rotations = nullptr,
+                          const BatchDescription* batch = nullptr) const;
   void enqueue_kv_store(const KvStoreArgs& args, CUstream stream) const;
   CompiledPlan compiled_;
   std::unique_ptr<Loaded> loaded_;

@@ -1,5 +1,7 @@
 #include "plan/qkv_postprocess_spec.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <string>
 
@@ -119,6 +121,27 @@ compiler::KernelSource QkvPostprocessSpec::source() const {
                  {"head_vector", tiling.head_vector},
                  {"value_vector", tiling.value_vector}};
   return source;
+}
+
+bool QkvPostprocessSpec::fits_gemm_epilogue(int block_n) const {
+  if (!has_work() || head_dim <= 0 || head_dim % 8 != 0 || block_n % head_dim != 0) return false;
+  if (value_norm && value_head_dim != head_dim) return false;
+  if (rotary_dim == 0) return true;
+  if (pairing_dim == 2) return rotary_offset % 2 == 0;
+  return (pairing_dim / 2) % 8 == 0 && rotary_offset % 8 == 0;
+}
+
+std::string QkvPostprocessSpec::epilogue_traits() const {
+  return fmt::format("attnplan::kernels::QkvEpilogueTraits<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}>",
+                     query_heads, kv_heads, head_dim, value_head_dim, rotary_offset, rotary_dim, pairing_dim,
+                     cxx_bool(query_norm), cxx_bool(key_norm), cxx_bool(value_norm), cxx_bool(unit_offset));
+}
+
+nlohmann::json QkvPostprocessSpec::epilogue_spec() const {
+  return {{"query_heads", query_heads},       {"kv_heads", kv_heads},           {"head_dim", head_dim},
+          {"value_head_dim", value_head_dim}, {"rotary_offset", rotary_offset}, {"rotary_dim", rotary_dim},
+          {"pairing_dim", pairing_dim},       {"query_norm", query_norm},       {"key_norm", key_norm},
+          {"value_norm", value_norm},         {"unit_offset", unit_offset}};
 }
 
 }  // namespace attnplan::plan

@@ -3,6 +3,10 @@
 // launch heuristic.
 #pragma once
 
+#include <string>
+
+#include <nlohmann/json.hpp>
+
 #include "compiler/kernel_source.hpp"
 #include "config/attention_config.hpp"
 
@@ -62,6 +66,17 @@ struct QkvPostprocessSpec {
   long long row_width() const;
 
   compiler::KernelSource source() const;
+
+  // Whether the sm_90a bf16 GEMM's epilogue can do this postprocess on tiles of `block_n` columns
+  // (gemm_sm90_qkv_epilogue.cuh): there is work, the tiles hold whole heads (block_n a multiple of D; of
+  // Dv too, equal to D, when v is normalized), and each rotated pair lies in one thread's columns (the
+  // interleaved pairing P2 = 2 at an even offset, or a half split whose half and offset are multiples of
+  // 8). Pure.
+  bool fits_gemm_epilogue(int block_n) const;
+  // The epilogue's traits type, attnplan::kernels::QkvEpilogueTraits<...>, as C++ source text, and its
+  // fields for a manifest (the tiling is the postprocess kernel's own and stays out).
+  std::string epilogue_traits() const;
+  nlohmann::json epilogue_spec() const;
 };
 
 }  // namespace attnplan::plan

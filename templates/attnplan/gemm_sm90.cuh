@@ -33,11 +33,15 @@
 #include "attnplan/gemm.cuh"
 #include "attnplan/gemm_sm90_epilogue.cuh"
 #include "attnplan/gemm_sm90_params.h"
+#include "attnplan/gemm_sm90_qkv_epilogue.cuh"
 #include "attnplan/wgmma.cuh"
 
 namespace attnplan::kernels {
 
-template <int kBlockN, int kStages, int kSegments, bool kHasBias, int kClusterM = 1>
+// kQkvEpilogue: NoQkvEpilogue, or QkvEpilogueTraits<...> for a q|k|v projection whose epilogue applies the
+// QKV postprocess (gemm_sm90_qkv_epilogue.cuh).
+template <int kBlockN, int kStages, int kSegments, bool kHasBias, int kClusterM = 1,
+          class kQkvEpilogue = NoQkvEpilogue>
 struct GemmSm90Traits {
   using Params = GemmSm90Params;
   static constexpr int block_m = kGemmSm90BlockM;  // rows of C per tile: 2 consumer warpgroups x 64
@@ -47,6 +51,7 @@ struct GemmSm90Traits {
   static constexpr int segments = kSegments;
   static constexpr bool has_bias = kHasBias;
   static constexpr int cluster_m = kClusterM;  // CTAs per cluster, along M, sharing W slices
+  using QkvEpilogue = kQkvEpilogue;
 
   static constexpr int consumers = 2;                        // consumer warpgroups
   static constexpr int threads = 128 * (1 + consumers);      // producer warpgroup first
@@ -257,25 +262,45 @@ __device__ __forceinline__ void consume_tiles(const GemmSm90Params& params, unsi
     const __nv_bfloat16* bias = Traits::has_bias && segment.bias != nullptr
                                     ? reinterpret_cast<const __nv_bfloat16*>(segment.bias) - segment.n_begin
                                     : nullptr;
+    const auto bias_terms = [&](int n, bool pair) {
+      float2 terms = make_float2(0.0f, 0.0f);
+      if constexpr (Traits::has_bias && Traits::straddles) {
+        const GemmSegment own = segment_of<Traits::segments>(gemm, n);
+        if (own.bias != nullptr) {
+          const __nv_bfloat16* own_bias = reinterpret_cast<const __nv_bfloat16*>(own.bias) - own.n_begin;
+          terms.x = __bfloat162float(own_bias[n]);
+          if (pair) terms.y = __bfloat162float(own_bias[n + 1]);
+        }
+      } else if constexpr (Traits::has_bias) {
+        if (bias != nullptr) {
+          terms.x = __bfloat162float(bias[n]);
+          if (pair) terms.y = __bfloat162float(bias[n + 1]);
+        }
+      }
+      return terms;
+    };
+    // The fused QKV postprocess: the heads it changes get their bias there, before the norm and RoPE.
+    using QkvEpilogue = typename Traits::QkvEpilogue;
+    if constexpr (QkvEpilogue::enabled) {
+      apply_qkv_epilogue<QkvEpilogue, Traits::block_n>(
+          accumulator, params.qkv_epilogue,
+          m0 + (warpgroup - 1) * Traits::consumer_rows + 16 * (thread / 32) + lane / 4, gemm.m, n0, gemm.n,
+          [&](int n) { return bias_terms(n, true); });
+    }
+    // Whether column n's head went through apply_qkv_epilogue (its bias already added).
+    const auto postprocessed = [](int n) {
+      if constexpr (QkvEpilogue::enabled) {
+        return n < QkvEpilogue::key_column     ? QkvEpilogue::query_work
+               : n < QkvEpilogue::value_column ? QkvEpilogue::key_work
+                                               : QkvEpilogue::value_work;
+      } else {
+        (void)n;
+        return false;
+      }
+    };
     store_tile<Traits::block_n>(
         params.c_map, staging, warpgroup, m0, n0, gemm, accumulator,
-        [&](int n, bool pair) {
-          float2 terms = make_float2(0.0f, 0.0f);
-          if constexpr (Traits::has_bias && Traits::straddles) {
-            const GemmSegment own = segment_of<Traits::segments>(gemm, n);
-            if (own.bias != nullptr) {
-              const __nv_bfloat16* own_bias = reinterpret_cast<const __nv_bfloat16*>(own.bias) - own.n_begin;
-              terms.x = __bfloat162float(own_bias[n]);
-              if (pair) terms.y = __bfloat162float(own_bias[n + 1]);
-            }
-          } else if constexpr (Traits::has_bias) {
-            if (bias != nullptr) {
-              terms.x = __bfloat162float(bias[n]);
-              if (pair) terms.y = __bfloat162float(bias[n + 1]);
-            }
-          }
-          return terms;
-        },
+        [&](int n, bool pair) { return postprocessed(n) ? make_float2(0.0f, 0.0f) : bias_terms(n, pair); },
         [](float2 terms, float value0, float value1) {
           if constexpr (Traits::has_bias) return make_float2(value0 + terms.x, value1 + terms.y);
           (void)terms;

@@ -30,6 +30,18 @@ ATTNPLAN_HOST_DEVICE constexpr int gemm_sm90_w_box_rows(int block_n, int cluster
   return segments > 1 && gemm_sm90_tiles_straddle(block_n) ? kGemmSm90WPieceRows : block_n / cluster_m;
 }
 
+// The q|k|v projection's postprocess done by the epilogue (QkvEpilogueTraits, gemm_sm90_qkv_epilogue.cuh):
+// per-head RMSNorm of q, k (weights below) and v (no weight), then RoPE, on each tile's fp32 values
+// before the store (spec sections 3 and 4, the semantics of qkv_postprocess.cuh). Unused (null) with
+// NoQkvEpilogue.
+struct GemmQkvEpilogueParams {
+  const float* rotations;          // [M, rotation_stride]: RmsNormParams' table, written by the input norm
+  const bf16_bits* q_norm_weight;  // [D]; read only when the traits normalize q
+  const bf16_bits* k_norm_weight;  // [D]; read only when the traits normalize k
+  int rotation_stride;             // rope_rotation_stride(R) floats per token row
+  float epsilon;                   // of the q, k and v norms
+};
+
 struct GemmSm90Params {
   // A [M, K] (row stride lda): dims {K, M}, box {block_k, block_m}, 128-byte swizzle, zero fill.
   TensorMap a_map;
@@ -40,6 +52,7 @@ struct GemmSm90Params {
   // (gemm_sm90_epilogue.cuh). Unused by the other kernels that take these Params (gemm_sm90_w4.cuh).
   TensorMap c_map;
   GemmParams gemm;
+  GemmQkvEpilogueParams qkv_epilogue;  // the bf16 kernel's fused postprocess only (gemm_sm90.cuh)
 };
 
 // The registers a CTA of `threads` holds from launch (a launch bound of one CTA per SM: 65536 / threads each,

@@ -30,7 +30,24 @@ struct RmsNormParams {
   float* scales;         // [ceil(hidden_size / 128), scale_ld]: token t, group g at g * scale_ld + t
   long long ld_codes;
   long long scale_ld;
+  // The kernel with a rotation table (RmsNormTraits::rotary_pairs > 0: a plan whose q|k|v GEMM applies
+  // RoPE in its epilogue, gemm_sm90_qkv_epilogue.cuh) also writes token t's row of the table: pair i's
+  // (cos, sin) of RoPE's angle (rope.cuh's rotation_at) at rotations[t * rotation_stride + 2 i], + 1.
+  // Null rotations: none. Others ignore these.
+  float* rotations;           // [num_tokens, rotation_stride]
+  const double* frequencies;  // [rotary_pairs] radians per position, after scaling
+  const int* query_starts;    // [num_seqs + 1]: the batch's, for each token's position
+  const int* context_lens;    // [num_seqs]
+  int num_seqs;
+  int rotation_stride;     // rope_rotation_stride(R)
+  float attention_factor;  // multiplies cos and sin (yarn); 1 otherwise
 };
+
+// Floats per token row of the RoPE rotation table for rotary dim R: a (cos, sin) pair per rotated pair,
+// rows padded to 16 bytes, so the epilogue's float4 reads of two pairs stay aligned and inside the row.
+ATTNPLAN_HOST_DEVICE constexpr int rope_rotation_stride(int rotary_dim) {
+  return (rotary_dim + 3) / 4 * 4;
+}
 
 // Paged KV store: the chunk's k and v rows written to their cache slots (NHD layout). With an fp8 cache
 // (a compile-time trait) key_cache and value_cache point at 1-byte e4m3fn codes in the same layout,

@@ -5,20 +5,28 @@
 // normalized row to the projection's e4m3 codes and scales itself (fp8_activation.cuh: the quantizer's
 // rule, of the same bf16 values), so the plan runs no separate quantizer over it: the quantizer's read
 // of the bf16 row and, when the bf16 row is not wanted (output null), its write are saved.
+//
+// With kRotaryPairs (a plan whose q|k|v GEMM applies RoPE in its epilogue, gemm_sm90_qkv_epilogue.cuh)
+// the block also writes its token's row of the rotation table: each pair's (cos, sin), which every q and k
+// head of the token shares. Computed once per token here (rope.cuh's double-precision reduction and
+// sincospif), a GEMM tile would otherwise form the same angle once per column tile: 20 times a token for
+// Llama-3.1-8B's q and k heads (docs/kernels-notes.md).
 #pragma once
 
 #include "attnplan/common.cuh"
 #include "attnplan/fp8_activation.cuh"
+#include "attnplan/rope.cuh"
 
 namespace attnplan::kernels {
 
-template <int kHiddenSize, int kThreads, bool kUnitOffset, bool kFp8Codes = false>
+template <int kHiddenSize, int kThreads, bool kUnitOffset, bool kFp8Codes = false, int kRotaryPairs = 0>
 struct RmsNormTraits {
   using Params = RmsNormParams;
   static constexpr int hidden_size = kHiddenSize;
   static constexpr int threads = kThreads;
-  static constexpr bool unit_offset = kUnitOffset;  // Gemma: scale by (1 + w)
-  static constexpr bool fp8_codes = kFp8Codes;      // also the e4m3 codes + scales (params.codes)
+  static constexpr bool unit_offset = kUnitOffset;   // Gemma: scale by (1 + w)
+  static constexpr bool fp8_codes = kFp8Codes;       // also the e4m3 codes + scales (params.codes)
+  static constexpr int rotary_pairs = kRotaryPairs;  // also the token's rotation table row (params.rotations)
   static constexpr int vector = vector_width_for(kHiddenSize);
   static constexpr int vectors_per_row = kHiddenSize / vector;
   static constexpr int vectors_per_thread = (vectors_per_row + kThreads - 1) / kThreads;
@@ -26,6 +34,7 @@ struct RmsNormTraits {
   static_assert(kHiddenSize > 0, "hidden_size must be positive");
   static_assert(kThreads % 32 == 0 && kThreads <= 1024, "threads must be whole warps, at most 1024");
   static_assert(vectors_per_thread <= 16, "a row must fit in registers: raise threads");
+  static_assert(kRotaryPairs >= 0, "rotary pairs: 0 (no table) or R / 2");
   // Vector v of the row is held by thread v % threads, so with 8-channel vectors and whole half-warps an
   // activation group (16 consecutive vectors) is one half-warp's.
   static_assert(!kFp8Codes || (vector == kFp8ChannelsPerLane && kThreads % kFp8GroupLanes == 0),
@@ -52,6 +61,18 @@ __global__ void __launch_bounds__(Traits::threads) rmsnorm_kernel(const RmsNormP
         const float x = __bfloat162float(cached[i].values[e]);
         sum_of_squares += x * x;
       }
+    }
+  }
+  if constexpr (Traits::rotary_pairs > 0) {
+    // While the row's loads are in flight: the position lookup and the rotations.
+    if (params.rotations != nullptr) {
+      const int seq = sequence_of_token(params.query_starts, params.num_seqs, token);
+      const long long position =
+          static_cast<long long>(params.context_lens[seq]) + token - params.query_starts[seq];
+      float2* table = reinterpret_cast<float2*>(params.rotations +
+                                                static_cast<long long>(token) * params.rotation_stride);
+      for (int pair = threadIdx.x; pair < Traits::rotary_pairs; pair += Traits::threads)
+        table[pair] = rotation_at(position, params.frequencies[pair], params.attention_factor);
     }
   }
   const float total = block_sum<Traits::threads>(sum_of_squares);

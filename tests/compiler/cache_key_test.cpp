@@ -150,12 +150,13 @@ TEST_CASE("key inputs name what went into the key", "[cache_key]") {
   CHECK(inputs.options == std::vector<std::string>{"--gpu-architecture=sm_90a", "-std=c++20",
                                                    "-default-device", "--ptxas-options=-v", "--no-cache",
                                                    "-lineinfo", "-I<cuda>/include", "-I<cuda>/include/cccl"});
-  REQUIRE(inputs.headers.size() == 5);
+  REQUIRE(inputs.headers.size() == 6);
   CHECK(inputs.headers[0].first == "attnplan/common.cuh");
   CHECK(inputs.headers[1].first == "attnplan/fp8_activation.cuh");
   CHECK(inputs.headers[2].first == "attnplan/params.h");
   CHECK(inputs.headers[3].first == "attnplan/rmsnorm.cuh");
-  CHECK(inputs.headers[4].first == "attnplan/vector_width.h");
+  CHECK(inputs.headers[4].first == "attnplan/rope.cuh");
+  CHECK(inputs.headers[5].first == "attnplan/vector_width.h");
   CHECK(inputs.headers[3].second ==
         attnplan::core::sha256_hex(base.templates.headers().at("attnplan/rmsnorm.cuh")));
 

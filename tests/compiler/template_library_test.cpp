@@ -38,7 +38,7 @@ TEST_CASE("include closures follow project headers only", "[template_library]") 
   const TemplateLibrary library = TemplateLibrary::embedded();
   CHECK(library.include_closure("attnplan/rmsnorm.cuh") ==
         Strings{"attnplan/common.cuh", "attnplan/fp8_activation.cuh", "attnplan/params.h",
-                "attnplan/rmsnorm.cuh", "attnplan/vector_width.h"});
+                "attnplan/rmsnorm.cuh", "attnplan/rope.cuh", "attnplan/vector_width.h"});
   CHECK(library.include_closure("attnplan/kv_store.cuh") ==
         Strings{"attnplan/common.cuh", "attnplan/fp8_kv.cuh", "attnplan/kv_store.cuh", "attnplan/params.h",
                 "attnplan/vector_width.h"});
@@ -46,7 +46,7 @@ TEST_CASE("include closures follow project headers only", "[template_library]") 
   // helpers) must not change the postprocess key.
   CHECK(library.include_closure("attnplan/qkv_postprocess.cuh") ==
         Strings{"attnplan/common.cuh", "attnplan/params.h", "attnplan/qkv_postprocess.cuh",
-                "attnplan/qkv_postprocess_params.h", "attnplan/vector_width.h"});
+                "attnplan/qkv_postprocess_params.h", "attnplan/rope.cuh", "attnplan/vector_width.h"});
   CHECK(library.include_closure("attnplan/params.h") == Strings{"attnplan/params.h"});
 }
 

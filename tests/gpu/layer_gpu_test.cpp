@@ -35,6 +35,15 @@ void check_layer(const std::string& what, const config::AttentionConfig& config,
   CHECK(report.cache_slots_damaged == 0);
 }
 
+// check_layer, first checking which path the chunk takes for its q/k/v norms and RoPE: the q|k|v GEMM's
+// epilogue (`fused`) or the postprocess kernel after it.
+void check_layer_path(const std::string& what, const config::AttentionConfig& config,
+                      const check::Scenario& scenario, bool fused) {
+  INFO(what << ": " << scenario.tokens << " tokens");
+  CHECK(gpu().load(config).qkv_postprocess_fused(scenario.tokens) == fused);
+  check_layer(what, config, scenario);
+}
+
 check::Scenario scenario(int tokens, int seqs, int prefix, std::uint64_t seed) {
   check::Scenario s;
   s.tokens = tokens;
@@ -94,6 +103,33 @@ TEST_CASE("RoPE: partial, pairing, offset and every scaling", "[gpu][layer][rope
               {{"type", "yarn"}, {"factor", 32}, {"original_max_position", 4096}, {"truncate", false}}}}}}),
       scenario(60, 1, 20000, 13));
   check_layer("no RoPE", config_from({{"rotary", {{"dim", 0}}}}), scenario(33, 1, 0, 14));
+}
+
+TEST_CASE(
+    "q/k/v norms and RoPE in the q|k|v GEMM's epilogue, and in the postprocess kernel where it does not fit",
+    "[gpu][layer][qkv_epilogue]") {
+  // Llama-3.1-8B's shapes (rotate_half, D 128) on a narrow hidden size: 256-wide tiles from ~1k tokens
+  // (fused), 192-wide ones for short chunks (heads split across tiles: the postprocess kernel).
+  const nlohmann::json llama = {
+      {"hidden_size", 1024}, {"query_heads", 32}, {"kv_heads", 8}, {"head_dim", 128}, {"max_tokens", 8192}};
+  check_layer_path("Llama shapes, 1100 tokens", config_from(llama), scenario(1100, 3, 40, 50), true);
+  check_layer_path("Llama shapes, 300 tokens", config_from(llama), scenario(300, 2, 17, 51), false);
+  nlohmann::json qwen = llama;
+  qwen["qkv_norm"] = {{"query", true}, {"key", true}, {"weight_offset", 1}};
+  qwen["qkv_bias"] = true;
+  qwen["rotary"] = {{"theta", 1e6},
+                    {"scaling", {{"type", "yarn"}, {"factor", 4}, {"original_max_position", 4096}}}};
+  check_layer_path("q/k norms (1 + w), biases, yarn", config_from(qwen), scenario(1100, 2, 3000, 52), true);
+  // The default shapes (D 64, N 768): every tiling holds whole heads.
+  check_layer_path("interleaved, v norm, partial rotary at an offset",
+                   config_from({{"qkv_norm", {{"value", true}}},
+                                {"rotary", {{"dim", 32}, {"pairing_dim", 2}, {"offset", 16}}}}),
+                   scenario(333, 3, 9, 53), true);
+  check_layer_path("half split of 16 (rotate_half of R 16)", config_from({{"rotary", {{"dim", 16}}}}),
+                   scenario(129, 1, 0, 54), true);
+  // A half split of 12 pairs dims 6 apart, across a quad's columns: the postprocess kernel.
+  check_layer_path("half split of 12", config_from({{"rotary", {{"dim", 24}, {"pairing_dim", 12}}}}),
+                   scenario(129, 1, 0, 55), false);
 }
 
 TEST_CASE("norms, biases, window, spans, softcap, sinks", "[gpu][layer][features]") {

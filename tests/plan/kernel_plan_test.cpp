@@ -231,6 +231,71 @@ TEST_CASE("a launch's projection variant: planned, small specialization or dequa
   CHECK_THROWS_AS(plan::launched_projection_variant(bf16, StageKind::attention, 512, qkv_n, 132), Error);
 }
 
+TEST_CASE("the q|k|v GEMM normalizes and rotates in its epilogue where its tiles hold whole heads",
+          "[plan][gemm][qkv_postprocess]") {
+  const config::Arch hopper{9, 0, true};
+  const config::AttentionConfig config = llama();
+  const int qkv_n = int(plan::qkv_row_width(config));
+  const plan::KernelPlan kernels = plan::plan_kernels(config, hopper);
+  // Llama-3.1-8B: the 256-wide plan tiling holds two heads a tile; the 192-wide short-launch one splits
+  // heads, so launches that take it keep the postprocess kernel.
+  REQUIRE(kernels.qkv_projection.postprocess);
+  CHECK(kernels.qkv_projection.postprocess->rotary_dim == 128);
+  REQUIRE(kernels.qkv_projection_small);
+  CHECK_FALSE(kernels.qkv_projection_small->postprocess);
+  CHECK(kernels.has(plan::StageKind::qkv_postprocess));
+  CHECK_FALSE(kernels.output_projection.postprocess);
+  CHECK(kernels.input_norm.rotary_pairs == 64);
+  CHECK(kernels.kernels[0].source.render_stub().find("/*rotary_pairs=*/64") != std::string::npos);
+  CHECK(kernels.kernels[1].source.render_stub().find(
+            "/*qkv_epilogue=*/attnplan::kernels::QkvEpilogueTraits<32, 8, 128, 128, 0, 128, 128, false") !=
+        std::string::npos);
+  CHECK(plan::qkv_postprocess_fused(kernels, 8192, qkv_n, 132));
+  CHECK_FALSE(plan::qkv_postprocess_fused(kernels, 512, qkv_n, 132));
+  CHECK(plan::launched_qkv_gemm(kernels, 512, qkv_n, 132) == &*kernels.qkv_projection_small);
+
+  // Every launch fused (N 768 at D 64: the 192-wide plan tiling and the 128-wide short-launch one both
+  // hold whole heads): no postprocess kernel.
+  config::AttentionConfig narrow = config;
+  narrow.hidden_size = 512;
+  narrow.query_heads = 8;
+  narrow.kv_heads = 2;
+  narrow.head_dim = 64;
+  narrow.value_head_dim = 64;
+  narrow.rotary.dim = 64;
+  narrow.max_tokens = 4096;
+  const plan::KernelPlan all_fused = plan::plan_kernels(narrow, hopper);
+  REQUIRE(all_fused.qkv_projection.postprocess);
+  REQUIRE(all_fused.qkv_projection_small);
+  CHECK(all_fused.qkv_projection_small->postprocess);
+  CHECK_FALSE(all_fused.has(plan::StageKind::qkv_postprocess));
+  CHECK(all_fused.input_norm.rotary_pairs == 32);
+
+  // Weight-only formats: the dequantized path's bf16 GEMM fuses, the decoding kernel does not.
+  const config::AttentionConfig nvfp4 =
+      config::load_file(std::string(ATTNPLAN_SOURCE_DIR) + "/plans/llama-3.1-8b-nvfp4.json");
+  const plan::KernelPlan quantized = plan::plan_kernels(nvfp4, hopper);
+  REQUIRE(quantized.qkv_projection_dequantized);
+  CHECK(quantized.qkv_projection_dequantized->gemm.postprocess);
+  CHECK_FALSE(quantized.qkv_projection.postprocess);
+  CHECK(quantized.has(plan::StageKind::qkv_postprocess));
+  CHECK(plan::qkv_postprocess_fused(quantized, 8192, qkv_n, 132));
+  CHECK_FALSE(plan::qkv_postprocess_fused(quantized, 256, qkv_n, 132));
+
+  // mma.sync (sm_80) and fp8 activations (the e4m3 GEMM) never fuse; nor does a norm write a table then.
+  const plan::KernelPlan ampere = plan::plan_kernels(config, config::Arch{8, 0, false});
+  CHECK_FALSE(ampere.qkv_projection.postprocess);
+  CHECK(ampere.input_norm.rotary_pairs == 0);
+  CHECK_FALSE(plan::qkv_postprocess_fused(ampere, 8192, qkv_n, 108));
+  const config::AttentionConfig fp8 =
+      config::load_file(std::string(ATTNPLAN_SOURCE_DIR) + "/plans/llama-3.1-8b-fp8-dynamic.json");
+  const plan::KernelPlan fp8_kernels = plan::plan_kernels(fp8, hopper);
+  CHECK_FALSE(fp8_kernels.qkv_projection.postprocess);
+  CHECK(fp8_kernels.input_norm.rotary_pairs == 0);
+  CHECK(plan::launched_qkv_gemm(fp8_kernels, 8192, qkv_n, 132) == nullptr);
+  CHECK(fp8_kernels.has(plan::StageKind::qkv_postprocess));
+}
+
 TEST_CASE("a config with nothing to postprocess skips that kernel", "[plan]") {
   config::AttentionConfig config = llama();
   config.rotary.dim = 0;  // no RoPE, no norms

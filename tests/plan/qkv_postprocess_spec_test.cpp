@@ -167,6 +167,63 @@ TEST_CASE("qkv postprocess stub names every trait", "[plan][qkv_postprocess]") {
   CHECK(source.spec.at("threads") == 256);
 }
 
+TEST_CASE(
+    "the q|k|v GEMM's epilogue takes the postprocess where its tiles hold whole heads and each pair "
+    "lies in one thread's columns",
+    "[plan][qkv_postprocess]") {
+  // rotate_half at D 128 (half 64): 128- and 256-wide tiles, not the 160 and 192 that split heads.
+  const QkvPostprocessSpec llama = QkvPostprocessSpec::from_config(load_plan("llama-3.1-8b"));
+  CHECK(llama.fits_gemm_epilogue(256));
+  CHECK(llama.fits_gemm_epilogue(128));
+  CHECK_FALSE(llama.fits_gemm_epilogue(192));
+  CHECK_FALSE(llama.fits_gemm_epilogue(160));
+  CHECK(llama.epilogue_traits() ==
+        "attnplan::kernels::QkvEpilogueTraits<32, 8, 128, 128, 0, 128, 128, false, false, false, false>");
+  CHECK(llama.epilogue_spec().at("rotary_dim") == 128);
+  // GPT-J: interleaved pairs (P2 = 2) of a partial rotary dim at D 256.
+  const QkvPostprocessSpec gpt_j = QkvPostprocessSpec::from_config(load_plan("gpt-j-6b"));
+  CHECK(gpt_j.fits_gemm_epilogue(256));
+  CHECK_FALSE(gpt_j.fits_gemm_epilogue(128));
+  // Qwen3: q/k norms and RoPE.
+  CHECK(QkvPostprocessSpec::from_config(load_plan("qwen3-8b")).fits_gemm_epilogue(256));
+
+  QkvPostprocessSpec spec = llama;
+  spec.rotary_dim = 96;  // Phi-4-mini's half split: half 48, a multiple of 8
+  spec.pairing_dim = 96;
+  CHECK(spec.fits_gemm_epilogue(256));
+  spec.rotary_dim = 12;  // half 6: a pair's partner is in another quad lane's columns
+  spec.pairing_dim = 12;
+  CHECK_FALSE(spec.fits_gemm_epilogue(256));
+  spec.rotary_dim = 64;  // half 32, but an offset of 4 shifts pairs across 8-column blocks
+  spec.pairing_dim = 64;
+  spec.rotary_offset = 4;
+  CHECK_FALSE(spec.fits_gemm_epilogue(256));
+  spec.pairing_dim = 2;  // interleaved at an even offset: fine
+  CHECK(spec.fits_gemm_epilogue(256));
+  spec.rotary_offset = 3;
+  CHECK_FALSE(spec.fits_gemm_epilogue(256));
+
+  // The MLA-style rope at the end of a 192-wide head: only 192-wide tiles hold whole heads.
+  QkvPostprocessSpec mla = llama;
+  mla.head_dim = 192;
+  mla.value_head_dim = 192;
+  mla.rotary_offset = 128;
+  mla.rotary_dim = 64;
+  mla.pairing_dim = 2;
+  CHECK(mla.fits_gemm_epilogue(192));
+  CHECK_FALSE(mla.fits_gemm_epilogue(256));
+  // v normalized in the tile needs Dv == D; nothing to do never fits.
+  QkvPostprocessSpec value = llama;
+  value.value_norm = true;
+  CHECK(value.fits_gemm_epilogue(256));
+  value.value_head_dim = 64;
+  CHECK_FALSE(value.fits_gemm_epilogue(256));
+  QkvPostprocessSpec idle = llama;
+  idle.rotary_dim = 0;
+  CHECK_FALSE(idle.has_work());
+  CHECK_FALSE(idle.fits_gemm_epilogue(256));
+}
+
 TEST_CASE("qkv postprocess compiles for every plan on sm_80 and sm_90a with no spills",
           "[plan][qkv_postprocess][nvrtc]") {
   // One compile per distinct stub: several plans share a specialization (gpt-oss full/sliding, ...).
