@@ -123,10 +123,22 @@ compiler::KernelSource QkvPostprocessSpec::source() const {
   return source;
 }
 
+int QkvPostprocessSpec::epilogue_table_floats() const {
+  if (rotary_dim == 0) return 0;
+  // Head blocks of 8 columns holding rotated pairs' a's (half split: each 8 consecutive pairs, a float4
+  // of two per thread and row) or any rotated dim (interleaved: a float2 per thread and row).
+  if (pairing_dim == 2) {
+    const int first = rotary_offset / 8, last = (rotary_offset + rotary_dim - 1) / 8;
+    return (last - first + 1) * 2 * 2;
+  }
+  return (rotary_dim / 2 + 7) / 8 * 2 * 4;
+}
+
 bool QkvPostprocessSpec::fits_gemm_epilogue(int block_n) const {
   if (!has_work() || head_dim <= 0 || head_dim % 8 != 0 || block_n % head_dim != 0) return false;
   if (value_norm && value_head_dim != head_dim) return false;
   if (rotary_dim == 0) return true;
+  if (epilogue_table_floats() > kMaxEpilogueTableFloats) return false;
   if (pairing_dim == 2) return rotary_offset % 2 == 0;
   return (pairing_dim / 2) % 8 == 0 && rotary_offset % 8 == 0;
 }

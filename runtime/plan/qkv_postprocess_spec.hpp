@@ -69,10 +69,15 @@ struct QkvPostprocessSpec {
 
   // Whether the sm_90a bf16 GEMM's epilogue can do this postprocess on tiles of `block_n` columns
   // (gemm_sm90_qkv_epilogue.cuh): there is work, the tiles hold whole heads (block_n a multiple of D; of
-  // Dv too, equal to D, when v is normalized), and each rotated pair lies in one thread's columns (the
+  // Dv too, equal to D, when v is normalized), each rotated pair lies in one thread's columns (the
   // interleaved pairing P2 = 2 at an even offset, or a half split whose half and offset are multiples of
-  // 8). Pure.
+  // 8), and the rotation table values a thread holds through its tile's end fit beside the accumulators
+  // (epilogue_table_floats() <= kMaxEpilogueTableFloats: rotate_half up to R 128, interleaved up to R 128;
+  // R 256 spilled 144 bytes). Pure.
   bool fits_gemm_epilogue(int block_n) const;
+  // The (cos, sin) floats of the rotation table one consumer thread loads for its two rows of a tile.
+  int epilogue_table_floats() const;
+  static constexpr int kMaxEpilogueTableFloats = 64;
   // The epilogue's traits type, attnplan::kernels::QkvEpilogueTraits<...>, as C++ source text, and its
   // fields for a manifest (the tiling is the postprocess kernel's own and stays out).
   std::string epilogue_traits() const;

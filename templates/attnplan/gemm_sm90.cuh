@@ -213,11 +213,19 @@ __device__ __forceinline__ void consume_tiles(const GemmSm90Params& params, unsi
     }
   };
 
+  using QkvEpilogue = typename Traits::QkvEpilogue;
   int slot_use = 0;
   for (int unit = walk.first(); unit < walk.units(); unit += walk.stride()) {
     const TileCoordinates coordinates = walk.tile(unit);
     const int m0 = coordinates.m * Traits::block_m;
     const int n0 = coordinates.n * Traits::block_n;
+    // The fused QKV postprocess: this warpgroup's rotation-table rows into L2 now, into registers before the
+    // tile's last wgmmas complete (gemm_sm90_qkv_epilogue.cuh).
+    const int warpgroup_row = m0 + (warpgroup - 1) * Traits::consumer_rows;
+    const int first_row = warpgroup_row + 16 * (thread / 32) + lane / 4;  // and + 8: this thread's rows
+    if constexpr (QkvEpilogue::enabled) {
+      if (thread == 0) prefetch_qkv_table<QkvEpilogue>(params.qkv_epilogue, warpgroup_row, gemm.m);
+    }
 
     // Main loop: one group of k_steps wgmmas per slot; at most one group in flight while the next slot's
     // group is issued, so the slot of the previous group is released as soon as that one completes.
@@ -249,6 +257,9 @@ __device__ __forceinline__ void consume_tiles(const GemmSm90Params& params, unsi
         previous_slot = slot;
       }
     }
+    QkvTurns<QkvEpilogue> turns;
+    if constexpr (QkvEpilogue::enabled)
+      turns = load_qkv_turns<QkvEpilogue>(params.qkv_epilogue, first_row, gemm.m);
     sm90::wgmma_wait_group<0>();
     sm90::fence_registers(accumulator);
     if (previous_slot >= 0 && releases) release(previous_slot);
@@ -280,12 +291,9 @@ __device__ __forceinline__ void consume_tiles(const GemmSm90Params& params, unsi
       return terms;
     };
     // The fused QKV postprocess: the heads it changes get their bias there, before the norm and RoPE.
-    using QkvEpilogue = typename Traits::QkvEpilogue;
     if constexpr (QkvEpilogue::enabled) {
-      apply_qkv_epilogue<QkvEpilogue, Traits::block_n>(
-          accumulator, params.qkv_epilogue,
-          m0 + (warpgroup - 1) * Traits::consumer_rows + 16 * (thread / 32) + lane / 4, gemm.m, n0, gemm.n,
-          [&](int n) { return bias_terms(n, true); });
+      apply_qkv_epilogue<QkvEpilogue, Traits::block_n, Traits::has_bias>(
+          accumulator, turns, params.qkv_epilogue, n0, gemm.n, [&](int n) { return bias_terms(n, true); });
     }
     // Whether column n's head went through apply_qkv_epilogue (its bias already added).
     const auto postprocessed = [](int n) {

@@ -23,12 +23,14 @@
 
 #include "attnplan/gemm_sm90_params.h"
 #include "attnplan/params.h"
+#include "attnplan/wgmma.cuh"
 
 namespace attnplan::kernels {
 
 // The plain epilogue: C as the product computes it.
 struct NoQkvEpilogue {
   static constexpr bool enabled = false;
+  static constexpr int blocks = 1;  // QkvTurns' size: a consume_tiles local that nothing then uses
 };
 
 // Shapes and flags as QkvPostprocessTraits' (qkv_postprocess.cuh), for a row [q: Hq * D | k: Hkv * D | v:
@@ -114,15 +116,76 @@ __device__ __forceinline__ void rotate(float& a, float& b, float cosine, float s
 
 }  // namespace qkv_epilogue_detail
 
+// The (cos, sin) a thread's two rows need from the rotation table (RmsNormParams): per head block that holds
+// pairs' a's, for rows first_row and first_row + 8: a half split's two pairs of the block's column pair as a
+// float4 (cos, sin, cos, sin), an interleaved pair as its .x, .y. The same for every q and k head of a tile.
+template <class Epilogue>
+struct QkvTurns {
+  float4 turn[Epilogue::blocks][2];
+};
+
+// A consumer warpgroup's 64 table rows from `first_row` on (those below M) into L2, at the start of its tile,
+// so that load_qkv_turns at its end finds them there: the table was written before the GEMM began, and the
+// GEMM's A and W stream far more than L2 holds in between. One bulk prefetch; call from one thread.
+template <class Epilogue>
+__device__ __forceinline__ void prefetch_qkv_table(const GemmQkvEpilogueParams& params, int first_row,
+                                                   int m) {
+  if constexpr (Epilogue::rope) {
+    const int rows = min(64, m - first_row);
+    if (rows > 0) {
+      sm90::prefetch_l2(params.rotations + static_cast<long long>(first_row) * params.rotation_stride,
+                        static_cast<unsigned>(rows * params.rotation_stride * 4));
+    }
+  }
+}
+
+// Every table load of the tile at once, without branches between them: issued before the tile's last wgmmas
+// complete, their latency hides behind those and the norms. (Issued next to their use, one L2 round trip per
+// head block, they cost the Llama-3.1-8B q|k|v GEMM ~4.6 us a tile: docs/kernels-notes.md, "Session 25".)
+// Rows past M and pairs past R / 2 read a valid address (row 0, the last whole pair) and are never used.
+template <class Epilogue>
+__device__ __forceinline__ QkvTurns<Epilogue> load_qkv_turns(const GemmQkvEpilogueParams& params,
+                                                             int first_row, int m) {
+  QkvTurns<Epilogue> turns;
+  if constexpr (Epilogue::rope) {
+    constexpr int kLastEvenPair = (Epilogue::rotary_pairs - 1) / 2 * 2;  // a float4 from it stays in the row
+    const int quad_column = 2 * (threadIdx.x % 4);
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int row = first_row + 8 * half;
+      const float* table =
+          params.rotations + static_cast<long long>(row < m ? row : 0) * params.rotation_stride;
+#pragma unroll
+      for (int block = 0; block < Epilogue::blocks; ++block) {
+        if constexpr (Epilogue::interleaved) {
+          if (!Epilogue::interleaved_block_rotates(block)) continue;
+          const int pair = (8 * block + quad_column - Epilogue::rotary_offset) / 2;
+          const int safe = max(0, min(pair, Epilogue::rotary_pairs - 1));
+          const float2 turn = __ldg(reinterpret_cast<const float2*>(table + 2 * safe));
+          turns.turn[block][half] = make_float4(turn.x, turn.y, 0.0f, 0.0f);
+        } else {
+          const int first_pair = Epilogue::first_pair_of_a_block(block);
+          if (first_pair < 0) continue;
+          const int safe = min(first_pair + quad_column, kLastEvenPair);
+          turns.turn[block][half] = __ldg(reinterpret_cast<const float4*>(table + 2 * safe));
+        }
+      }
+    }
+  }
+  return turns;
+}
+
 // A consumer warpgroup's [64, kN] tile of C at column n0, in place: accumulator[4 b + 2 h + e] is row
-// first_row + 8 h, column n0 + 8 b + 2 (l % 4) + e. `m` and `n` are C's size: rows past M are neither read
-// from the table nor stored; columns past N are left alone. `bias(column)` returns the bias of the column
-// pair (column, column + 1) as a float2 (zeros without bias). Columns of heads the traits do not change keep
-// their values, bias not added: the caller's store adds it.
-template <class Epilogue, int kN, class Bias>
+// first_row + 8 h, column n0 + 8 b + 2 (l % 4) + e; `turns` is load_qkv_turns' for those rows. `n` is C's
+// width: columns past N are left alone (rows past M are computed on and never stored). `bias(column)`
+// returns the bias of the column pair (column, column + 1) as a float2 (zeros without bias). Columns of
+// heads the traits do not change keep their values, bias not added: the caller's store adds it. kHasBias:
+// whether to add it at all (a GEMM without bias skips the adds of zeros).
+template <class Epilogue, int kN, bool kHasBias, class Bias>
 __device__ __forceinline__ void apply_qkv_epilogue(float (&accumulator)[kN / 2],
-                                                   const GemmQkvEpilogueParams& params, int first_row, int m,
-                                                   int n0, int n, Bias&& bias) {
+                                                   const QkvTurns<Epilogue>& turns,
+                                                   const GemmQkvEpilogueParams& params, int n0, int n,
+                                                   Bias&& bias) {
   using namespace qkv_epilogue_detail;
   constexpr int kHeadDim = Epilogue::head_dim;
   constexpr int kBlocks = Epilogue::blocks;
@@ -142,24 +205,46 @@ __device__ __forceinline__ void apply_qkv_epilogue(float (&accumulator)[kN / 2],
                                                 : Role::none;
   }
 
-  // The bias, one rounding to bf16, then each head's norm: x / rms(x) (* (w + offset) for q and k).
+  // The bias, one rounding to bf16, then each head's norm: x / rms(x) (* (w + offset) for q and k). Each
+  // step's loads (bias, weights) are issued together before their use.
 #pragma unroll
   for (int c = 0; c < kChunks; ++c) {
     if (role[c] == Role::none) continue;
+    float2 terms[kBlocks] = {};
+    if constexpr (kHasBias) {
+#pragma unroll
+      for (int block = 0; block < kBlocks; ++block)
+        terms[block] = bias(n0 + 8 * (c * kBlocks + block) + quad_column);
+    }
 #pragma unroll
     for (int block = 0; block < kBlocks; ++block) {
       const int b = c * kBlocks + block;
-      const float2 terms = bias(n0 + 8 * b + quad_column);
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
-        accumulator[4 * b + 2 * half] = bf16_round(accumulator[4 * b + 2 * half] + terms.x);
-        accumulator[4 * b + 2 * half + 1] = bf16_round(accumulator[4 * b + 2 * half + 1] + terms.y);
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          float& x = accumulator[4 * b + 2 * half + e];
+          if constexpr (kHasBias) x += e == 0 ? terms[block].x : terms[block].y;
+          x = bf16_round(x);
+        }
       }
     }
     const bool norm = role[c] == Role::query ? Epilogue::query_norm
                       : role[c] == Role::key ? Epilogue::key_norm
                                              : Epilogue::value_norm;
     if (!norm) continue;
+    const bool weighted = role[c] != Role::value;  // v's norm has no weight
+    float2 w[kBlocks];
+    if (weighted) {
+      const bf16_bits* weight = role[c] == Role::query ? params.q_norm_weight : params.k_norm_weight;
+#pragma unroll
+      for (int block = 0; block < kBlocks; ++block) {
+        const __nv_bfloat162 pair =
+            *reinterpret_cast<const __nv_bfloat162*>(weight + 8 * block + quad_column);
+        w[block] = make_float2(__low2float(pair) + Epilogue::weight_offset,
+                               __high2float(pair) + Epilogue::weight_offset);
+      }
+    }
     float inverse_rms[2];
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
@@ -171,91 +256,56 @@ __device__ __forceinline__ void apply_qkv_epilogue(float (&accumulator)[kN / 2],
       }
       inverse_rms[half] = rsqrtf(quad_sum(sum_of_squares) / kHeadDim + params.epsilon);
     }
-    const bf16_bits* weight = role[c] == Role::query ? params.q_norm_weight : params.k_norm_weight;
 #pragma unroll
     for (int block = 0; block < kBlocks; ++block) {
       const int b = c * kBlocks + block;
-      float2 w = make_float2(1.0f, 1.0f);
-      if (role[c] != Role::value) {
-        const __nv_bfloat162 pair =
-            *reinterpret_cast<const __nv_bfloat162*>(weight + 8 * block + quad_column);
-        w = make_float2(__low2float(pair) + Epilogue::weight_offset,
-                        __high2float(pair) + Epilogue::weight_offset);
-      }
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         float& x0 = accumulator[4 * b + 2 * half];
         float& x1 = accumulator[4 * b + 2 * half + 1];
         x0 *= inverse_rms[half];
         x1 *= inverse_rms[half];
-        if (role[c] != Role::value) {
-          x0 *= w.x;
-          x1 *= w.y;
+        if (weighted) {
+          x0 *= w[block].x;
+          x1 *= w[block].y;
         }
       }
     }
   }
 
   if constexpr (Epilogue::rope) {
-    // The thread's two rows' table rows; rows past M read nothing (their values are never stored).
-    const float* table[2];
-    bool live[2];
 #pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int row = first_row + 8 * half;
-      live[half] = row < m;
-      table[half] = params.rotations + static_cast<long long>(live[half] ? row : 0) * params.rotation_stride;
-    }
-    // Per head block holding pairs' a's: its pairs' (cos, sin) once for both rows, shared by every q and k
-    // head of the tile.
+    for (int c = 0; c < kChunks; ++c) {
+      if (role[c] != Role::query && role[c] != Role::key) continue;
 #pragma unroll
-    for (int block = 0; block < kBlocks; ++block) {
-      if constexpr (Epilogue::interleaved) {
-        if (!Epilogue::interleaved_block_rotates(block)) continue;
-        const int dim = 8 * block + quad_column;  // the pair's a; its b is dim + 1
-        const int pair = (dim - Epilogue::rotary_offset) / 2;
-        if (dim < Epilogue::rotary_offset || pair >= Epilogue::rotary_pairs) continue;
-        float2 turn[2];
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          turn[half] = live[half] ? __ldg(reinterpret_cast<const float2*>(table[half] + 2 * pair))
-                                  : make_float2(1.0f, 0.0f);
-        }
-#pragma unroll
-        for (int c = 0; c < kChunks; ++c) {
-          if (role[c] != Role::query && role[c] != Role::key) continue;
+      for (int block = 0; block < kBlocks; ++block) {
+        if constexpr (Epilogue::interleaved) {
+          if (!Epilogue::interleaved_block_rotates(block)) continue;
+          const int dim = 8 * block + quad_column;  // the pair's a; its b is dim + 1
+          const int pair = (dim - Epilogue::rotary_offset) / 2;
+          if (dim < Epilogue::rotary_offset || pair >= Epilogue::rotary_pairs) continue;
           const int b = c * kBlocks + block;
 #pragma unroll
-          for (int half = 0; half < 2; ++half)
-            rotate(accumulator[4 * b + 2 * half], accumulator[4 * b + 2 * half + 1], turn[half].x,
-                   turn[half].y);
-        }
-      } else {
-        const int first_pair = Epilogue::first_pair_of_a_block(block);
-        if (first_pair < 0) continue;
-        const int pair = first_pair + quad_column;  // the thread's pairs: pair (e = 0) and pair + 1 (e = 1)
-        // Pairs past R / 2 in the block's last rotated 8 (R / 2 not a multiple of 8) pass through.
-        const bool whole = first_pair + 8 <= Epilogue::rotary_pairs;
-        if (!whole && pair >= Epilogue::rotary_pairs) continue;
-        float4 turns[2];  // (cos, sin) of pair, then of pair + 1
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          turns[half] = live[half] ? __ldg(reinterpret_cast<const float4*>(table[half] + 2 * pair))
-                                   : make_float4(1.0f, 0.0f, 1.0f, 0.0f);
-        }
-        const bool second = whole || pair + 1 < Epilogue::rotary_pairs;
-#pragma unroll
-        for (int c = 0; c < kChunks; ++c) {
-          if (role[c] != Role::query && role[c] != Role::key) continue;
+          for (int half = 0; half < 2; ++half) {
+            const float4 turn = turns.turn[block][half];
+            rotate(accumulator[4 * b + 2 * half], accumulator[4 * b + 2 * half + 1], turn.x, turn.y);
+          }
+        } else {
+          const int first_pair = Epilogue::first_pair_of_a_block(block);
+          if (first_pair < 0) continue;
+          const int pair = first_pair + quad_column;  // the thread's pairs: pair (e = 0) and pair + 1 (e = 1)
+          // Pairs past R / 2 in the block's last rotated 8 (R / 2 not a multiple of 8) pass through.
+          const bool whole = first_pair + 8 <= Epilogue::rotary_pairs;
+          const bool first = whole || pair < Epilogue::rotary_pairs;
+          const bool second = whole || pair + 1 < Epilogue::rotary_pairs;
           const int a = c * kBlocks + block;
           const int b = a + Epilogue::partner_blocks;
 #pragma unroll
           for (int half = 0; half < 2; ++half) {
-            rotate(accumulator[4 * a + 2 * half], accumulator[4 * b + 2 * half], turns[half].x,
-                   turns[half].y);
+            const float4 turn = turns.turn[block][half];
+            if (first) rotate(accumulator[4 * a + 2 * half], accumulator[4 * b + 2 * half], turn.x, turn.y);
             if (second) {
-              rotate(accumulator[4 * a + 2 * half + 1], accumulator[4 * b + 2 * half + 1], turns[half].z,
-                     turns[half].w);
+              rotate(accumulator[4 * a + 2 * half + 1], accumulator[4 * b + 2 * half + 1], turn.z, turn.w);
             }
           }
         }

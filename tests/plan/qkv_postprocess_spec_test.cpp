@@ -180,10 +180,20 @@ TEST_CASE(
   CHECK(llama.epilogue_traits() ==
         "attnplan::kernels::QkvEpilogueTraits<32, 8, 128, 128, 0, 128, 128, false, false, false, false>");
   CHECK(llama.epilogue_spec().at("rotary_dim") == 128);
+  CHECK(llama.epilogue_table_floats() == 64);  // 8 blocks of pairs' a's x 2 rows x a float4
   // GPT-J: interleaved pairs (P2 = 2) of a partial rotary dim at D 256.
   const QkvPostprocessSpec gpt_j = QkvPostprocessSpec::from_config(load_plan("gpt-j-6b"));
   CHECK(gpt_j.fits_gemm_epilogue(256));
   CHECK_FALSE(gpt_j.fits_gemm_epilogue(128));
+  CHECK(gpt_j.epilogue_table_floats() == 32);  // 8 rotating blocks x 2 rows x a float2
+  // rotate_half over a 256-wide head: 128 table floats a thread, more than fit beside the accumulators.
+  QkvPostprocessSpec wide = gpt_j;
+  wide.pairing_dim = 256;
+  wide.rotary_dim = 256;
+  CHECK(wide.epilogue_table_floats() == 128);
+  CHECK_FALSE(wide.fits_gemm_epilogue(256));
+  wide.rotary_dim = 128;  // pairs across the head, half of them rotated: 64
+  CHECK(wide.fits_gemm_epilogue(256));
   // Qwen3: q/k norms and RoPE.
   CHECK(QkvPostprocessSpec::from_config(load_plan("qwen3-8b")).fits_gemm_epilogue(256));
 
