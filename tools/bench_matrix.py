@@ -383,13 +383,20 @@ def table(directory, header_path):
     return status
 
 
-def ab_stages(row):
-    """The stages an A/B compares on a row: what the suite's table reports for its kind."""
+def ab_stages(row, samples=()):
+    """The stages an A/B compares on a row: what the suite's table reports for its kind; for a layer row first
+    each of the layer's own stages that any of `samples` (the variants' bench JSONs) has, in their order, so
+    that a change to one stage shows where it moved the layer. Returns (required, optional) lists."""
     if row["kind"] in ("attention", "window"):
-        return ["attention"]
+        return ["attention"], []
     if row["kind"] == "projection":
-        return [row["stage"]]
-    return ["layer", "layer_graph"]
+        return [row["stage"]], []
+    own = []
+    for sample in samples:
+        for stage in sample.get("rows", []):
+            if stage["stage"] not in own + ["layer", "layer_graph"]:
+                own.append(stage["stage"])
+    return ["layer", "layer_graph"], own
 
 
 def ab_table(directory, names):
@@ -406,7 +413,14 @@ def ab_table(directory, names):
     status = 0
     for row in rows:
         run_id = row.get("shared_run", row.get("run_id", row["id"]))
-        for stage_name in ab_stages(row):
+        samples = []
+        for name in names:
+            first = os.path.join(directory, name, run_id + ".r1.json")
+            if os.path.exists(first):
+                with open(first) as f:
+                    samples.append(json.load(f))
+        required, optional = ab_stages(row, samples)
+        for stage_name in optional + required:
             cells, medians = [], []
             for name in names:
                 rounds = []
@@ -419,9 +433,10 @@ def ab_table(directory, names):
                         rounds.append(stage)
                     round_index += 1
                 if not rounds:
-                    cells.append("no result")
+                    # A stage only some variants run (a fusion removes one) is "(none)" in the others.
+                    cells.append("no result" if stage_name in required else "(none)")
                     medians.append(None)
-                    status = 1
+                    status = 1 if stage_name in required else status
                     continue
                 middle = statistics.median(stage["median_ms"] for stage in rounds)
                 each = ", ".join(fmt(stage["median_ms"], 3) for stage in rounds)

@@ -96,8 +96,13 @@ namespace qkv_epilogue_detail {
 
 enum class Role { none, query, key, value };
 
-__device__ __forceinline__ float bf16_round(float x) {
-  return __bfloat162float(__float2bfloat16(x));
+// A column pair rounded to bf16 and back, by one packed conversion (F2FP) and two integer moves: a
+// conversion per value (F2F) and its shift back held 85% of the epilogue's own stall samples on Llama-3.1-8B
+// q|k|v (Nsight Compute, docs/kernels-notes.md "Session 25").
+__device__ __forceinline__ void bf16_round(float& x0, float& x1) {
+  const __nv_bfloat162 pair = __floats2bfloat162_rn(x0, x1);
+  x0 = __low2float(pair);
+  x1 = __high2float(pair);
 }
 
 // Sum over the 4 lanes of a quad: the threads holding one row's columns.
@@ -126,7 +131,10 @@ struct QkvTurns {
 
 // A consumer warpgroup's 64 table rows from `first_row` on (those below M) into L2, at the start of its tile,
 // so that load_qkv_turns at its end finds them there: the table was written before the GEMM began, and the
-// GEMM's A and W stream far more than L2 holds in between. One bulk prefetch; call from one thread.
+// GEMM's A and W stream far more than L2 holds in between. One bulk prefetch; call from one thread. (The
+// rows may be gone again ~48 us later at 8k tokens; prefetching 2-8 K slices before the tile's end instead
+// measured level, and its compare in the K loop spilled Qwen2.5-7B's GEMM: docs/kernels-notes.md,
+// "Session 25".)
 template <class Epilogue>
 __device__ __forceinline__ void prefetch_qkv_table(const GemmQkvEpilogueParams& params, int first_row,
                                                    int m) {
@@ -221,12 +229,13 @@ __device__ __forceinline__ void apply_qkv_epilogue(float (&accumulator)[kN / 2],
       const int b = c * kBlocks + block;
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          float& x = accumulator[4 * b + 2 * half + e];
-          if constexpr (kHasBias) x += e == 0 ? terms[block].x : terms[block].y;
-          x = bf16_round(x);
+        float& x0 = accumulator[4 * b + 2 * half];
+        float& x1 = accumulator[4 * b + 2 * half + 1];
+        if constexpr (kHasBias) {
+          x0 += terms[block].x;
+          x1 += terms[block].y;
         }
+        bf16_round(x0, x1);
       }
     }
     const bool norm = role[c] == Role::query ? Epilogue::query_norm
