@@ -183,6 +183,24 @@ class AB(unittest.TestCase):
         self.assertEqual(projection, "| proj-Llama-3.1-8B-o-8192 | output_projection | 0.350 (0.350; 0.340) | "
                                      "no result |  |")
 
+    def test_layer_row_lists_each_stage(self):
+        # A layer row shows the layer's own stages first, in the variants' order, then the layer itself; a
+        # stage only one variant runs (a fusion removed it from the other) is "(none)" there and no failure.
+        with tempfile.TemporaryDirectory() as directory:
+            make_rows(directory, "layer")
+            run_id = "proj-Llama-3.1-8B-qkv-8192"  # the layer row's shared run
+            self.write_round(directory, "main", run_id, 1, {"qkv_projection": (0.61, 0.60), "layer": (2.10, 2.09),
+                                                            "layer_graph": (2.15, 2.14)})
+            self.write_round(directory, "old", run_id, 1, {"qkv_projection": (0.58, 0.57),
+                                                           "qkv_postprocess": (0.057, 0.056),
+                                                           "layer": (2.12, 2.11), "layer_graph": (2.16, 2.15)})
+            lines, status = bench_matrix.ab_table(directory, ["main", "old"])
+        self.assertEqual(status, 0)
+        stages = [line.split(" | ")[1] for line in lines[2:]]
+        self.assertEqual(stages, ["qkv_projection", "qkv_postprocess", "layer", "layer_graph"])
+        postprocess = next(line for line in lines if " | qkv_postprocess | " in line)
+        self.assertIn("| (none) | 0.057 (0.057; 0.056) |", postprocess)
+
 
 class Rope(unittest.TestCase):
     def test_llama3_scaling(self):
