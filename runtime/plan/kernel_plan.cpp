@@ -375,40 +375,48 @@ KernelPlan plan_kernels(const config::AttentionConfig& config, const config::Arc
   // or the decoding kernel (choose_projection_kernel keeps fp8 weights off both), so
   // short_launch_specializations gave none.
   // quantize_stage: the quantizer's stage before an fp8-activation GEMM (none: its input comes as codes).
-  const auto add_projection = [&](std::optional<StageKind> quantize_stage, StageKind stage,
-                                  const std::string& name, const GemmSpec& spec,
-                                  const std::optional<GemmFp8Spec>& fp8, const std::optional<GemmSpec>& small,
-                                  std::string_view small_name, const std::optional<GemmSpec>& tiny,
-                                  std::string_view tiny_name,
-                                  const std::optional<KernelPlan::Dequantized>& dequantized,
-                                  std::string_view dequantize_name, std::string_view dequantized_name,
-                                  std::string_view dequantized_small_name) {
-    if (!fp8) {
-      plan.kernels.push_back({stage, name, spec.source(), spec.dynamic_shared_bytes()});
-      if (small)
-        plan.kernels.push_back(
-            {stage, std::string(small_name), small->source(), small->dynamic_shared_bytes()});
-      if (tiny)
-        plan.kernels.push_back({stage, std::string(tiny_name), tiny->source(), tiny->dynamic_shared_bytes()});
-      if (dequantized) {
-        plan.kernels.push_back({stage, std::string(dequantize_name), dequantized->dequantize.source(),
-                                dequantized->dequantize.dynamic_shared_bytes()});
-        plan.kernels.push_back({stage, std::string(dequantized_name), dequantized->gemm.source(),
-                                dequantized->gemm.dynamic_shared_bytes()});
-        if (dequantized->gemm_small) {
-          plan.kernels.push_back({stage, std::string(dequantized_small_name),
-                                  dequantized->gemm_small->source(),
-                                  dequantized->gemm_small->dynamic_shared_bytes()});
-        }
-      }
-      return;
-    }
-    if (quantize_stage) {
+  // The planned GEMM and its short-launch specializations. Not where the dequantized path takes every launch
+  // (min_tokens 1: act-order GPTQ, the formats without a decoding-kernel member): those never run (for
+  // act-order GPTQ on Llama-3.1-8B two mma.sync GEMMs, ~2 s of a cold compile). Their specs stay: a launch
+  // checks its weights against the planned spec first.
+  const auto add_planned = [&](StageKind stage, const std::string& name, const GemmSpec& spec,
+                               const std::optional<GemmSpec>& small, std::string_view small_name,
+                               const std::optional<GemmSpec>& tiny, std::string_view tiny_name) {
+    plan.kernels.push_back({stage, name, spec.source(), spec.dynamic_shared_bytes()});
+    if (small)
       plan.kernels.push_back(
-          {*quantize_stage, std::string(to_string(*quantize_stage)), plan.activation_quantize.source(), 0});
-    }
-    plan.kernels.push_back({stage, name, fp8->source(), fp8->dynamic_shared_bytes()});
+          {stage, std::string(small_name), small->source(), small->dynamic_shared_bytes()});
+    if (tiny)
+      plan.kernels.push_back({stage, std::string(tiny_name), tiny->source(), tiny->dynamic_shared_bytes()});
   };
+  const auto add_projection =
+      [&](std::optional<StageKind> quantize_stage, StageKind stage, const std::string& name,
+          const GemmSpec& spec, const std::optional<GemmFp8Spec>& fp8, const std::optional<GemmSpec>& small,
+          std::string_view small_name, const std::optional<GemmSpec>& tiny, std::string_view tiny_name,
+          const std::optional<KernelPlan::Dequantized>& dequantized, std::string_view dequantize_name,
+          std::string_view dequantized_name, std::string_view dequantized_small_name) {
+        if (!fp8) {
+          if (!dequantized || dequantized->min_tokens > 1)
+            add_planned(stage, name, spec, small, small_name, tiny, tiny_name);
+          if (dequantized) {
+            plan.kernels.push_back({stage, std::string(dequantize_name), dequantized->dequantize.source(),
+                                    dequantized->dequantize.dynamic_shared_bytes()});
+            plan.kernels.push_back({stage, std::string(dequantized_name), dequantized->gemm.source(),
+                                    dequantized->gemm.dynamic_shared_bytes()});
+            if (dequantized->gemm_small) {
+              plan.kernels.push_back({stage, std::string(dequantized_small_name),
+                                      dequantized->gemm_small->source(),
+                                      dequantized->gemm_small->dynamic_shared_bytes()});
+            }
+          }
+          return;
+        }
+        if (quantize_stage) {
+          plan.kernels.push_back({*quantize_stage, std::string(to_string(*quantize_stage)),
+                                  plan.activation_quantize.source(), 0});
+        }
+        plan.kernels.push_back({stage, name, fp8->source(), fp8->dynamic_shared_bytes()});
+      };
 
   plan.kernels.push_back({StageKind::input_norm, "input_rmsnorm", plan.input_norm.source(), 0});
   add_projection(std::nullopt, StageKind::qkv_projection, "qkv_projection", plan.qkv_projection,

@@ -93,21 +93,27 @@ TEST_CASE("on sm_90a weight-only quantized projections plan a dequantized path i
     CHECK(output.dequantize.kernel == qkv.dequantize.kernel);
 
     // Each projection's two kernels right after its planned kernel (and its short-launch specialization,
-    // the decoding kernel's for the 4-bit formats), in the projection's stage.
+    // the decoding kernel's for the 4-bit formats), in the projection's stage. Where the path takes every
+    // launch (min_tokens 1: act-order GPTQ), the planned kernels never run and are not compiled.
     std::vector<std::string> names = names_of(kernels);
     const auto position = [&](std::string_view kernel) {
       return std::find(names.begin(), names.end(), kernel) - names.begin();
     };
+    const bool planned_runs = min_tokens > 1;
+    CHECK(planned_runs == !config.projection.qkv.act_order);
+    CHECK((position("qkv_projection") < std::ptrdiff_t(names.size())) == planned_runs);
+    CHECK((position("output_projection") < std::ptrdiff_t(names.size())) == planned_runs);
     const int small = (kernels.qkv_projection_small ? 1 : 0) + (kernels.qkv_projection_tiny ? 1 : 0);
     CHECK(kernels.qkv_projection_small.has_value() == plan::sm90_decode_gemm_planned(config.projection.qkv));
-    CHECK(position(plan::kQkvDequantizeName) == position("qkv_projection") + 1 + small);
-    CHECK(position(plan::kQkvProjectionDequantizedName) == position("qkv_projection") + 2 + small);
+    const std::ptrdiff_t path = position("input_rmsnorm") + 1 + (planned_runs ? 1 + small : 0);
+    CHECK(position(plan::kQkvDequantizeName) == path);
+    CHECK(position(plan::kQkvProjectionDequantizedName) == path + 1);
     // The path's short-launch GEMM (the bf16 plan's kSmallLaunchTokens tiling, where it differs: on
     // Llama-3.1-8B's shapes it does), last.
     CHECK(qkv.gemm_small.has_value() == bf16_kernels.qkv_projection_small.has_value());
     CHECK(output.gemm_small.has_value() == bf16_kernels.output_projection_small.has_value());
     if (qkv.gemm_small) {
-      CHECK(position(plan::kQkvProjectionDequantizedSmallName) == position("qkv_projection") + 3 + small);
+      CHECK(position(plan::kQkvProjectionDequantizedSmallName) == path + 2);
       CHECK(position(plan::kOutputProjectionDequantizedSmallName) == std::ptrdiff_t(names.size()) - 1);
       CHECK(position(plan::kOutputProjectionDequantizedName) == std::ptrdiff_t(names.size()) - 2);
       if (config.hidden_size == bf16.hidden_size && config.query_heads == bf16.query_heads) {

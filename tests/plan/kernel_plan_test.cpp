@@ -1,5 +1,9 @@
 #include "plan/kernel_plan.hpp"
 
+#include <set>
+#include <string>
+#include <vector>
+
 #include "config/parse.hpp"
 #include "core/error.hpp"
 #include "support/catch.hpp"
@@ -229,6 +233,66 @@ TEST_CASE("a launch's projection variant: planned, small specialization or dequa
   CHECK(plan::launched_projection_variant(plan::plan_kernels(fp8, hopper), StageKind::output_projection, 512,
                                           hidden, 132) == ProjectionVariant::planned);
   CHECK_THROWS_AS(plan::launched_projection_variant(bf16, StageKind::attention, 512, qkv_n, 132), Error);
+}
+
+TEST_CASE("every projection variant a launch can take is compiled, and no other", "[plan][gemm]") {
+  // The kernels of each variant (PrefillPlan::stage_kernels' names). A plan compiles a kernel only where
+  // some launch length runs it: act-order GPTQ's dequantized path takes every launch, so its planned
+  // mma.sync GEMMs are not compiled.
+  using plan::ProjectionVariant;
+  const auto names_of_variant = [](ProjectionVariant variant, bool qkv) -> std::vector<std::string> {
+    switch (variant) {
+      case ProjectionVariant::small:
+        return {std::string(qkv ? plan::kQkvProjectionSmallName : plan::kOutputProjectionSmallName)};
+      case ProjectionVariant::tiny:
+        return {std::string(qkv ? plan::kQkvProjectionTinyName : plan::kOutputProjectionTinyName)};
+      case ProjectionVariant::dequantized:
+        return {
+            std::string(qkv ? plan::kQkvDequantizeName : plan::kOutputDequantizeName),
+            std::string(qkv ? plan::kQkvProjectionDequantizedName : plan::kOutputProjectionDequantizedName)};
+      case ProjectionVariant::dequantized_small:
+        return {std::string(qkv ? plan::kQkvDequantizeName : plan::kOutputDequantizeName),
+                std::string(qkv ? plan::kQkvProjectionDequantizedSmallName
+                                : plan::kOutputProjectionDequantizedSmallName)};
+      default:
+        return {qkv ? "qkv_projection" : "output_projection"};
+    }
+  };
+  const auto load = [](const char* name) {
+    return config::load_file(std::string(ATTNPLAN_SOURCE_DIR) + "/plans/" + name + ".json");
+  };
+  int unplanned = 0;
+  for (const char* name : {"llama-3.1-8b", "llama-3.1-8b-gptq", "llama-3.1-8b-gptq-noact", "llama-3.1-8b-awq",
+                           "llama-3.1-8b-nvfp4", "llama-3.1-8b-mlx-4bit", "llama-3.1-8b-fp8",
+                           "llama-3.1-8b-fp8-dynamic", "gpt-oss-20b-mxfp4", "qwen3-8b-fp8-block"}) {
+    for (const config::Arch arch : {config::Arch{9, 0, true}, config::Arch{8, 0, false}}) {
+      const config::AttentionConfig config = load(name);
+      if (arch.major == 8 && config.projection.qkv.activation != config::ActivationType::bf16) continue;
+      INFO(name << " on " << arch.name());
+      const plan::KernelPlan kernels = plan::plan_kernels(config, arch);
+      std::set<std::string> compiled, launched;
+      for (const plan::PlannedKernel& kernel : kernels.kernels) {
+        if (kernel.stage == plan::StageKind::qkv_projection ||
+            kernel.stage == plan::StageKind::output_projection)
+          compiled.insert(kernel.name);
+      }
+      for (const plan::StageKind stage :
+           {plan::StageKind::qkv_projection, plan::StageKind::output_projection}) {
+        const bool qkv = stage == plan::StageKind::qkv_projection;
+        const int n = int(qkv ? plan::qkv_row_width(config) : config.hidden_size);
+        for (int tokens = 1; tokens <= config.max_tokens; tokens += tokens < 1100 ? 1 : 97) {
+          for (const std::string& kernel :
+               names_of_variant(plan::launched_projection_variant(kernels, stage, tokens, n, 132), qkv)) {
+            launched.insert(kernel);
+          }
+        }
+      }
+      // An fp8-activation plan's quantizer is its own stage; its GEMMs are the planned ones.
+      CHECK(launched == compiled);
+      unplanned += compiled.count("qkv_projection") == 0 ? 1 : 0;
+    }
+  }
+  CHECK(unplanned == 1);  // act-order GPTQ on sm_90a
 }
 
 TEST_CASE("the q|k|v GEMM normalizes and rotates in its epilogue where its tiles hold whole heads",
