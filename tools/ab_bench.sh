@@ -2,7 +2,8 @@
 # A/B of template trees on the bench suite's rows, in one call on a GPU machine: builds attnplan once
 # (build-gpu), then runs `attnplan bench --json` on every chosen row under each variant, round after round
 # (the variants interleaved, the first of each round rotating), and prints one markdown table: per row and
-# stage (a layer row: each of the layer's stages, then the layer), each variant's round medians, their median, its minimum, and its time over the first variant's.
+# stage (a layer row: each of the layer's stages, then the layer), each variant's round medians, their
+# median, its minimum, and its time over the first variant's.
 # A variant is NAME=DIR (ATTNPLAN_TEMPLATE_DIR=DIR: the JIT kernels come from that copy of templates/, the
 # host code is the build's), NAME=BUILD (a build directory holding its own `attnplan`: host code and
 # templates of another commit, for a change that is not templates alone) or NAME alone (the templates built

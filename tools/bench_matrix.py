@@ -436,7 +436,8 @@ def ab_table(directory, names):
                     # A stage only some variants run (a fusion removes one) is "(none)" in the others.
                     cells.append("no result" if stage_name in required else "(none)")
                     medians.append(None)
-                    status = 1 if stage_name in required else status
+                    if stage_name in required:
+                        status = 1
                     continue
                 middle = statistics.median(stage["median_ms"] for stage in rounds)
                 each = ", ".join(fmt(stage["median_ms"], 3) for stage in rounds)

@@ -41,6 +41,30 @@ ProjectionVariant projection_variant_of(const PlannedKernel& kernel) {
   return ProjectionVariant::planned;
 }
 
+std::vector<std::string_view> projection_variant_kernels(StageKind stage, ProjectionVariant variant) {
+  const bool qkv = stage == StageKind::qkv_projection;
+  if (!qkv && stage != StageKind::output_projection) {
+    throw Error(Stage::internal, fmt::format("{} is not a projection stage", to_string(stage)));
+  }
+  switch (variant) {
+    case ProjectionVariant::small:
+      return {qkv ? kQkvProjectionSmallName : kOutputProjectionSmallName};
+    case ProjectionVariant::tiny:
+      return {qkv ? kQkvProjectionTinyName : kOutputProjectionTinyName};
+    case ProjectionVariant::dequantize:
+      return {qkv ? kQkvDequantizeName : kOutputDequantizeName};
+    case ProjectionVariant::dequantized:
+      return {qkv ? kQkvDequantizeName : kOutputDequantizeName,
+              qkv ? kQkvProjectionDequantizedName : kOutputProjectionDequantizedName};
+    case ProjectionVariant::dequantized_small:
+      return {qkv ? kQkvDequantizeName : kOutputDequantizeName,
+              qkv ? kQkvProjectionDequantizedSmallName : kOutputProjectionDequantizedSmallName};
+    case ProjectionVariant::planned:
+      break;
+  }
+  return {qkv ? kQkvProjectionName : kOutputProjectionName};
+}
+
 bool runs_dequantized(const std::optional<KernelPlan::Dequantized>& path, int num_tokens) {
   return path.has_value() && num_tokens >= path->min_tokens;
 }
@@ -277,14 +301,19 @@ void fuse_qkv_postprocess(KernelPlan& plan) {
   if (fused && post.rotary_dim > 0) plan.input_norm.rotary_pairs = post.rotary_dim / 2;
 }
 
+// Whether some launch runs a projection's planned GEMM (or its short-launch specializations): those run
+// below the dequantized path's min_tokens, so never where the path takes launches from one token on.
+bool planned_gemm_runs(const std::optional<KernelPlan::Dequantized>& dequantized) {
+  return !runs_dequantized(dequantized, 1);
+}
+
 // Whether a launch may run a q|k|v GEMM without the postprocess in its epilogue while the postprocess has
-// work: then the plan needs the postprocess kernel. The planned GEMM and its short-launch specializations
-// run below the dequantized path's min_tokens (never when that is 1).
+// work: then the plan needs the postprocess kernel.
 bool needs_qkv_postprocess_kernel(const KernelPlan& plan) {
   if (!plan.qkv_postprocess.has_work()) return false;
   const auto unfused = [](const std::optional<GemmSpec>& spec) { return spec && !spec->postprocess; };
   const std::optional<KernelPlan::Dequantized>& dequantized = plan.qkv_projection_dequantized;
-  if (!dequantized || dequantized->min_tokens > 1) {
+  if (planned_gemm_runs(dequantized)) {
     if (plan.qkv_projection_fp8 || !plan.qkv_projection.postprocess) return true;
     if (unfused(plan.qkv_projection_small) || unfused(plan.qkv_projection_tiny)) return true;
   }
@@ -376,7 +405,7 @@ KernelPlan plan_kernels(const config::AttentionConfig& config, const config::Arc
   // short_launch_specializations gave none.
   // quantize_stage: the quantizer's stage before an fp8-activation GEMM (none: its input comes as codes).
   // The planned GEMM and its short-launch specializations. Not where the dequantized path takes every launch
-  // (min_tokens 1: act-order GPTQ, the formats without a decoding-kernel member): those never run (for
+  // (planned_gemm_runs; act-order GPTQ, the formats without a decoding-kernel member): those never run (for
   // act-order GPTQ on Llama-3.1-8B two mma.sync GEMMs, ~2 s of a cold compile). Their specs stay: a launch
   // checks its weights against the planned spec first.
   const auto add_planned = [&](StageKind stage, const std::string& name, const GemmSpec& spec,
@@ -396,7 +425,7 @@ KernelPlan plan_kernels(const config::AttentionConfig& config, const config::Arc
           const std::optional<KernelPlan::Dequantized>& dequantized, std::string_view dequantize_name,
           std::string_view dequantized_name, std::string_view dequantized_small_name) {
         if (!fp8) {
-          if (!dequantized || dequantized->min_tokens > 1)
+          if (planned_gemm_runs(dequantized))
             add_planned(stage, name, spec, small, small_name, tiny, tiny_name);
           if (dequantized) {
             plan.kernels.push_back({stage, std::string(dequantize_name), dequantized->dequantize.source(),
@@ -419,17 +448,18 @@ KernelPlan plan_kernels(const config::AttentionConfig& config, const config::Arc
       };
 
   plan.kernels.push_back({StageKind::input_norm, "input_rmsnorm", plan.input_norm.source(), 0});
-  add_projection(std::nullopt, StageKind::qkv_projection, "qkv_projection", plan.qkv_projection,
-                 plan.qkv_projection_fp8, plan.qkv_projection_small, kQkvProjectionSmallName,
-                 plan.qkv_projection_tiny, kQkvProjectionTinyName, plan.qkv_projection_dequantized,
-                 kQkvDequantizeName, kQkvProjectionDequantizedName, kQkvProjectionDequantizedSmallName);
+  add_projection(std::nullopt, StageKind::qkv_projection, std::string(kQkvProjectionName),
+                 plan.qkv_projection, plan.qkv_projection_fp8, plan.qkv_projection_small,
+                 kQkvProjectionSmallName, plan.qkv_projection_tiny, kQkvProjectionTinyName,
+                 plan.qkv_projection_dequantized, kQkvDequantizeName, kQkvProjectionDequantizedName,
+                 kQkvProjectionDequantizedSmallName);
   if (needs_qkv_postprocess_kernel(plan)) {
     plan.kernels.push_back({StageKind::qkv_postprocess, "qkv_postprocess", plan.qkv_postprocess.source(), 0});
   }
   plan.kernels.push_back({StageKind::kv_store, "kv_store", plan.kv_store.source(), 0});
   plan.kernels.push_back(
       {StageKind::attention, "attention", plan.attention.source(), plan.attention.dynamic_shared_bytes()});
-  add_projection(StageKind::output_quantize, StageKind::output_projection, "output_projection",
+  add_projection(StageKind::output_quantize, StageKind::output_projection, std::string(kOutputProjectionName),
                  plan.output_projection, plan.output_projection_fp8, plan.output_projection_small,
                  kOutputProjectionSmallName, plan.output_projection_tiny, kOutputProjectionTinyName,
                  plan.output_projection_dequantized, kOutputDequantizeName, kOutputProjectionDequantizedName,

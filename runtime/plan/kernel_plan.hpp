@@ -78,8 +78,10 @@ struct KernelPlan {
   bool has(StageKind stage) const;
 };
 
-// The names of the small specializations' kernels and of the dequantized paths' two kernels (same
-// StageKind as the planned projection).
+// The names of the planned projections' kernels, of their small specializations' and of the dequantized
+// paths' two kernels (same StageKind as the planned projection).
+inline constexpr std::string_view kQkvProjectionName = "qkv_projection";
+inline constexpr std::string_view kOutputProjectionName = "output_projection";
 inline constexpr std::string_view kQkvProjectionSmallName = "qkv_projection_small";
 inline constexpr std::string_view kOutputProjectionSmallName = "output_projection_small";
 inline constexpr std::string_view kQkvProjectionTinyName = "qkv_projection_tiny";
@@ -95,6 +97,10 @@ inline constexpr std::string_view kOutputProjectionDequantizedSmallName =
 // Which of a projection stage's kernels a planned kernel is.
 enum class ProjectionVariant { planned, small, tiny, dequantize, dequantized, dequantized_small };
 ProjectionVariant projection_variant_of(const PlannedKernel& kernel);
+
+// The kernels a launch of `variant` runs for projection stage `stage`, by name, in launch order (the
+// dequantized path: its dequantize kernel, then its GEMM).
+std::vector<std::string_view> projection_variant_kernels(StageKind stage, ProjectionVariant variant);
 
 // Whether a launch of `num_tokens` rows runs the projection's dequantized path (planned, and
 // num_tokens >= its min_tokens).

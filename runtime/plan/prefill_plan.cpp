@@ -461,25 +461,14 @@ void PrefillPlan::execute(const ExecuteArgs& args, CUstream stream, const StageO
 }
 
 std::vector<std::string> PrefillPlan::stage_kernels(StageKind stage, int num_tokens) const {
-  const std::string planned = compiled_.kernel(stage).name;
   const bool qkv = stage == StageKind::qkv_projection;
-  if (!qkv && stage != StageKind::output_projection) return {planned};
-  const KernelPlan& kernels = compiled_.kernels_planned;
+  if (!qkv && stage != StageKind::output_projection) return {compiled_.kernel(stage).name};
   const int n = int(qkv ? qkv_row_width(compiled_.config) : compiled_.config.hidden_size);
-  switch (launched_projection_variant(kernels, stage, num_tokens, n, loaded_->multiprocessors)) {
-    case ProjectionVariant::small:
-      return {std::string(qkv ? kQkvProjectionSmallName : kOutputProjectionSmallName)};
-    case ProjectionVariant::tiny:
-      return {std::string(qkv ? kQkvProjectionTinyName : kOutputProjectionTinyName)};
-    case ProjectionVariant::dequantized:
-      return {std::string(qkv ? kQkvDequantizeName : kOutputDequantizeName),
-              std::string(qkv ? kQkvProjectionDequantizedName : kOutputProjectionDequantizedName)};
-    case ProjectionVariant::dequantized_small:
-      return {std::string(qkv ? kQkvDequantizeName : kOutputDequantizeName),
-              std::string(qkv ? kQkvProjectionDequantizedSmallName : kOutputProjectionDequantizedSmallName)};
-    default:
-      return {planned};
-  }
+  const ProjectionVariant variant =
+      launched_projection_variant(compiled_.kernels_planned, stage, num_tokens, n, loaded_->multiprocessors);
+  std::vector<std::string> names;
+  for (std::string_view name : projection_variant_kernels(stage, variant)) names.emplace_back(name);
+  return names;
 }
 
 bool PrefillPlan::qkv_postprocess_fused(int num_tokens) const {

@@ -233,31 +233,13 @@ TEST_CASE("a launch's projection variant: planned, small specialization or dequa
   CHECK(plan::launched_projection_variant(plan::plan_kernels(fp8, hopper), StageKind::output_projection, 512,
                                           hidden, 132) == ProjectionVariant::planned);
   CHECK_THROWS_AS(plan::launched_projection_variant(bf16, StageKind::attention, 512, qkv_n, 132), Error);
+  CHECK_THROWS_AS(plan::projection_variant_kernels(StageKind::attention, ProjectionVariant::planned), Error);
 }
 
 TEST_CASE("every projection variant a launch can take is compiled, and no other", "[plan][gemm]") {
-  // The kernels of each variant (PrefillPlan::stage_kernels' names). A plan compiles a kernel only where
-  // some launch length runs it: act-order GPTQ's dequantized path takes every launch, so its planned
+  // A plan compiles a kernel only where some launch length runs it (projection_variant_kernels of the variant
+  // launched_projection_variant picks): act-order GPTQ's dequantized path takes every launch, so its planned
   // mma.sync GEMMs are not compiled.
-  using plan::ProjectionVariant;
-  const auto names_of_variant = [](ProjectionVariant variant, bool qkv) -> std::vector<std::string> {
-    switch (variant) {
-      case ProjectionVariant::small:
-        return {std::string(qkv ? plan::kQkvProjectionSmallName : plan::kOutputProjectionSmallName)};
-      case ProjectionVariant::tiny:
-        return {std::string(qkv ? plan::kQkvProjectionTinyName : plan::kOutputProjectionTinyName)};
-      case ProjectionVariant::dequantized:
-        return {
-            std::string(qkv ? plan::kQkvDequantizeName : plan::kOutputDequantizeName),
-            std::string(qkv ? plan::kQkvProjectionDequantizedName : plan::kOutputProjectionDequantizedName)};
-      case ProjectionVariant::dequantized_small:
-        return {std::string(qkv ? plan::kQkvDequantizeName : plan::kOutputDequantizeName),
-                std::string(qkv ? plan::kQkvProjectionDequantizedSmallName
-                                : plan::kOutputProjectionDequantizedSmallName)};
-      default:
-        return {qkv ? "qkv_projection" : "output_projection"};
-    }
-  };
   const auto load = [](const char* name) {
     return config::load_file(std::string(ATTNPLAN_SOURCE_DIR) + "/plans/" + name + ".json");
   };
@@ -281,15 +263,15 @@ TEST_CASE("every projection variant a launch can take is compiled, and no other"
         const bool qkv = stage == plan::StageKind::qkv_projection;
         const int n = int(qkv ? plan::qkv_row_width(config) : config.hidden_size);
         for (int tokens = 1; tokens <= config.max_tokens; tokens += tokens < 1100 ? 1 : 97) {
-          for (const std::string& kernel :
-               names_of_variant(plan::launched_projection_variant(kernels, stage, tokens, n, 132), qkv)) {
-            launched.insert(kernel);
+          for (std::string_view kernel : plan::projection_variant_kernels(
+                   stage, plan::launched_projection_variant(kernels, stage, tokens, n, 132))) {
+            launched.insert(std::string(kernel));
           }
         }
       }
       // An fp8-activation plan's quantizer is its own stage; its GEMMs are the planned ones.
       CHECK(launched == compiled);
-      unplanned += compiled.count("qkv_projection") == 0 ? 1 : 0;
+      unplanned += compiled.count(std::string(plan::kQkvProjectionName)) == 0 ? 1 : 0;
     }
   }
   CHECK(unplanned == 1);  // act-order GPTQ on sm_90a
