@@ -16,6 +16,10 @@
 # command is limited to 10 minutes, run `build tests` and `build plans verify hf` apart (the build is
 # incremental; the kernel cache in $ATTNPLAN_CACHE_DIR is shared), and leave nothing else in that call. Two parts run at once on one GPU slow
 # each other down: tests and verify side by side took more than 8 minutes.
+# A subset of `tests` on a fresh machine pays the cold kernel cache too: in session 26 `test_gpu
+# "[gemm]~[.]"` alone ran past 8 minutes (the bf16 GEMM case 44 s, the packed-integer one 138 s, and the
+# decoding kernel's case, which compiles every format and tiling, more than 3 minutes), so budget a call
+# by these times, not by the number of cases.
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 OUT="${OUT:-$ROOT/gpu-logs}"
