@@ -26,43 +26,47 @@ std::string_view to_string(StageKind stage) {
   return "unknown";
 }
 
+std::string_view ProjectionKernelNames::of(ProjectionVariant variant) const {
+  switch (variant) {
+    case ProjectionVariant::small:
+      return small;
+    case ProjectionVariant::tiny:
+      return tiny;
+    case ProjectionVariant::dequantize:
+      return dequantize;
+    case ProjectionVariant::dequantized:
+      return dequantized;
+    case ProjectionVariant::dequantized_small:
+      return dequantized_small;
+    case ProjectionVariant::planned:
+      break;
+  }
+  return planned;
+}
+
+const ProjectionKernelNames& projection_kernel_names(StageKind stage) {
+  if (stage == StageKind::qkv_projection) return kQkvProjectionNames;
+  if (stage == StageKind::output_projection) return kOutputProjectionNames;
+  throw Error(Stage::internal, fmt::format("{} is not a projection stage", to_string(stage)));
+}
+
 ProjectionVariant projection_variant_of(const PlannedKernel& kernel) {
-  if (kernel.name == kQkvProjectionSmallName || kernel.name == kOutputProjectionSmallName)
-    return ProjectionVariant::small;
-  if (kernel.name == kQkvProjectionTinyName || kernel.name == kOutputProjectionTinyName)
-    return ProjectionVariant::tiny;
-  if (kernel.name == kQkvDequantizeName || kernel.name == kOutputDequantizeName)
-    return ProjectionVariant::dequantize;
-  if (kernel.name == kQkvProjectionDequantizedName || kernel.name == kOutputProjectionDequantizedName)
-    return ProjectionVariant::dequantized;
-  if (kernel.name == kQkvProjectionDequantizedSmallName ||
-      kernel.name == kOutputProjectionDequantizedSmallName)
-    return ProjectionVariant::dequantized_small;
+  for (const ProjectionKernelNames* names : {&kQkvProjectionNames, &kOutputProjectionNames}) {
+    for (ProjectionVariant variant :
+         {ProjectionVariant::small, ProjectionVariant::tiny, ProjectionVariant::dequantize,
+          ProjectionVariant::dequantized, ProjectionVariant::dequantized_small}) {
+      if (kernel.name == names->of(variant)) return variant;
+    }
+  }
   return ProjectionVariant::planned;
 }
 
 std::vector<std::string_view> projection_variant_kernels(StageKind stage, ProjectionVariant variant) {
-  const bool qkv = stage == StageKind::qkv_projection;
-  if (!qkv && stage != StageKind::output_projection) {
-    throw Error(Stage::internal, fmt::format("{} is not a projection stage", to_string(stage)));
-  }
-  switch (variant) {
-    case ProjectionVariant::small:
-      return {qkv ? kQkvProjectionSmallName : kOutputProjectionSmallName};
-    case ProjectionVariant::tiny:
-      return {qkv ? kQkvProjectionTinyName : kOutputProjectionTinyName};
-    case ProjectionVariant::dequantize:
-      return {qkv ? kQkvDequantizeName : kOutputDequantizeName};
-    case ProjectionVariant::dequantized:
-      return {qkv ? kQkvDequantizeName : kOutputDequantizeName,
-              qkv ? kQkvProjectionDequantizedName : kOutputProjectionDequantizedName};
-    case ProjectionVariant::dequantized_small:
-      return {qkv ? kQkvDequantizeName : kOutputDequantizeName,
-              qkv ? kQkvProjectionDequantizedSmallName : kOutputProjectionDequantizedSmallName};
-    case ProjectionVariant::planned:
-      break;
-  }
-  return {qkv ? kQkvProjectionName : kOutputProjectionName};
+  const ProjectionKernelNames& names = projection_kernel_names(stage);
+  // The dequantized path's GEMMs run after its dequantize kernel.
+  if (variant == ProjectionVariant::dequantized || variant == ProjectionVariant::dequantized_small)
+    return {names.dequantize, names.of(variant)};
+  return {names.of(variant)};
 }
 
 bool runs_dequantized(const std::optional<KernelPlan::Dequantized>& path, int num_tokens) {
@@ -408,62 +412,54 @@ KernelPlan plan_kernels(const config::AttentionConfig& config, const config::Arc
   // (planned_gemm_runs; act-order GPTQ, the formats without a decoding-kernel member): those never run (for
   // act-order GPTQ on Llama-3.1-8B two mma.sync GEMMs, ~2 s of a cold compile). Their specs stay: a launch
   // checks its weights against the planned spec first.
-  const auto add_planned = [&](StageKind stage, const std::string& name, const GemmSpec& spec,
-                               const std::optional<GemmSpec>& small, std::string_view small_name,
-                               const std::optional<GemmSpec>& tiny, std::string_view tiny_name) {
-    plan.kernels.push_back({stage, name, spec.source(), spec.dynamic_shared_bytes()});
+  const auto add_planned = [&](StageKind stage, const ProjectionKernelNames& names, const GemmSpec& spec,
+                               const std::optional<GemmSpec>& small, const std::optional<GemmSpec>& tiny) {
+    plan.kernels.push_back({stage, std::string(names.planned), spec.source(), spec.dynamic_shared_bytes()});
     if (small)
       plan.kernels.push_back(
-          {stage, std::string(small_name), small->source(), small->dynamic_shared_bytes()});
+          {stage, std::string(names.small), small->source(), small->dynamic_shared_bytes()});
     if (tiny)
-      plan.kernels.push_back({stage, std::string(tiny_name), tiny->source(), tiny->dynamic_shared_bytes()});
+      plan.kernels.push_back({stage, std::string(names.tiny), tiny->source(), tiny->dynamic_shared_bytes()});
   };
-  const auto add_projection =
-      [&](std::optional<StageKind> quantize_stage, StageKind stage, const std::string& name,
-          const GemmSpec& spec, const std::optional<GemmFp8Spec>& fp8, const std::optional<GemmSpec>& small,
-          std::string_view small_name, const std::optional<GemmSpec>& tiny, std::string_view tiny_name,
-          const std::optional<KernelPlan::Dequantized>& dequantized, std::string_view dequantize_name,
-          std::string_view dequantized_name, std::string_view dequantized_small_name) {
-        if (!fp8) {
-          if (planned_gemm_runs(dequantized))
-            add_planned(stage, name, spec, small, small_name, tiny, tiny_name);
-          if (dequantized) {
-            plan.kernels.push_back({stage, std::string(dequantize_name), dequantized->dequantize.source(),
-                                    dequantized->dequantize.dynamic_shared_bytes()});
-            plan.kernels.push_back({stage, std::string(dequantized_name), dequantized->gemm.source(),
-                                    dequantized->gemm.dynamic_shared_bytes()});
-            if (dequantized->gemm_small) {
-              plan.kernels.push_back({stage, std::string(dequantized_small_name),
-                                      dequantized->gemm_small->source(),
-                                      dequantized->gemm_small->dynamic_shared_bytes()});
-            }
-          }
-          return;
+  const auto add_projection = [&](std::optional<StageKind> quantize_stage, StageKind stage,
+                                  const GemmSpec& spec, const std::optional<GemmFp8Spec>& fp8,
+                                  const std::optional<GemmSpec>& small, const std::optional<GemmSpec>& tiny,
+                                  const std::optional<KernelPlan::Dequantized>& dequantized) {
+    const ProjectionKernelNames& names = projection_kernel_names(stage);
+    if (!fp8) {
+      if (planned_gemm_runs(dequantized)) add_planned(stage, names, spec, small, tiny);
+      if (dequantized) {
+        plan.kernels.push_back({stage, std::string(names.dequantize), dequantized->dequantize.source(),
+                                dequantized->dequantize.dynamic_shared_bytes()});
+        plan.kernels.push_back({stage, std::string(names.dequantized), dequantized->gemm.source(),
+                                dequantized->gemm.dynamic_shared_bytes()});
+        if (dequantized->gemm_small) {
+          plan.kernels.push_back({stage, std::string(names.dequantized_small),
+                                  dequantized->gemm_small->source(),
+                                  dequantized->gemm_small->dynamic_shared_bytes()});
         }
-        if (quantize_stage) {
-          plan.kernels.push_back({*quantize_stage, std::string(to_string(*quantize_stage)),
-                                  plan.activation_quantize.source(), 0});
-        }
-        plan.kernels.push_back({stage, name, fp8->source(), fp8->dynamic_shared_bytes()});
-      };
+      }
+      return;
+    }
+    if (quantize_stage) {
+      plan.kernels.push_back(
+          {*quantize_stage, std::string(to_string(*quantize_stage)), plan.activation_quantize.source(), 0});
+    }
+    plan.kernels.push_back({stage, std::string(names.planned), fp8->source(), fp8->dynamic_shared_bytes()});
+  };
 
   plan.kernels.push_back({StageKind::input_norm, "input_rmsnorm", plan.input_norm.source(), 0});
-  add_projection(std::nullopt, StageKind::qkv_projection, std::string(kQkvProjectionName),
-                 plan.qkv_projection, plan.qkv_projection_fp8, plan.qkv_projection_small,
-                 kQkvProjectionSmallName, plan.qkv_projection_tiny, kQkvProjectionTinyName,
-                 plan.qkv_projection_dequantized, kQkvDequantizeName, kQkvProjectionDequantizedName,
-                 kQkvProjectionDequantizedSmallName);
+  add_projection(std::nullopt, StageKind::qkv_projection, plan.qkv_projection, plan.qkv_projection_fp8,
+                 plan.qkv_projection_small, plan.qkv_projection_tiny, plan.qkv_projection_dequantized);
   if (needs_qkv_postprocess_kernel(plan)) {
     plan.kernels.push_back({StageKind::qkv_postprocess, "qkv_postprocess", plan.qkv_postprocess.source(), 0});
   }
   plan.kernels.push_back({StageKind::kv_store, "kv_store", plan.kv_store.source(), 0});
   plan.kernels.push_back(
       {StageKind::attention, "attention", plan.attention.source(), plan.attention.dynamic_shared_bytes()});
-  add_projection(StageKind::output_quantize, StageKind::output_projection, std::string(kOutputProjectionName),
-                 plan.output_projection, plan.output_projection_fp8, plan.output_projection_small,
-                 kOutputProjectionSmallName, plan.output_projection_tiny, kOutputProjectionTinyName,
-                 plan.output_projection_dequantized, kOutputDequantizeName, kOutputProjectionDequantizedName,
-                 kOutputProjectionDequantizedSmallName);
+  add_projection(StageKind::output_quantize, StageKind::output_projection, plan.output_projection,
+                 plan.output_projection_fp8, plan.output_projection_small, plan.output_projection_tiny,
+                 plan.output_projection_dequantized);
   return plan;
 }
 

@@ -98,6 +98,20 @@ inline constexpr std::string_view kOutputProjectionDequantizedSmallName =
 enum class ProjectionVariant { planned, small, tiny, dequantize, dequantized, dequantized_small };
 ProjectionVariant projection_variant_of(const PlannedKernel& kernel);
 
+// A projection stage's kernel names, one per variant (the names above).
+struct ProjectionKernelNames {
+  std::string_view planned, small, tiny, dequantize, dequantized, dequantized_small;
+  std::string_view of(ProjectionVariant variant) const;
+};
+inline constexpr ProjectionKernelNames kQkvProjectionNames{
+    kQkvProjectionName, kQkvProjectionSmallName,       kQkvProjectionTinyName,
+    kQkvDequantizeName, kQkvProjectionDequantizedName, kQkvProjectionDequantizedSmallName};
+inline constexpr ProjectionKernelNames kOutputProjectionNames{
+    kOutputProjectionName, kOutputProjectionSmallName,       kOutputProjectionTinyName,
+    kOutputDequantizeName, kOutputProjectionDequantizedName, kOutputProjectionDequantizedSmallName};
+// qkv_projection's or output_projection's names; Error for any other stage.
+const ProjectionKernelNames& projection_kernel_names(StageKind stage);
+
 // The kernels a launch of `variant` runs for projection stage `stage`, by name, in launch order (the
 // dequantized path: its dequantize kernel, then its GEMM).
 std::vector<std::string_view> projection_variant_kernels(StageKind stage, ProjectionVariant variant);
