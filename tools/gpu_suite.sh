@@ -18,7 +18,7 @@
 # each other down: tests and verify side by side took more than 8 minutes.
 # A subset of `tests` on a fresh machine pays the cold kernel cache too: in session 26 `test_gpu
 # "[gemm]~[.]"` alone ran past 8 minutes (the bf16 GEMM case 44 s, the packed-integer one 138 s, and the
-# decoding kernel's case, which compiles every format and tiling, more than 3 minutes), so budget a call
+# decoding kernel's case, which compiles every format and tiling, unfinished after 3 minutes), so budget a call
 # by these times, not by the number of cases.
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
