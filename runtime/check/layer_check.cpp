@@ -302,6 +302,17 @@ Report run_case(const plan::PrefillPlan& plan, const LayerCase& layer, double to
   });
   if (postprocessed.empty()) postprocessed = projected;  // the plan had nothing to postprocess
   Report report;
+  // The pools as they were, so the cache is checked on the unobserved run's own stores, not on what the
+  // observed run left there (which would hide a path that stores only when observed, or one that writes
+  // k and v elsewhere when nobody observes the workspace: docs/kernels-notes.md, "Session 27").
+  stream.synchronize();
+  if (fp8) {
+    key_cache.upload(key_codes);
+    value_cache.upload(value_codes);
+  } else {
+    key_cache.upload(layer.key_cache);
+    value_cache.upload(layer.value_cache);
+  }
   output.fill_bytes_async(0xFF, stream.handle());
   driver::Event start = driver::Event::create(), stop = driver::Event::create();
   start.record(stream.handle());
