@@ -407,37 +407,30 @@ KernelPlan plan_kernels(const config::AttentionConfig& config, const config::Arc
   // An fp8-activation projection has no small-launch specialization: its GemmSpec is never the bf16 wgmma
   // or the decoding kernel (choose_projection_kernel keeps fp8 weights off both), so
   // short_launch_specializations gave none.
-  // quantize_stage: the quantizer's stage before an fp8-activation GEMM (none: its input comes as codes).
-  // The planned GEMM and its short-launch specializations. Not where the dequantized path takes every launch
-  // (planned_gemm_runs; act-order GPTQ, the formats without a decoding-kernel member): those never run (for
-  // act-order GPTQ on Llama-3.1-8B two mma.sync GEMMs, ~2 s of a cold compile). Their specs stay: a launch
-  // checks its weights against the planned spec first.
-  const auto add_planned = [&](StageKind stage, const ProjectionKernelNames& names, const GemmSpec& spec,
-                               const std::optional<GemmSpec>& small, const std::optional<GemmSpec>& tiny) {
-    plan.kernels.push_back({stage, std::string(names.planned), spec.source(), spec.dynamic_shared_bytes()});
-    if (small)
-      plan.kernels.push_back(
-          {stage, std::string(names.small), small->source(), small->dynamic_shared_bytes()});
-    if (tiny)
-      plan.kernels.push_back({stage, std::string(names.tiny), tiny->source(), tiny->dynamic_shared_bytes()});
+  // A kernel of a spec that knows its dynamic shared memory.
+  const auto add = [&](StageKind stage, std::string_view name, const auto& spec) {
+    plan.kernels.push_back({stage, std::string(name), spec.source(), spec.dynamic_shared_bytes()});
   };
+  // quantize_stage: the quantizer's stage before an fp8-activation GEMM (none: its input comes as codes).
   const auto add_projection = [&](std::optional<StageKind> quantize_stage, StageKind stage,
                                   const GemmSpec& spec, const std::optional<GemmFp8Spec>& fp8,
                                   const std::optional<GemmSpec>& small, const std::optional<GemmSpec>& tiny,
                                   const std::optional<KernelPlan::Dequantized>& dequantized) {
     const ProjectionKernelNames& names = projection_kernel_names(stage);
     if (!fp8) {
-      if (planned_gemm_runs(dequantized)) add_planned(stage, names, spec, small, tiny);
+      // The planned GEMM and its short-launch specializations. Not where the dequantized path takes every
+      // launch (planned_gemm_runs; act-order GPTQ, the formats without a decoding-kernel member): those never
+      // run (for act-order GPTQ on Llama-3.1-8B two mma.sync GEMMs, ~2 s of a cold compile). Their specs
+      // stay: a launch checks its weights against the planned spec first.
+      if (planned_gemm_runs(dequantized)) {
+        add(stage, names.planned, spec);
+        if (small) add(stage, names.small, *small);
+        if (tiny) add(stage, names.tiny, *tiny);
+      }
       if (dequantized) {
-        plan.kernels.push_back({stage, std::string(names.dequantize), dequantized->dequantize.source(),
-                                dequantized->dequantize.dynamic_shared_bytes()});
-        plan.kernels.push_back({stage, std::string(names.dequantized), dequantized->gemm.source(),
-                                dequantized->gemm.dynamic_shared_bytes()});
-        if (dequantized->gemm_small) {
-          plan.kernels.push_back({stage, std::string(names.dequantized_small),
-                                  dequantized->gemm_small->source(),
-                                  dequantized->gemm_small->dynamic_shared_bytes()});
-        }
+        add(stage, names.dequantize, dequantized->dequantize);
+        add(stage, names.dequantized, dequantized->gemm);
+        if (dequantized->gemm_small) add(stage, names.dequantized_small, *dequantized->gemm_small);
       }
       return;
     }
@@ -445,7 +438,7 @@ KernelPlan plan_kernels(const config::AttentionConfig& config, const config::Arc
       plan.kernels.push_back(
           {*quantize_stage, std::string(to_string(*quantize_stage)), plan.activation_quantize.source(), 0});
     }
-    plan.kernels.push_back({stage, std::string(names.planned), fp8->source(), fp8->dynamic_shared_bytes()});
+    add(stage, names.planned, *fp8);
   };
 
   plan.kernels.push_back({StageKind::input_norm, "input_rmsnorm", plan.input_norm.source(), 0});
@@ -455,8 +448,7 @@ KernelPlan plan_kernels(const config::AttentionConfig& config, const config::Arc
     plan.kernels.push_back({StageKind::qkv_postprocess, "qkv_postprocess", plan.qkv_postprocess.source(), 0});
   }
   plan.kernels.push_back({StageKind::kv_store, "kv_store", plan.kv_store.source(), 0});
-  plan.kernels.push_back(
-      {StageKind::attention, "attention", plan.attention.source(), plan.attention.dynamic_shared_bytes()});
+  add(StageKind::attention, "attention", plan.attention);
   add_projection(StageKind::output_quantize, StageKind::output_projection, plan.output_projection,
                  plan.output_projection_fp8, plan.output_projection_small, plan.output_projection_tiny,
                  plan.output_projection_dequantized);
