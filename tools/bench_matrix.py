@@ -45,6 +45,7 @@ QUANTIZED_MODELS = {"Qwen3-8B-fp8-block": "qwen3-8b-fp8-block.json",
                     "Llama-3.1-8B-mlx-4bit": "llama-3.1-8b-mlx-4bit.json"}
 QUANTIZED_TOKENS = (256, 512, 8192)
 REFUSAL = "not supported by the kernels yet"  # runtime/plan/kernel_plan.cpp's words for a format without kernel
+FUSED_POSTPROCESS = "(qkv_postprocess in its epilogue)"  # tools/cmd_bench.cpp's mark on such a q|k|v stage
 # The window rows (issue 5: "a 4k window over 32k tokens costs about window/sequence of full causal").
 WINDOW, WINDOW_TOKENS = 4096, 32768
 # The whole-layer row's eager peer must agree with `attnplan run` on the same weights and input.
@@ -323,6 +324,10 @@ def table(directory, header_path):
                 row_peers["none"] = {"note": "baseline of the window row (ours only)"}
         elif row["kind"] == "projection":
             mine = {"": stage_of(ours, row["stage"])}
+            # attnplan bench names a q|k|v stage that ran the q/k/v norms and RoPE in its epilogue.
+            if FUSED_POSTPROCESS in ((mine[""] or {}).get("kernel") or ""):
+                note = "; ".join(x for x in (note, "ours includes the q/k/v norms and RoPE (fused epilogue), the "
+                                             "peers the GEMM alone") if x)
             form = row.get("format", "bf16")
             shape = (f"{row['model']}{'' if form == 'bf16' else f' ({form})'} {row['stage'].split('_')[0]} "
                      f"{row['m']}x{row['n']}x{row['k']}")

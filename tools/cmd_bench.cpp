@@ -217,9 +217,14 @@ std::vector<Row> measure(const plan::PrefillPlan& plan, const std::vector<Device
     }
     // The kernels this chunk ran for the stage: a projection's small specialization or dequantized path
     // shows.
+    const int num_tokens = sets.front().args.batch.num_tokens;
     std::string kernels;
-    for (const std::string& name : plan.stage_kernels(stages[s], sets.front().args.batch.num_tokens))
+    for (const std::string& name : plan.stage_kernels(stages[s], num_tokens))
       kernels += (kernels.empty() ? "" : "+") + name;
+    // A q|k|v launch whose tiles hold whole heads applies the q/k/v norms and RoPE in its epilogue: the
+    // stage's time then includes the postprocess, which has no stage of its own (a peer's GEMM does less).
+    if (stages[s] == plan::StageKind::qkv_projection && plan.qkv_postprocess_fused(num_tokens))
+      kernels += " (qkv_postprocess in its epilogue)";
     rows.push_back(timed_row(std::string(plan::to_string(stages[s])), std::move(kernels), std::move(times),
                              stage_flops, stage_bytes));
   }

@@ -86,3 +86,21 @@ TEST_CASE("attnplan bench times every stage and counts the work the host counts"
     }
   }
 }
+
+TEST_CASE("attnplan bench names a q|k|v stage that ran the norms and RoPE in its epilogue", "[gpu][bench]") {
+  // Qwen3-8B (q/k norms, D 128): at 4096 tokens its q|k|v launch takes the 256-wide tiling, whose tiles hold
+  // whole heads, so the postprocess runs in the GEMM's epilogue and has no stage; at 300 tokens (the case
+  // above) the 192-wide tiling splits heads and it is a stage of its own.
+  attnplan::testing::TempDir scratch;
+  const nlohmann::json out = bench_json(scratch, {"--tokens", "4096"});
+  INFO(out.dump(1));
+  bool qkv_seen = false;
+  for (const nlohmann::json& row : out["rows"]) {
+    CHECK(row["stage"] != "qkv_postprocess");
+    if (row["stage"] == "qkv_projection") {
+      qkv_seen = true;
+      CHECK(row["kernel"] == "qkv_projection (qkv_postprocess in its epilogue)");
+    }
+  }
+  CHECK(qkv_seen);
+}

@@ -116,6 +116,7 @@ class Table(unittest.TestCase):
         # Spread notes: only where a median lies more than 5% above its minimum, for either side.
         self.assertIn("peer min 0.050 ms (median +20%)", awq["note"])
         self.assertNotIn("ours min", awq["note"])
+        self.assertNotIn("norms and RoPE", awq["note"])  # no fused-epilogue mark on its stage
         self.assertIn("ours min 34.800 ms (median +15%)", rows["win-d128-full-32k|none"]["note"])
         # The window row's peer is that same full-causal run.
         self.assertIn("peer min 34.800 ms", window["note"])
@@ -151,6 +152,24 @@ class Table(unittest.TestCase):
         status, rows = table(self.directory.name)
         self.assertEqual(status, 1)
         self.assertIn("NOT checked: RuntimeError", rows["layer-Llama-3.1-8B-8k|eager"]["note"])
+
+    def test_fused_postprocess_is_noted(self):
+        # attnplan bench marks a q|k|v stage that ran the norms and RoPE in its epilogue; its row says the
+        # peers do less. The o row of the same run says nothing of it.
+        d = self.directory.name
+        make_rows(d, "proj-Llama-3.1-8B-(qkv|o)-8192")
+        with open(os.path.join(d, "ours", "proj-Llama-3.1-8B-qkv-8192.json"), "w") as f:
+            json.dump({"chunk_lens": [8192], "rows": [
+                {"stage": "qkv_projection", "kernel": "qkv_projection " + bench_matrix.FUSED_POSTPROCESS,
+                 "median_ms": 0.58, "min_ms": 0.58, "flops": 4.1e11, "tflops": 708.0},
+                {"stage": "output_projection", "kernel": "output_projection", "median_ms": 0.38, "min_ms": 0.38,
+                 "flops": 2.7e11, "tflops": 723.0}]}, f)
+        self.write_peers()
+        status, rows = table(d)
+        self.assertEqual(status, 0)
+        for peer in ("cublas_bf16", "scaled_mm_fp8"):
+            self.assertIn("ours includes the q/k/v norms and RoPE", rows[f"proj-Llama-3.1-8B-qkv-8192|{peer}"]["note"])
+            self.assertNotIn("norms and RoPE", rows[f"proj-Llama-3.1-8B-o-8192|{peer}"]["note"])
 
 
 class AB(unittest.TestCase):
