@@ -929,6 +929,15 @@ __global__ void __launch_bounds__(Traits::threads, 1)
     } else {
       // Tile 0's scores alone; then per tile i: S(i) and P(i-1) V(i-1) queued together, softmax(i) while
       // P V runs, and only then O's rescale by tile i's correction; P(i) waits for the next iteration.
+      //
+      // The wait for P V sits at the head of the next iteration, not after the softmax in the same one:
+      // ptxas schedules a wgmma.wait_group as early as its basic block allows, and with the wait after the
+      // softmax in one block it put the wait ahead of the whole softmax (no report in its log; the SASS of
+      // every D 128 specialization until session 29 had its first MUFU.EX2 after
+      // `WARPGROUP.DEPBAR.LE gsb0, 0x0`), so the softmax ran after P V instead of under it. ptxas does not
+      // move the wait across the loop's back edge. The wait is unconditional, so both edges into the loop
+      // head agree on what is in flight after it (nothing), which keeps ptxas from serializing the wgmmas
+      // (a conditional wait there did). Checked by test_plan "[.sass]"; attention-notes.md, "Session 29".
       wait_full(0);
       begin_turn();
       wgmma_fence();
@@ -936,9 +945,13 @@ __global__ void __launch_bounds__(Traits::threads, 1)
       end_turn(false);
       wgmma_wait_group<0>();
       fence_registers(score);
-      softmax(score, tile, correction);  // O is still zero: no rescale
-      pack(score, p);
+      softmax(score, tile, correction);  // O is still zero: its rescale by this correction keeps it zero
       for (int i = 1; i < tile_count; ++i) {
+        wgmma_wait_group<0>();  // P V (i - 2) has completed (at i = 1 nothing is in flight)
+        fence_registers(output);
+        if (i > 1) release(i - 2);
+        rescale(correction);
+        pack(score, p);
         tile = next_tile(tile);
         wait_full(i);
         begin_turn();
@@ -949,12 +962,12 @@ __global__ void __launch_bounds__(Traits::threads, 1)
         wgmma_wait_group<1>();  // S(i) has landed; P V (i - 1) may still run
         fence_registers(score);
         softmax(score, tile, correction);
-        wgmma_wait_group<0>();
-        fence_registers(output);
-        release(i - 1);
-        rescale(correction);
-        pack(score, p);
       }
+      wgmma_wait_group<0>();
+      fence_registers(output);
+      if (tile_count > 1) release(tile_count - 2);
+      rescale(correction);
+      pack(score, p);
       release_q();
       begin_turn();
       wgmma_fence();
