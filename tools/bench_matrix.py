@@ -46,6 +46,12 @@ QUANTIZED_MODELS = {"Qwen3-8B-fp8-block": "qwen3-8b-fp8-block.json",
 QUANTIZED_TOKENS = (256, 512, 8192)
 REFUSAL = "not supported by the kernels yet"  # runtime/plan/kernel_plan.cpp's words for a format without kernel
 FUSED_POSTPROCESS = "(qkv_postprocess in its epilogue)"  # tools/cmd_bench.cpp's mark on such a q|k|v stage
+# At these token counts the q|k|v stage of PROJECTION_MODELS runs the q/k norms and RoPE in its GEMM's
+# epilogue, which the peers' GEMM does not: a "bare" row beside it runs a copy of the plan with RoPE off
+# (rotary.dim 0) and no q/k norms, so our GEMM alone faces theirs (gpt-oss's q|k|v bias stays, in the GEMM's
+# own epilogue; the peers' torch.matmul adds none).
+BARE_TOKENS = (8192,)
+BARE_NOTE = "the GEMM alone (a copy of the plan with RoPE off and no q/k norms), as the peers"
 # The window rows (issue 5: "a 4k window over 32k tokens costs about window/sequence of full causal").
 WINDOW, WINDOW_TOKENS = 4096, 32768
 # The whole-layer row's eager peer must agree with `attnplan run` on the same weights and input.
@@ -93,6 +99,17 @@ def model_config(directory, plan):
     with open(path, "w") as f:
         json.dump(config, f, indent=1)
     return path, config
+
+
+def bare_config(directory, plan, config):
+    """A copy of a plan's config whose q|k|v stage has nothing to fuse into its epilogue: RoPE off, no q/k
+    norms (BARE_TOKENS)."""
+    bare = {key: value for key, value in config.items() if key != "qkv_norm"}
+    bare["rotary"] = {"dim": 0}
+    path = os.path.join(directory, plan.replace(".json", "-bare.json"))
+    with open(path, "w") as f:
+        json.dump(bare, f, indent=1)
+    return path
 
 
 def rope_inv_freq(config):
@@ -191,6 +208,9 @@ def make_rows(directory, full, only):
             if not full and tokens not in (512, 8192) and not (model == "Llama-3.1-8B"):
                 continue
             rows.extend(projection_rows(model, path, config, tokens))
+            if tokens in BARE_TOKENS:
+                qkv = projection_rows(model, bare_config(directory, plan, config), config, tokens)[0]
+                rows.append(dict(qkv, id=f"proj-{model}-qkv-bare-{tokens}", bare=True))
 
     for model, plan in QUANTIZED_MODELS.items():
         path, config = model_config(directory, plan)
@@ -325,7 +345,13 @@ def table(directory, header_path):
         elif row["kind"] == "projection":
             mine = {"": stage_of(ours, row["stage"])}
             # attnplan bench names a q|k|v stage that ran the q/k/v norms and RoPE in its epilogue.
-            if FUSED_POSTPROCESS in ((mine[""] or {}).get("kernel") or ""):
+            fused = FUSED_POSTPROCESS in ((mine[""] or {}).get("kernel") or "")
+            if row.get("bare"):
+                note = "; ".join(x for x in (note, BARE_NOTE) if x)
+                if fused:  # the copy's q|k|v should have had nothing to fuse
+                    note += "; but its stage still ran the postprocess in its epilogue"
+                    status |= 1
+            elif fused:
                 note = "; ".join(x for x in (note, "ours includes the q/k/v norms and RoPE (fused epilogue), the "
                                              "peers the GEMM alone") if x)
             form = row.get("format", "bf16")

@@ -67,6 +67,31 @@ class Rows(unittest.TestCase):
             self.assertEqual(ids["proj-Llama-3.1-8B-awq-qkv-512"]["n"], 6144)
             self.assertEqual(len(runs), len({line.split()[0] for line in runs}))  # one run per id
 
+    def test_bare_qkv_rows(self):
+        # Beside each fused q|k|v row at 8k, the same shape from a copy of the plan with nothing to fuse.
+        with tempfile.TemporaryDirectory() as directory:
+            rows, runs = make_rows(directory, "proj-.*-qkv-(bare-)?8192")
+            ids = {row["id"]: row for row in rows}
+            for model in bench_matrix.PROJECTION_MODELS:
+                fused, bare = ids[f"proj-{model}-qkv-8192"], ids[f"proj-{model}-qkv-bare-8192"]
+                self.assertTrue(bare["bare"])
+                self.assertNotIn("bare", fused)
+                self.assertEqual((bare["m"], bare["n"], bare["k"], bare["stage"]),
+                                 (fused["m"], fused["n"], fused["k"], fused["stage"]))
+                self.assertNotEqual(bare["config"], fused["config"])
+                with open(bare["config"]) as f:
+                    config = json.load(f)
+                with open(fused["config"]) as f:
+                    original = json.load(f)
+                self.assertEqual(config["rotary"], {"dim": 0})
+                self.assertNotIn("qkv_norm", config)
+                self.assertEqual({k: v for k, v in config.items() if k not in ("rotary", "qkv_norm")},
+                                 {k: v for k, v in original.items() if k not in ("rotary", "qkv_norm")})
+                self.assertTrue(any(line.startswith(f"proj-{model}-qkv-bare-8192 {bare['config']} ")
+                                    for line in runs))
+            with open(ids["proj-Qwen3-32B-qkv-8192"]["config"]) as f:
+                self.assertIn("qkv_norm", json.load(f))
+
     def test_only_brings_back_the_window_baseline(self):
         with tempfile.TemporaryDirectory() as directory:
             rows, runs = make_rows(directory, "win-d128-w4k")
@@ -170,6 +195,23 @@ class Table(unittest.TestCase):
         for peer in ("cublas_bf16", "scaled_mm_fp8"):
             self.assertIn("ours includes the q/k/v norms and RoPE", rows[f"proj-Llama-3.1-8B-qkv-8192|{peer}"]["note"])
             self.assertNotIn("norms and RoPE", rows[f"proj-Llama-3.1-8B-o-8192|{peer}"]["note"])
+
+    def test_bare_row_is_noted_and_checked(self):
+        # The bare row says what it times; a bare run whose stage still fused the postprocess fails the table.
+        d = self.directory.name
+        make_rows(d, "proj-Llama-3.1-8B-qkv-bare-8192")
+        for kernel, expected_status in (("qkv_projection", 0),
+                                        ("qkv_projection " + bench_matrix.FUSED_POSTPROCESS, 1)):
+            with open(os.path.join(d, "ours", "proj-Llama-3.1-8B-qkv-bare-8192.json"), "w") as f:
+                json.dump({"chunk_lens": [8192], "rows": [
+                    {"stage": "qkv_projection", "kernel": kernel, "median_ms": 0.57, "min_ms": 0.57,
+                     "flops": 4.1e11, "tflops": 720.0}]}, f)
+            self.write_peers()
+            status, rows = table(d)
+            self.assertEqual(status, expected_status)
+            note = rows["proj-Llama-3.1-8B-qkv-bare-8192|cublas_bf16"]["note"]
+            self.assertIn(bench_matrix.BARE_NOTE, note)
+            self.assertNotIn("ours includes the q/k/v norms", note)
 
 
 class AB(unittest.TestCase):
