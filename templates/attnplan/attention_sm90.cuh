@@ -937,7 +937,7 @@ __global__ void __launch_bounds__(Traits::threads, 1)
       // `WARPGROUP.DEPBAR.LE gsb0, 0x0`), so the softmax ran after P V instead of under it. ptxas does not
       // move the wait across the loop's back edge. The wait is unconditional, so both edges into the loop
       // head agree on what is in flight after it (nothing), which keeps ptxas from serializing the wgmmas
-      // (a conditional wait there did). Checked by test_plan "[.sass]"; attention-notes.md, "Session 29".
+      // (a conditional wait there did). Checked by test_gpu "[sass]"; attention-notes.md, "Session 29".
       wait_full(0);
       begin_turn();
       wgmma_fence();

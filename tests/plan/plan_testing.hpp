@@ -3,14 +3,18 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <string>
+#include <vector>
 
 #include "attnplan/gemm_params.h"
 #include "compiler/compiler.hpp"
 #include "config/attention_config.hpp"
 #include "config/target.hpp"
 #include "support/catch.hpp"
+#include "support/temp_dir.hpp"
 
 namespace attnplan::plan_testing {
 
@@ -97,6 +101,53 @@ inline GemmParams llama_qkv_params(int m) {
     params.segments[s].scale_2 = fake_pointer<const float>(0x4000000);
   }
   return params;
+}
+
+// The SASS of a compiled kernel, through the toolkit's cuobjdump (its bin/, the root's grandparent's bin/
+// for a packaged targets/<arch>-linux root, else $PATH). CI's and the development machine's toolkits ship
+// none, so the cases that read SASS live in test_gpu (tests/gpu/sass_gpu_test.cpp), which runs on the lent
+// GPU machine and is skipped elsewhere: REQUIREs a cuobjdump and its success.
+inline std::string disassemble(const compiler::CompiledKernel& kernel) {
+  const std::filesystem::path root = source_tree_compiler().toolkit().root;
+  std::vector<std::filesystem::path> places{root / "bin", root.parent_path().parent_path() / "bin"};
+  if (const char* path = std::getenv("PATH"); path != nullptr) {
+    for (std::string rest = path; !rest.empty();) {
+      const std::size_t colon = rest.find(':');
+      places.emplace_back(rest.substr(0, colon));
+      rest = colon == std::string::npos ? "" : rest.substr(colon + 1);
+    }
+  }
+  std::filesystem::path cuobjdump;
+  for (const std::filesystem::path& place : places) {
+    if (std::filesystem::exists(place / "cuobjdump")) {
+      cuobjdump = place / "cuobjdump";
+      break;
+    }
+  }
+  INFO("toolkit root " << root.string());
+  REQUIRE_FALSE(cuobjdump.empty());
+  testing::TempDir dir("attnplan-sass");
+  const std::filesystem::path cubin = dir / "kernel.cubin";
+  {
+    std::FILE* file = std::fopen(cubin.c_str(), "wb");
+    REQUIRE(file != nullptr);
+    REQUIRE(std::fwrite(kernel.cubin.data(), 1, kernel.cubin.size(), file) == kernel.cubin.size());
+    REQUIRE(std::fclose(file) == 0);
+  }
+  std::string sass;
+  std::FILE* pipe = popen(("'" + cuobjdump.string() + "' -sass '" + cubin.string() + "'").c_str(), "r");
+  REQUIRE(pipe != nullptr);
+  char buffer[4096];
+  for (std::size_t n; (n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0;) sass.append(buffer, n);
+  REQUIRE(pclose(pipe) == 0);
+  return sass;
+}
+
+// How often `what` occurs in sass[from, to).
+inline int count_in(const std::string& sass, const std::string& what, std::size_t from, std::size_t to) {
+  int count = 0;
+  for (std::size_t at = sass.find(what, from); at < to; at = sass.find(what, at + 1)) ++count;
+  return count;
 }
 
 }  // namespace attnplan::plan_testing
