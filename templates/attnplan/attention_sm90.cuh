@@ -131,6 +131,15 @@ struct AttentionSm90Traits {
   // softmaxes overlap each other, so the ten-instruction polynomial costs issue slots the MUFU wait hid).
   static constexpr int polynomial_exp_eighths = kHeadDim == 64 ? (kConsumers == 3 ? 1 : 2) : 0;
   static_assert(polynomial_exp_eighths >= 0 && polynomial_exp_eighths <= 8, "eighths: 0 to 8");
+  // Lazy rescale: a row keeps its running max, and O and the row sum skip their rescale, until a tile's
+  // max exceeds it by more than rescale_threshold in exp2 units; the probabilities then reach at most
+  // 2^threshold (harmless in fp32 and in P's bf16) and O / l is the same quotient. Decided per warp by a
+  // vote, so a warp skips its rescale as a whole, which after a row's first tiles is almost always. On the
+  // overlapped schedule with two consumer warpgroups only (D 128): there it measured -2 to -4% (with the
+  // rescale moved under S(i), below), while D 256's serial schedule ran 3% slower with it and three
+  // consumer warpgroups (D 64, 128 registers each) spill its state (attention-notes.md, "Session 30").
+  static constexpr bool lazy_rescale = kOverlapSoftmax && kConsumers == 2;
+  static constexpr float rescale_threshold = 8.0f;
 
   // Consumer warpgroups of 64 query rows each. Three (block_m 192, D 64 only) keep two warpgroups' matrix
   // products in flight while the third runs its softmax: at D 64 a softmax outlasts one warpgroup's two
@@ -776,8 +785,8 @@ __global__ void __launch_bounds__(Traits::threads, 1)
 
   // Masks (boundary tiles only: a tile wholly below every row's diagonal, above every row's window edge
   // and inside the keys needs none), the new running max, probabilities in place of the scores, the row
-  // sums; returns the factor O must be rescaled by.
-  auto softmax = [&](float(&score)[kScoreRegisters], int tile, float(&correction)[2]) {
+  // sums; sets the factor O must be rescaled by and returns whether any of the warp's is not 1.
+  auto softmax = [&](float(&score)[kScoreRegisters], int tile, float(&correction)[2]) -> bool {
     if constexpr (Traits::has_softcap) {  // before the mask: tanh would turn -inf into a finite -c
 #pragma unroll
       for (int j = 0; j < kScoreRegisters; ++j)
@@ -823,15 +832,30 @@ __global__ void __launch_bounds__(Traits::threads, 1)
             fmaxf(chain_max[half][n % kChains], fmaxf(score[4 * n + 2 * half], score[4 * n + 2 * half + 1]));
     }
     float base[2];
+    // Row `half`'s running max becomes `max` (its own or the tile's higher one): base and correction.
+    auto settle = [&](int half, float max) {
+      // Nothing allowed yet in this row: subtract 0 so that exp2(-inf - base) stays 0 rather than NaN.
+      base[half] = max == minus_infinity() ? 0.0f : max * score_multiplier;
+      correction[half] = fast_exp2(row_max[half] * score_multiplier - base[half]);  // 1 when kept
+      row_max[half] = max;
+    };
+    float new_max[2];
+    bool grows = false;
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const float tile_max =
           fmaxf(fmaxf(chain_max[half][0], chain_max[half][1]), fmaxf(chain_max[half][2], chain_max[half][3]));
-      const float new_max = fmaxf(row_max[half], quad_max(tile_max));
-      // Nothing allowed yet in this row: subtract 0 so that exp2(-inf - base) stays 0 rather than NaN.
-      base[half] = new_max == minus_infinity() ? 0.0f : new_max * score_multiplier;
-      correction[half] = fast_exp2(row_max[half] * score_multiplier - base[half]);
-      row_max[half] = new_max;
+      new_max[half] = fmaxf(row_max[half], quad_max(tile_max));
+      if constexpr (Traits::lazy_rescale)  // from -inf to a finite max is +inf: a row's first tile moves it
+        grows = grows || (new_max[half] - row_max[half]) * score_multiplier > Traits::rescale_threshold;
+      else
+        settle(half, new_max[half]);
+    }
+    bool moves = true;
+    if constexpr (Traits::lazy_rescale) {
+      moves = __any_sync(0xffffffffu, grows);
+#pragma unroll
+      for (int half = 0; half < 2; ++half) settle(half, moves ? new_max[half] : row_max[half]);
     }
     float chain_sum[2][kChains] = {};
 #pragma unroll
@@ -853,6 +877,7 @@ __global__ void __launch_bounds__(Traits::threads, 1)
           (chain_sum[half][0] + chain_sum[half][1]) + (chain_sum[half][2] + chain_sum[half][3]);
       row_sum[half] = row_sum[half] * correction[half] + partial;
     }
+    return moves;
   };
 
   auto rescale = [&](const float(&correction)[2]) {
@@ -914,8 +939,7 @@ __global__ void __launch_bounds__(Traits::threads, 1)
         end_turn(false);
         wgmma_wait_group<0>();
         fence_registers(score);
-        softmax(score, tile, correction);
-        rescale(correction);
+        if (softmax(score, tile, correction)) rescale(correction);
         pack(score, p);
         if (i == tile_count - 1) release_q();
         begin_turn();
@@ -929,6 +953,7 @@ __global__ void __launch_bounds__(Traits::threads, 1)
     } else {
       // Tile 0's scores alone; then per tile i: S(i) and P(i-1) V(i-1) queued together, softmax(i) while
       // P V runs, and only then O's rescale by tile i's correction; P(i) waits for the next iteration.
+      // The rescale (when a max moved) runs after S(i) is issued, under it, and before P V (i - 1).
       //
       // The wait for P V sits at the head of the next iteration, not after the softmax in the same one:
       // ptxas schedules a wgmma.wait_group as early as its basic block allows, and with the wait after the
@@ -945,28 +970,31 @@ __global__ void __launch_bounds__(Traits::threads, 1)
       end_turn(false);
       wgmma_wait_group<0>();
       fence_registers(score);
-      softmax(score, tile, correction);  // O is still zero: its rescale by this correction keeps it zero
+      // O is still zero: its rescale by this correction keeps it zero.
+      bool moved = softmax(score, tile, correction);
       for (int i = 1; i < tile_count; ++i) {
         wgmma_wait_group<0>();  // P V (i - 2) has completed (at i = 1 nothing is in flight)
         fence_registers(output);
         if (i > 1) release(i - 2);
-        rescale(correction);
         pack(score, p);
         tile = next_tile(tile);
         wait_full(i);
         begin_turn();
         wgmma_fence();
         issue_scores(score, i);
+        fence_registers(output);  // keeps the rescale after S(i)'s issue
+        if (moved) rescale(correction);
+        wgmma_fence();  // O's registers written: fence before P V reads them as its accumulator
         issue_pv(p, i - 1);
         end_turn(false);
         wgmma_wait_group<1>();  // S(i) has landed; P V (i - 1) may still run
         fence_registers(score);
-        softmax(score, tile, correction);
+        moved = softmax(score, tile, correction);
       }
       wgmma_wait_group<0>();
       fence_registers(output);
       if (tile_count > 1) release(tile_count - 2);
-      rescale(correction);
+      if (moved) rescale(correction);
       pack(score, p);
       release_q();
       begin_turn();

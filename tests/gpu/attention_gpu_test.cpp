@@ -59,6 +59,9 @@ struct Case {
   std::vector<std::vector<std::array<int, 2>>> spans;  // per sequence, absolute positions (when enabled)
   double query_stddev = 1.0;                           // larger: logits reach the softcap
   std::optional<reference::KvFp8Scales> fp8;           // an fp8 e4m3fn cache with these scales
+  // Keys' stddev grows from 1 at position 0 to 1 + key_ramp at the sequence's end: later key tiles' scores
+  // outgrow the earlier maxima (the sm_90a kernel's lazy rescale must then rescale).
+  double key_ramp = 0.0;
 };
 
 config::AttentionConfig config_for(const Case& c) {
@@ -208,7 +211,8 @@ Problem make_problem(const Case& c, std::mt19937_64& rng) {
     const int kv_len = c.sequences[s].context_len + c.sequences[s].chunk_len;
     for (int position = 0; position < kv_len; ++position) {
       const std::int64_t slot = p.batch.block_table(s, position / bs) * std::int64_t(bs) + position % bs;
-      const std::vector<std::uint16_t> key = random_bf16(key_width, rng);
+      const std::vector<std::uint16_t> key =
+          random_bf16(key_width, rng, 0.0, 1.0 + c.key_ramp * position / std::max(kv_len - 1, 1));
       const std::vector<std::uint16_t> value = random_bf16(value_width, rng);
       std::copy(key.begin(), key.end(), p.key_cache.begin() + slot * key_width);
       std::copy(value.begin(), value.end(), p.value_cache.begin() + slot * value_width);
@@ -793,6 +797,19 @@ std::vector<Case> sm90_cases() {
          .block_size = 64,
          .sequences = kMixed,
          .window = 1});
+    // Row maxima that keep growing along the keys: in nearly every key tile some row of a warp outgrows
+    // its max by more than the lazy-rescale threshold, so the warp rescales mid-sequence after tiles with
+    // a stale max (a host simulation of these shapes: 93-98% of a warp's later tiles). The other cases,
+    // whose maxima settle after the first tiles, keep stale maxima with probabilities above 1.
+    add({.name = "growing keys" + dim + " b64",
+         .query_heads = 8,
+         .kv_heads = 2,
+         .head_dim = d,
+         .value_head_dim = d,
+         .block_size = 64,
+         .sequences = {{0, 700}, {1000, 300}},
+         .query_stddev = 2.0,
+         .key_ramp = 6.0});
   }
   add({.name = "gqa4 d128 b32 8 seqs",
        .query_heads = 8,
