@@ -785,7 +785,8 @@ __global__ void __launch_bounds__(Traits::threads, 1)
 
   // Masks (boundary tiles only: a tile wholly below every row's diagonal, above every row's window edge
   // and inside the keys needs none), the new running max, probabilities in place of the scores, the row
-  // sums; sets the factor O must be rescaled by and returns whether any of the warp's is not 1.
+  // sums; sets the factor O must be rescaled by and returns false only when every row of the warp kept
+  // its max (lazy_rescale: each factor is then 1 and the rescale may be skipped).
   auto softmax = [&](float(&score)[kScoreRegisters], int tile, float(&correction)[2]) -> bool {
     if constexpr (Traits::has_softcap) {  // before the mask: tanh would turn -inf into a finite -c
 #pragma unroll
