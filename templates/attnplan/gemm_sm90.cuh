@@ -38,6 +38,15 @@
 
 namespace attnplan::kernels {
 
+// What a column without a bias reads (bf16 zero), so that bias loads need no branch (consume_tiles).
+static __device__ const unsigned short kNoBias = 0;
+__device__ __forceinline__ float2 bias_float2(float2 terms) {
+  return terms;
+}
+__device__ __forceinline__ float2 bias_float2(__nv_bfloat162 bits) {
+  return __bfloat1622float2(bits);
+}
+
 // kQkvEpilogue: NoQkvEpilogue, or QkvEpilogueTraits<...> for a q|k|v projection whose epilogue applies the
 // QKV postprocess (gemm_sm90_qkv_epilogue.cuh).
 template <int kBlockN, int kStages, int kSegments, bool kHasBias, int kClusterM = 1,
@@ -50,6 +59,12 @@ struct GemmSm90Traits {
   static constexpr int stages = kStages;
   static constexpr int segments = kSegments;
   static constexpr bool has_bias = kHasBias;
+  // A store round's bias loads issued together, with no branch around each (consume_tiles' bias_terms):
+  // 6% off gpt-oss-20b's q|k|v GEMM with bias at 8192 and 512 tokens (kernels-notes.md, "Session 31").
+  // Off with the fused QKV epilogue, where most columns' bias is added before the norm and RoPE and the
+  // store skips them by a branch (reading them all instead was 2-4% slower), and in the decoding kernel,
+  // whose 128-register consumers spill with a round's 16 loads live.
+  static constexpr bool bias_loads_together = !kQkvEpilogue::enabled;
   static constexpr int cluster_m = kClusterM;  // CTAs per cluster, along M, sharing W slices
   using QkvEpilogue = kQkvEpilogue;
 
@@ -273,27 +288,53 @@ __device__ __forceinline__ void consume_tiles(const GemmSm90Params& params, unsi
     const __nv_bfloat16* bias = Traits::has_bias && segment.bias != nullptr
                                     ? reinterpret_cast<const __nv_bfloat16*>(segment.bias) - segment.n_begin
                                     : nullptr;
+    // Column n's (and, with `pair`, n + 1's) bias. With Traits::bias_loads_together: bf16 bits read with
+    // no branch (a missing bias reads kNoBias) and converted where they are added, so a store round's 16
+    // loads are in flight together; with the null check and the conversion around each load, every
+    // conversion waited for its load inside its own branch and the loads went one after another (the
+    // SASS, kernels-notes.md "Session 30"). Without it: fp32 terms, each converted next to its load.
     const auto bias_terms = [&](int n, bool pair) {
-      float2 terms = make_float2(0.0f, 0.0f);
-      if constexpr (Traits::has_bias && Traits::straddles) {
-        const GemmSegment own = segment_of<Traits::segments>(gemm, n);
-        if (own.bias != nullptr) {
-          const __nv_bfloat16* own_bias = reinterpret_cast<const __nv_bfloat16*>(own.bias) - own.n_begin;
-          terms.x = __bfloat162float(own_bias[n]);
-          if (pair) terms.y = __bfloat162float(own_bias[n + 1]);
+      if constexpr (Traits::bias_loads_together) {
+        __nv_bfloat162 bits{};
+        if constexpr (Traits::has_bias) {
+          const __nv_bfloat16* own = bias;
+          if constexpr (Traits::straddles) {
+            const GemmSegment segment_n = segment_of<Traits::segments>(gemm, n);
+            own = segment_n.bias != nullptr
+                      ? reinterpret_cast<const __nv_bfloat16*>(segment_n.bias) - segment_n.n_begin
+                      : nullptr;
+          }
+          const __nv_bfloat16* no_bias = reinterpret_cast<const __nv_bfloat16*>(&kNoBias);
+          bits.x = *(own != nullptr ? own + n : no_bias);
+          bits.y = *(own != nullptr && pair ? own + n + 1 : no_bias);
         }
-      } else if constexpr (Traits::has_bias) {
-        if (bias != nullptr) {
-          terms.x = __bfloat162float(bias[n]);
-          if (pair) terms.y = __bfloat162float(bias[n + 1]);
+        return bits;
+      } else {
+        float2 terms = make_float2(0.0f, 0.0f);
+        if constexpr (Traits::has_bias && Traits::straddles) {
+          const GemmSegment own = segment_of<Traits::segments>(gemm, n);
+          if (own.bias != nullptr) {
+            const __nv_bfloat16* own_bias = reinterpret_cast<const __nv_bfloat16*>(own.bias) - own.n_begin;
+            terms.x = __bfloat162float(own_bias[n]);
+            if (pair) terms.y = __bfloat162float(own_bias[n + 1]);
+          }
+        } else if constexpr (Traits::has_bias) {
+          if (bias != nullptr) {
+            terms.x = __bfloat162float(bias[n]);
+            if (pair) terms.y = __bfloat162float(bias[n + 1]);
+          }
         }
+        return terms;
       }
-      return terms;
     };
+    using BiasTerms = decltype(bias_terms(0, false));
+    static_assert(!Traits::bias_loads_together || !QkvEpilogue::enabled,
+                  "the branch-free bias loads would read the bias of heads the fused epilogue already has");
     // The fused QKV postprocess: the heads it changes get their bias there, before the norm and RoPE.
     if constexpr (QkvEpilogue::enabled) {
       apply_qkv_epilogue<QkvEpilogue, Traits::block_n, Traits::has_bias>(
-          accumulator, turns, params.qkv_epilogue, n0, gemm.n, [&](int n) { return bias_terms(n, true); });
+          accumulator, turns, params.qkv_epilogue, n0, gemm.n,
+          [&](int n) { return bias_float2(bias_terms(n, true)); });
     }
     // Whether column n's head went through apply_qkv_epilogue (its bias already added).
     const auto postprocessed = [](int n) {
@@ -308,9 +349,18 @@ __device__ __forceinline__ void consume_tiles(const GemmSm90Params& params, unsi
     };
     store_tile<Traits::block_n>(
         params.c_map, staging, warpgroup, m0, n0, gemm, accumulator,
-        [&](int n, bool pair) { return postprocessed(n) ? make_float2(0.0f, 0.0f) : bias_terms(n, pair); },
-        [](float2 terms, float value0, float value1) {
-          if constexpr (Traits::has_bias) return make_float2(value0 + terms.x, value1 + terms.y);
+        [&](int n, bool pair) {
+          // Without the fused epilogue no column is postprocessed: every load is issued, none branched.
+          if constexpr (Traits::bias_loads_together)
+            return bias_terms(n, pair);
+          else
+            return postprocessed(n) ? BiasTerms{} : bias_terms(n, pair);
+        },
+        [](BiasTerms terms, float value0, float value1) {
+          if constexpr (Traits::has_bias) {
+            const float2 bias = bias_float2(terms);
+            return make_float2(value0 + bias.x, value1 + bias.y);
+          }
           (void)terms;
           return make_float2(value0, value1);
         });

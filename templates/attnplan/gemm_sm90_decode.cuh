@@ -68,6 +68,9 @@ template <int kBlockN, int kStages, int kCodeStages, int kSegments, bool kHasBia
           int kClusterM = 1>
 struct GemmSm90DecodeTraits : GemmSm90Traits<kBlockN, kStages, kSegments, kHasBias> {
   using Base = GemmSm90Traits<kBlockN, kStages, kSegments, kHasBias>;
+  // consume_tiles' bias loads one at a time: with a store round's 16 live at once its 128-register
+  // consumers spill (block_n 192 with bias, NVRTC, session 30).
+  static constexpr bool bias_loads_together = false;
   using Format = kFormat;
   static constexpr int bits = Format::bits;  // 4 or 8 per code
   static constexpr int code_stages = kCodeStages;
