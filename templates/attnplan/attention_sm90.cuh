@@ -122,7 +122,9 @@ struct AttentionSm90Traits {
   static constexpr bool overlap_softmax = kOverlapSoftmax;
   // Ping-pong (FA3): the consumer warpgroups take turns issuing their wgmmas (one named barrier each, in a
   // round), so one's softmax runs while the others' matrix products occupy the tensor cores; without it
-  // they drift into lockstep, all in softmax at once and all queueing wgmmas at once.
+  // they drift into lockstep, all in softmax at once and all queueing wgmmas at once. The plan turns it on
+  // for the serial schedule only: with overlap_softmax a warpgroup's softmax runs under its own P V, and
+  // the turns cost more than they keep (choose_sm90_attention_tiling).
   static constexpr bool ping_pong = kPingPong;
   // Of every 8 n8 column tiles of S, how many take their exponentials from polynomial_exp2 on the FMA
   // pipe rather than the MUFU unit: at D 64 the MUFU's 16 ex2 per SM and clock match the tensor cores'

@@ -337,7 +337,7 @@ TEST_CASE("sm_90a attention tiling: 128 query rows (192 at D 64), 128-key tiles 
     // two consumer warpgroups only (D 128).
     CHECK(tiling.stages == (d <= 128 ? 3 : 2));
     CHECK(tiling.overlap_softmax == (d == 128));
-    CHECK(tiling.ping_pong == (d != 64));  // turns only between two consumer warpgroups
+    CHECK(tiling.ping_pong == (d == 256));  // turns only between two consumer warpgroups in series
     CHECK(tiling.heads_per_cta == 4);
     CHECK(tiling.shared_bytes ==
           sm90_attention_shared_bytes(d, tiling.block_n, tiling.stages, false, false, tiling.block_m));
@@ -395,7 +395,7 @@ TEST_CASE("attention spec on sm_90a: the wgmma kernel's stub, launch shape and c
   CHECK(stub.find("attention_sm90_kernel") != std::string::npos);
   CHECK(stub.find("/*head_dim=*/128, /*group_size=*/4, /*heads_per_cta=*/4, /*block_size=*/16, "
                   "/*block_n=*/128, /*has_window=*/true, /*has_spans=*/false, /*has_sinks=*/false, "
-                  "/*has_softcap=*/false, /*stages=*/3, /*overlap_softmax=*/true, /*ping_pong=*/true") !=
+                  "/*has_softcap=*/false, /*stages=*/3, /*overlap_softmax=*/true, /*ping_pong=*/false") !=
         std::string::npos);
   CHECK(source.spec.at("kernel") == "wgmma_sm90");
   CHECK(source.spec.at("dynamic_shared_bytes") == spec.dynamic_shared_bytes());
@@ -480,7 +480,7 @@ TEST_CASE("attention spec on sm_90a: the wgmma kernel's stub, launch shape and c
   // Its landing barrier is 8 bytes of shared memory on top of the gather's layout.
   CHECK(sm90_attention_shared_bytes(256, 64, 2, false, true) == sm90_attention_shared_bytes(256, 64, 2) + 8);
   CHECK(sm90_attention_shared_bytes(128, 128, 3, false, true) == sm90_attention_shared_bytes(128, 128, 3));
-  CHECK(stub.find("/*ping_pong=*/true, /*kv_tma=*/true") != std::string::npos);
+  CHECK(stub.find("/*ping_pong=*/false, /*kv_tma=*/true") != std::string::npos);
   CHECK(source.grid_constant);
   CHECK(source.spec.at("kv_tma") == true);
   AttentionSpec gather = spec;
