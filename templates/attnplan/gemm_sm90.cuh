@@ -39,7 +39,10 @@
 namespace attnplan::kernels {
 
 // What a column without a bias reads (bf16 zero), so that bias loads need no branch (consume_tiles).
-static __device__ const unsigned short kNoBias = 0;
+// `inline`, not `static`: NVRTC names an internal-linkage variable with a per-compile random tag
+// (_INTERNAL_..._<hex>), so every compile of the same kernel gave a different cubin and the concurrency
+// tests' serial and parallel caches disagreed.
+__device__ inline const unsigned short kNoBias = 0;
 __device__ __forceinline__ float2 bias_float2(float2 terms) {
   return terms;
 }
