@@ -352,13 +352,8 @@ __device__ __forceinline__ void consume_tiles(const GemmSm90Params& params, unsi
     };
     store_tile<Traits::block_n>(
         params.c_map, staging, warpgroup, m0, n0, gemm, accumulator,
-        [&](int n, bool pair) {
-          // Without the fused epilogue no column is postprocessed: every load is issued, none branched.
-          if constexpr (Traits::bias_loads_together)
-            return bias_terms(n, pair);
-          else
-            return postprocessed(n) ? BiasTerms{} : bias_terms(n, pair);
-        },
+        // Without the fused epilogue postprocessed(n) is a constant false: no branch around the loads.
+        [&](int n, bool pair) { return postprocessed(n) ? BiasTerms{} : bias_terms(n, pair); },
         [](BiasTerms terms, float value0, float value1) {
           if constexpr (Traits::has_bias) {
             const float2 bias = bias_float2(terms);
