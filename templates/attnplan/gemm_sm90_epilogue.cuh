@@ -92,12 +92,20 @@ __device__ __forceinline__ void store_tile(const TensorMap& c_map, unsigned stag
     // loaded next to their use, one L2 round trip per 8-column block held the fp8 kernel's epilogue (28%
     // of its stall samples with channel scales, Nsight Compute, session 11). Columns past N (an edge tile)
     // hold zeros and are clipped by the store, but must not read their bias or scales.
+    // A tile wholly inside N (all but the last tile column) checks nothing: its loads carry no branch
+    // region each (a region's set-up, the skip and the defaults cost ~10 instructions a column pair, with
+    // both consumer warpgroups in their epilogues and the tensor cores idle).
     const int first_block = first_column(round) / 8;  // the box's first 8-column block of the tile
     Terms terms[kBox / 8];
+    if (n0 + kN <= gemm.n) {
 #pragma unroll
-    for (int b = 0; b < kBox / 8; ++b) {
-      const int n = column0 + 8 * (first_block + b);
-      terms[b] = n < gemm.n ? columns(n, n + 1 < gemm.n) : Terms{};
+      for (int b = 0; b < kBox / 8; ++b) terms[b] = columns(column0 + 8 * (first_block + b), true);
+    } else {
+#pragma unroll
+      for (int b = 0; b < kBox / 8; ++b) {
+        const int n = column0 + 8 * (first_block + b);
+        terms[b] = n < gemm.n ? columns(n, n + 1 < gemm.n) : Terms{};
+      }
     }
 #pragma unroll
     for (int pair_block = 0; pair_block < kBox / 16; ++pair_block) {
@@ -118,6 +126,35 @@ __device__ __forceinline__ void store_tile(const TensorMap& c_map, unsigned stag
   };
   store_rounds<kRounds>(c_map, staging, warpgroup, fill,
                         [&](int round) { return make_int2(n0 + first_column(round), row_begin); });
+}
+
+// store_tile's column terms of a whole tile ([kN / 8]: the pair 8 b + 2 (l % 4) of each 8-column block b
+// a thread stores), read ahead of store_tile by a caller that can hide their latency (the fp8 GEMM, under
+// its last K block's wgmmas); store_tile is then given `columns` = preloaded_columns(...). The checks as
+// store_tile's: none where the tile lies inside N, columns past N hold zeros and read nothing.
+template <int kN, class Columns, class Terms>
+__device__ __forceinline__ void load_tile_terms(int n0, const GemmParams& gemm, Columns&& columns,
+                                                Terms (&terms)[kN / 8]) {
+  const int column0 = n0 + 2 * (threadIdx.x % 4);
+  if (n0 + kN <= gemm.n) {
+#pragma unroll
+    for (int b = 0; b < kN / 8; ++b) terms[b] = columns(column0 + 8 * b, true);
+  } else {
+#pragma unroll
+    for (int b = 0; b < kN / 8; ++b) {
+      const int n = column0 + 8 * b;
+      terms[b] = n < gemm.n ? columns(n, n + 1 < gemm.n) : Terms{};
+    }
+  }
+}
+
+// A `columns` for store_tile that returns load_tile_terms' terms: store_tile asks for n = column0 + 8 b
+// with b a constant once its loops unroll, so the index folds to a constant and the terms stay in
+// registers.
+template <class Terms, int kBlocks>
+__device__ __forceinline__ auto preloaded_columns(int n0, const Terms (&terms)[kBlocks]) {
+  const int column0 = n0 + 2 * (threadIdx.x % 4);
+  return [&terms, column0](int n, bool) { return terms[(n - column0) / 8]; };
 }
 
 // The mixed-input kernel's epilogue (gemm_sm90_w4.cuh), which computes C^T: a consumer warpgroup's

@@ -147,13 +147,17 @@ struct Fp8BlockFactors {
 // the promotion that multiplies by them: loaded as the block itself was issued, an L2 round trip outlasted
 // the block's wgmmas and the promotion's FFMAs waited on it (Nsight Compute, session 11: 28% of the stall
 // samples, long scoreboard).
-template <class Traits, class FactorsAt>
+//
+// before_last_wait(): with an even number of blocks, called once the last block is issued and every other
+// one promoted, before the wait for the last: the epilogue's loads issued there run under the last block's
+// wgmmas, in partial_a's registers, free by then; with an odd number, after the last promotion.
+template <class Traits, class FactorsAt, class BeforeLastWait>
 __device__ __forceinline__ void consume_blocks(int base, int count, unsigned ring, unsigned full_barriers,
                                                unsigned empty_barriers, unsigned a_offset, int lane,
                                                float (&accumulator)[Traits::accumulators],
                                                float (&partial_a)[Traits::accumulators],
                                                float (&partial_b)[Traits::accumulators],
-                                               FactorsAt&& factors_at) {
+                                               FactorsAt&& factors_at, BeforeLastWait&& before_last_wait) {
   auto issue = [&](float(&partial)[Traits::accumulators], int i) {
     const int slot = (base + i) % Traits::stages;
     const unsigned phase = ((base + i) / Traits::stages) & 1u;
@@ -203,25 +207,44 @@ __device__ __forceinline__ void consume_blocks(int base, int count, unsigned rin
     issue(partial_b, i);
     sm90::wgmma_wait_group<1>();
     promote(partial_a, i - 1, pending);
+    before_last_wait();
     sm90::wgmma_wait_group<0>();
     promote(partial_b, i, ahead);
   } else {
+    // partial_a's block is the one in flight here and partial_b's registers are free, while on the other
+    // path it is the other way round: so that the loads land in the same registers on both paths
+    // (otherwise ptxas keeps them apart and spills), this path loads after its last promotion.
     sm90::wgmma_wait_group<0>();
     promote(partial_a, i - 1, pending);
+    before_last_wait();
   }
 }
 
 // A consumer warpgroup's epilogue for the tile at (m0, n0), whose columns lie in `segment` (store_tile):
 // tensor / channel weight scale, bias, one rounding, TMA stores.
+// The column terms (channel or tensor scales, bias) are read by load_fp8_terms before the last K block's
+// wait (consume_blocks' before_last_wait), so their L2 round trip runs under that block's wgmmas instead of
+// between the main loop and the first store round, where both consumer warpgroups wait on it with the
+// tensor cores idle (block-scaled weights without bias read nothing: the 128x128 block scales were applied
+// per K block).
 template <class Traits>
-__device__ __forceinline__ void store_fp8_tile(const GemmSm90Fp8Params& params, unsigned staging,
-                                               int warpgroup, int m0, int n0, const GemmSegment& segment,
-                                               const float (&accumulator)[Traits::accumulators]) {
-  store_tile<Traits::block_n>(
-      params.c_map, staging, warpgroup, m0, n0, params.gemm, accumulator,
+__device__ __forceinline__ void load_fp8_terms(const GemmParams& gemm, int n0, const GemmSegment& segment,
+                                               Fp8ColumnPair (&terms)[Traits::block_n / 8]) {
+  load_tile_terms<Traits::block_n>(
+      n0, gemm,
       [&](int n, bool pair) {
         return fp8_column_pair<Traits::granularity, Traits::has_bias>(segment, n, pair);
       },
+      terms);
+}
+
+template <class Traits>
+__device__ __forceinline__ void store_fp8_tile(const GemmSm90Fp8Params& params, unsigned staging,
+                                               int warpgroup, int m0, int n0,
+                                               const Fp8ColumnPair (&terms)[Traits::block_n / 8],
+                                               const float (&accumulator)[Traits::accumulators]) {
+  store_tile<Traits::block_n>(
+      params.c_map, staging, warpgroup, m0, n0, params.gemm, accumulator, preloaded_columns(n0, terms),
       [](const Fp8ColumnPair& column, float value0, float value1) { return column.apply(value0, value1); });
 }
 
@@ -332,11 +355,13 @@ __global__ void __launch_bounds__(Traits::threads, 1)
       if constexpr (Traits::granularity == 2) factors.weight = __ldg(w_block_scales + k_tile);
       return factors;
     };
+    Fp8ColumnPair terms[Traits::block_n / 8];
     consume_blocks<Traits>(slot_use, k_tiles, ring, full_barriers, empty_barriers, a_offset, lane,
-                           accumulator, partial_a, partial_b, load_factors);
+                           accumulator, partial_a, partial_b, load_factors,
+                           [&]() { load_fp8_terms<Traits>(gemm, n0, segment, terms); });
     slot_use += k_tiles;
 
-    store_fp8_tile<Traits>(params, staging, warpgroup, m0, n0, segment, accumulator);
+    store_fp8_tile<Traits>(params, staging, warpgroup, m0, n0, terms, accumulator);
   }
   // The staging boxes must outlive their stores' reads (shared memory goes with the CTA).
   if (thread == 0) sm90::bulk_wait_group<0>();
