@@ -49,6 +49,27 @@ __device__ __forceinline__ void store_rounds(const TensorMap& c_map, unsigned st
   }
 }
 
+// The column terms (bias, weight scales: whatever `columns(n, pair)` reads) of the 8-column blocks
+// first_block .. first_block + kBlocks - 1 of a tile, the thread's pair column0 + 8 block of each. Where
+// the tile lies inside N (`inside`: all but the last tile column) nothing is checked, so the loads carry
+// no branch region each (a region's set-up, the skip and the defaults cost ~10 instructions a column pair,
+// with both consumer warpgroups in their epilogues and the tensor cores idle); otherwise columns past N
+// hold zeros (clipped by the store) and read nothing.
+template <int kBlocks, class Columns, class Terms>
+__device__ __forceinline__ void load_column_terms(int column0, int first_block, bool inside, int n_end,
+                                                  Columns&& columns, Terms (&terms)[kBlocks]) {
+  if (inside) {
+#pragma unroll
+    for (int b = 0; b < kBlocks; ++b) terms[b] = columns(column0 + 8 * (first_block + b), true);
+  } else {
+#pragma unroll
+    for (int b = 0; b < kBlocks; ++b) {
+      const int n = column0 + 8 * (first_block + b);
+      terms[b] = n < n_end ? columns(n, n + 1 < n_end) : Terms{};
+    }
+  }
+}
+
 // The epilogue of a consumer warpgroup: its [64, kN] fp32 accumulators (wgmma.cuh's layout: thread (warp
 // w, lane l) holds, per 8-column block b, the column pair 8 b + 2 (l % 4) + {0, 1} of rows 16 w + l / 4
 // and + 8, as accumulator[4 b + 2 half + {0, 1}]) rounded once to bf16 and stored to C[M, N] (`c_map`:
@@ -90,23 +111,10 @@ __device__ __forceinline__ void store_tile(const TensorMap& c_map, unsigned stag
   auto fill = [&](int round, unsigned box) {
     // The round's column pairs' terms first, so their loads (bias, weight scales) are in flight together:
     // loaded next to their use, one L2 round trip per 8-column block held the fp8 kernel's epilogue (28%
-    // of its stall samples with channel scales, Nsight Compute, session 11). Columns past N (an edge tile)
-    // hold zeros and are clipped by the store, but must not read their bias or scales.
-    // A tile wholly inside N (all but the last tile column) checks nothing: its loads carry no branch
-    // region each (a region's set-up, the skip and the defaults cost ~10 instructions a column pair, with
-    // both consumer warpgroups in their epilogues and the tensor cores idle).
+    // of its stall samples with channel scales, Nsight Compute, session 11).
     const int first_block = first_column(round) / 8;  // the box's first 8-column block of the tile
     Terms terms[kBox / 8];
-    if (n0 + kN <= gemm.n) {
-#pragma unroll
-      for (int b = 0; b < kBox / 8; ++b) terms[b] = columns(column0 + 8 * (first_block + b), true);
-    } else {
-#pragma unroll
-      for (int b = 0; b < kBox / 8; ++b) {
-        const int n = column0 + 8 * (first_block + b);
-        terms[b] = n < gemm.n ? columns(n, n + 1 < gemm.n) : Terms{};
-      }
-    }
+    load_column_terms(column0, first_block, n0 + kN <= gemm.n, gemm.n, columns, terms);
 #pragma unroll
     for (int pair_block = 0; pair_block < kBox / 16; ++pair_block) {
       const int block = first_block + 2 * pair_block;  // 8-column block of the tile
@@ -130,22 +138,11 @@ __device__ __forceinline__ void store_tile(const TensorMap& c_map, unsigned stag
 
 // store_tile's column terms of a whole tile ([kN / 8]: the pair 8 b + 2 (l % 4) of each 8-column block b
 // a thread stores), read ahead of store_tile by a caller that can hide their latency (the fp8 GEMM, under
-// its last K block's wgmmas); store_tile is then given `columns` = preloaded_columns(...). The checks as
-// store_tile's: none where the tile lies inside N, columns past N hold zeros and read nothing.
+// its last K block's wgmmas); store_tile is then given `columns` = preloaded_columns(...).
 template <int kN, class Columns, class Terms>
 __device__ __forceinline__ void load_tile_terms(int n0, const GemmParams& gemm, Columns&& columns,
                                                 Terms (&terms)[kN / 8]) {
-  const int column0 = n0 + 2 * (threadIdx.x % 4);
-  if (n0 + kN <= gemm.n) {
-#pragma unroll
-    for (int b = 0; b < kN / 8; ++b) terms[b] = columns(column0 + 8 * b, true);
-  } else {
-#pragma unroll
-    for (int b = 0; b < kN / 8; ++b) {
-      const int n = column0 + 8 * b;
-      terms[b] = n < gemm.n ? columns(n, n + 1 < gemm.n) : Terms{};
-    }
-  }
+  load_column_terms(n0 + 2 * (threadIdx.x % 4), 0, n0 + kN <= gemm.n, gemm.n, columns, terms);
 }
 
 // A `columns` for store_tile that returns load_tile_terms' terms: store_tile asks for n = column0 + 8 b
