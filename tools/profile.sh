@@ -10,6 +10,9 @@
 #               effective: what limits it?)
 #   fp8         the fp8-activation GEMM (gemm_sm90_fp8.cuh) on Llama-3.1-8B's q|k|v and o at 8192 tokens
 #               (0.72-0.77x _scaled_mm: is it the wait before each per-K-block promotion?)
+#   fp8-peer    torch._scaled_mm's kernel (row-wise scales, as tools/bench_peers.py times it) on the same two
+#               shapes: the same tile, K slot and ring depth as ours (kernels-notes.md "Session 32: what
+#               `_scaled_mm` runs"), 7% faster; read beside `fp8` (tools/ncu_top.py, two files)
 #   bidirectional  the sm_90a attention, D 128 GQA 32/8, 4096 tokens, one span over the chunk (0.80x cuDNN
 #               where the causal row is 1.08x)
 #   long        the sm_90a attention of the bench rows at 16384 tokens causal, pages of 64: D 64 (0.89x
@@ -35,11 +38,11 @@ export ATTNPLAN_CACHE_DIR="${ATTNPLAN_CACHE_DIR:-$BUILD/cache}"
 DIR="$OUT/profile"
 mkdir -p "$DIR"
 parts=("$@")
-[[ ${#parts[@]} -gt 0 ]] || parts=(gemm attention dequantize fp8 bidirectional long)
+[[ ${#parts[@]} -gt 0 ]] || parts=(gemm attention dequantize fp8 fp8-peer bidirectional long)
 for part in "${parts[@]}"; do
   case "$part" in
-    gemm | attention | dequantize | fp8 | bidirectional | long) ;;
-    *) echo "unknown part '$part' (gemm attention dequantize fp8 bidirectional long)" >&2; exit 2 ;;
+    gemm | attention | dequantize | fp8 | fp8-peer | bidirectional | long) ;;
+    *) echo "unknown part '$part' (gemm attention dequantize fp8 fp8-peer bidirectional long)" >&2; exit 2 ;;
   esac
 done
 
@@ -63,16 +66,32 @@ EOF
 # bidirectional and long profiles run the kernels of the bench table's rows.
 python3 -c "import sys; sys.path.insert(0, sys.argv[1]); import bench_matrix; [bench_matrix.attention_config(sys.argv[2], d) for d in (64, 128)]" \
   "$ROOT/tools" "$DIR"
+# The peer of the fp8 part: torch._scaled_mm on Llama-3.1-8B's q|k|v then o shape at 8192 tokens, twice each
+# (the first call of a shape picks and loads its kernel).
+cat >"$DIR/scaled_mm.py" <<'EOF'
+import torch
+for n, k in ((6144, 4096), (4096, 4096)):
+    a = (torch.randn(8192, k, device="cuda") / 4).to(torch.float8_e4m3fn)
+    w = (torch.randn(n, k, device="cuda") / 4).to(torch.float8_e4m3fn)
+    scale_a = torch.rand(8192, 1, device="cuda") + 0.5
+    scale_w = torch.rand(1, n, device="cuda") + 0.5
+    for _ in range(2):
+        torch._scaled_mm(a, w.t(), scale_a=scale_a, scale_b=scale_w, out_dtype=torch.bfloat16)
+torch.cuda.synchronize()
+EOF
 status=0
-# profile NAME KERNEL_REGEX SKIP COUNT -- attnplan bench arguments...
+# profile NAME KERNEL_REGEX SKIP COUNT -- ARGS...: ARGS are `attnplan bench`'s, or a whole command that
+# starts with python3.
 profile() {
   local name="$1" kernel="$2" skip="$3" count="$4"
   shift 5
+  local command=("$@")
+  [[ $1 == python3 ]] || command=("$BUILD/attnplan" bench "$@" --iterations 2 --warmup 2 --warmup-ms 0)
   if ! "$NCU" --clock-control none -f -o "$DIR/$name" -k "regex:$kernel" --launch-skip "$skip" \
       --launch-count "$count" --section SpeedOfLight --section ComputeWorkloadAnalysis \
       --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy --section LaunchStats \
       --section SourceCounters --section SchedulerStats \
-      "$BUILD/attnplan" bench "$@" --iterations 2 --warmup 2 --warmup-ms 0 >"$DIR/$name.log" 2>&1; then
+      "${command[@]}" >"$DIR/$name.log" 2>&1; then
     echo "$name: ncu failed (see $DIR/$name.log)"
     tail -5 "$DIR/$name.log"
     status=1
@@ -109,6 +128,11 @@ for part in "${parts[@]}"; do
       # Each execute launches the q|k|v then the o fp8 GEMM: skip the warm-up's, take one of each.
       profile fp8-llama-8k "gemm_sm90_fp8_kernel" 4 2 -- "$ROOT/plans/llama-3.1-8b-fp8-dynamic.json" \
         --tokens 8192
+      ;;
+    fp8-peer)
+      # The second call of each shape: launches 1 (q|k|v) and 3 (o) of the kernels whose names start nvjet.
+      profile fp8-peer-qkv-8k "nvjet" 1 1 -- python3 "$DIR/scaled_mm.py"
+      profile fp8-peer-o-8k "nvjet" 3 1 -- python3 "$DIR/scaled_mm.py"
       ;;
     bidirectional)
       profile attention-d128-4k-bidirectional "attention_sm90_kernel" 2 1 -- "$DIR/attention-d128.json" \
