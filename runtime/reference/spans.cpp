@@ -50,7 +50,9 @@ void validate_spans(const Spans& spans, const Batch& batch) {
     const std::int64_t total_len = context_len + (batch.query_starts[s + 1] - batch.query_starts[s]);
     std::int64_t previous_end = 0;
     for (int j = spans.offsets[s]; j < spans.offsets[s + 1]; ++j) {
-      const auto [start, end] = spans.bounds[static_cast<std::size_t>(j)];
+      // Named variables, not a structured binding: fail_span captures them, which clang before 16 refuses.
+      const int start = spans.bounds[static_cast<std::size_t>(j)][0];
+      const int end = spans.bounds[static_cast<std::size_t>(j)][1];
       const int index = j - spans.offsets[s];
       // "span 2 of sequence 1 [10, 20) straddles ... (span_bounds[5])": the per-sequence name reads
       // naturally, the flat index finds the entry in the array.
