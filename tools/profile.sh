@@ -9,7 +9,7 @@
 #   dequantize  the dequantize kernel of the nvfp4 and act-order GPTQ plans at 8192 tokens (~2 TB/s
 #               effective: what limits it?)
 #   fp8         the fp8-activation GEMM (gemm_sm90_fp8.cuh) on Llama-3.1-8B's q|k|v and o at 8192 tokens
-#               (0.72-0.77x _scaled_mm: is it the wait before each per-K-block promotion?)
+#               (0.93x _scaled_mm at the sustained clocks, 0.78x in cycles: kernels-notes.md "Session 33")
 #   fp8-peer    torch._scaled_mm's kernel (row-wise scales, as tools/bench_peers.py times it) on the same two
 #               shapes: the same tile, K slot and ring depth as ours (kernels-notes.md "Session 32: what
 #               `_scaled_mm` runs"), 7% faster; read beside `fp8` (tools/ncu_top.py, two files)
