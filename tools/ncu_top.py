@@ -8,9 +8,15 @@ the barrier test above it).
     tools/ncu_top.py gpu-logs/profile/attention-d128-4k-p16-sass.csv [--top 20] [--context 3]
     tools/ncu_top.py A-sass.csv B-sass.csv         # two profiles side by side
     tools/ncu_top.py fp8-llama-8k-sass.csv --kernel 1   # the second profiled launch of an export
+    tools/ncu_top.py A-sass.csv [B-sass.csv] --reasons  # also the stall reasons, overall and per line
 
 An export of several launches (profile.sh's gemm and fp8 parts take two: q|k|v, then o) holds one section
 per launch, each opened by its kernel name row; --kernel picks one (default the first).
+
+--reasons adds what the warps were stalled on, from the export's per-reason sample columns (`stall_wait`,
+`stall_dispatch`, ...; the "(Not Issued)" ones left out): first each file's reasons as shares of all its
+samples ("unnamed": samples no column holds, as on some wgmma issues), then, with one file, each listed
+instruction's three largest. Session 33 found the fp8 GEMM's top reason, "dispatch", this way.
 
 With two files the listings are aligned as a diff aligns lines (SASS text, branch targets blanked) and each
 pair shows both sample counts: how pages of 16 and of 64 differed in session 7 (docs/attention-notes.md).
@@ -18,6 +24,7 @@ pair shows both sample counts: how pages of 16 and of 64 differed in session 7 (
 import argparse
 import csv
 import difflib
+import os
 import re
 import sys
 
@@ -51,15 +58,54 @@ def load(path, kernel=0):
             for row in rows[header_at + 1:end] if len(row) > max(samples, executed)]
 
 
-def top_one(instructions, top, context):
+def reasons(path, kernel=0):
+    """({reason: samples}, {address: {reason: samples}}) of launch `kernel` of an export: the per-reason
+    stall sample columns (`stall_<reason>`, not the "(Not Issued)" ones), summed and per instruction."""
+    with open(path, newline="") as handle:
+        rows = list(csv.reader(handle))
+    headers = [i for i, row in enumerate(rows) if SAMPLES in row]
+    header_at = headers[kernel]
+    end = headers[kernel + 1] - 1 if kernel + 1 < len(headers) else len(rows)
+    header = rows[header_at]
+    columns = {name[len("stall_"):]: i for i, name in enumerate(header)
+               if name.startswith("stall_") and "Not Issued" not in name}
+    address = header.index("Address")
+    totals = {name: 0 for name in columns}
+    per_instruction = {}
+    for row in rows[header_at + 1:end]:
+        if len(row) <= max(columns.values(), default=0):
+            continue
+        counts = {name: int(row[i].replace(",", "")) if row[i].strip() else 0 for name, i in columns.items()}
+        per_instruction[row[address]] = counts
+        for name, count in counts.items():
+            totals[name] += count
+    return totals, per_instruction
+
+
+def reason_line(totals, samples, top=8):
+    """`name share%` for the largest reasons, shares of all `samples`, then what no column holds."""
+    ranked = sorted(((count, name) for name, count in totals.items() if count > 0), reverse=True)
+    parts = [f"{name} {100 * count / samples:.1f}%" for count, name in ranked[:top]]
+    unnamed = samples - sum(totals.values())
+    if unnamed > 0:
+        parts.append(f"unnamed {100 * unnamed / samples:.1f}%")
+    return ", ".join(parts)
+
+
+def top_one(instructions, top, context, stalls=None):
     total = sum(each[2] for each in instructions) or 1
     print(f"{'samples':>8} {'share':>6} {'executed':>10}  sass   (of {total} samples)")
     ranked = sorted(range(len(instructions)), key=lambda i: -instructions[i][2])[:top]
     for i in ranked:
         for before in instructions[max(0, i - context):i]:
             print(f"{'':>8} {'':>6} {before[3]:>10}    {before[1][:90]}")
-        _, sass, samples, executed = instructions[i]
-        print(f"{samples:>8} {100 * samples / total:5.1f}% {executed:>10}  {sass[:92]}")
+        address, sass, samples, executed = instructions[i]
+        line = f"{samples:>8} {100 * samples / total:5.1f}% {executed:>10}  {sass[:92]}"
+        if stalls is not None:
+            counts = stalls.get(address, {})
+            largest = sorted(((count, name) for name, count in counts.items() if count > 0), reverse=True)[:3]
+            line += "  [" + ", ".join(f"{name} {count}" for count, name in largest) + "]"
+        print(line)
 
 
 def aligned(first, second):
@@ -99,13 +145,19 @@ def main(argv=None):
     parser.add_argument("--context", type=int, default=0, help="instructions shown before each (one file)")
     parser.add_argument("--kernel", type=int, default=0,
                         help="which launch of each export (0: the first; exports of several launches)")
+    parser.add_argument("--reasons", action="store_true",
+                        help="the stall reasons: each file's shares, and (one file) each line's largest")
     args = parser.parse_args(argv)
     if len(args.csv) > 2:
         parser.error("one or two CSV files")
+    listings = [load(path, args.kernel) for path in args.csv]
+    stalls = [reasons(path, args.kernel) for path in args.csv] if args.reasons else []
+    for path, listing, (totals, _) in zip(args.csv, listings, stalls):
+        print(f"{os.path.basename(path)}: {reason_line(totals, sum(each[2] for each in listing) or 1)}")
     if len(args.csv) == 1:
-        top_one(load(args.csv[0], args.kernel), args.top, args.context)
+        top_one(listings[0], args.top, args.context, stalls[0][1] if stalls else None)
     else:
-        top_two(load(args.csv[0], args.kernel), load(args.csv[1], args.kernel), args.top)
+        top_two(listings[0], listings[1], args.top)
     return 0
 
 

@@ -93,6 +93,24 @@ class NcuTopTest(unittest.TestCase):
         with self.assertRaises(SystemExit):
             ncu_top.load(path, 2)
 
+    def test_reasons_overall_and_per_instruction(self):
+        # Two reason columns (and a "(Not Issued)" one, left out); the wgmma's samples are partly in none.
+        header = ('"Address","Source","Warp Stall Sampling (All Samples)","Instructions Executed",'
+                  '"stall_dispatch","stall_wait","stall_wait (Not Issued)"\n')
+        rows = [("0x10", "LEA.HI R206, R206, R206, RZ, 0x1", 700, 100, 585, 61, 9),
+                ("0x20", "QGMMA.64x128x32.F32.E4M3.E4M3 R88, gdesc[UR24], RZ, !UPT", 300, 100, 20, 80, 9)]
+        path = os.path.join(self.work.name, "reasons.csv")
+        with open(path, "w") as handle:
+            handle.write('"Kernel Name","void gemm_sm90_fp8_kernel<Traits>(Params)",\n' + header)
+            handle.writelines(f'"{a}","  {s}","{n}","{e}","{d}","{w}","{x}"\n' for a, s, n, e, d, w, x in rows)
+        totals, per_instruction = ncu_top.reasons(path)
+        self.assertEqual(totals, {"dispatch": 605, "wait": 141})
+        self.assertEqual(per_instruction["0x20"], {"dispatch": 20, "wait": 80})
+        lines = self.run_tool(path, "--reasons", "--top", "2")
+        self.assertEqual(lines[0], "reasons.csv: dispatch 60.5%, wait 14.1%, unnamed 25.4%")
+        self.assertTrue(lines[2].endswith("[dispatch 585, wait 61]"))
+        self.assertTrue(lines[3].endswith("[wait 80, dispatch 20]"))
+
     def test_an_export_without_stall_samples_is_refused(self):
         path = os.path.join(self.work.name, "plain.csv")
         with open(path, "w") as handle:
