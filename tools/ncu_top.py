@@ -33,9 +33,9 @@ EXECUTED = "Instructions Executed"
 ADDRESS = re.compile(r"0x[0-9a-f]{9,}")  # absolute code addresses: branch targets
 
 
-def load(path, kernel=0):
-    """[(address, sass, samples, executed)] in program order, from an ncu source-page CSV: launch `kernel`
-    of the export (its sections each open with a kernel name row, then the header)."""
+def section(path, kernel=0):
+    """(header, rows) of launch `kernel` of an ncu source-page CSV export (its sections each open with a
+    kernel name row, then the header)."""
     with open(path, newline="") as handle:
         rows = list(csv.reader(handle))
     headers = [i for i, row in enumerate(rows) if SAMPLES in row]
@@ -47,35 +47,41 @@ def load(path, kernel=0):
     header_at = headers[kernel]
     # The section ends at the next launch's kernel name row (the row before its header).
     end = headers[kernel + 1] - 1 if kernel + 1 < len(headers) else len(rows)
-    header = rows[header_at]
+    return rows[header_at], rows[header_at + 1:end]
+
+
+def number(text):
+    return int(text.replace(",", "")) if text.strip() else 0
+
+
+def largest(counts, top):
+    """[(count, name)] of the `top` largest nonzero counts of {name: count}, largest first."""
+    return sorted(((count, name) for name, count in counts.items() if count > 0), reverse=True)[:top]
+
+
+def load(path, kernel=0):
+    """[(address, sass, samples, executed)] in program order, from launch `kernel` of an ncu source-page
+    CSV export."""
+    header, rows = section(path, kernel)
     address, source = header.index("Address"), header.index("Source")
     samples, executed = header.index(SAMPLES), header.index(EXECUTED)
-
-    def number(text):
-        return int(text.replace(",", "")) if text.strip() else 0
-
     return [(row[address], row[source].strip(), number(row[samples]), number(row[executed]))
-            for row in rows[header_at + 1:end] if len(row) > max(samples, executed)]
+            for row in rows if len(row) > max(samples, executed)]
 
 
 def reasons(path, kernel=0):
     """({reason: samples}, {address: {reason: samples}}) of launch `kernel` of an export: the per-reason
     stall sample columns (`stall_<reason>`, not the "(Not Issued)" ones), summed and per instruction."""
-    with open(path, newline="") as handle:
-        rows = list(csv.reader(handle))
-    headers = [i for i, row in enumerate(rows) if SAMPLES in row]
-    header_at = headers[kernel]
-    end = headers[kernel + 1] - 1 if kernel + 1 < len(headers) else len(rows)
-    header = rows[header_at]
+    header, rows = section(path, kernel)
     columns = {name[len("stall_"):]: i for i, name in enumerate(header)
                if name.startswith("stall_") and "Not Issued" not in name}
     address = header.index("Address")
     totals = {name: 0 for name in columns}
     per_instruction = {}
-    for row in rows[header_at + 1:end]:
+    for row in rows:
         if len(row) <= max(columns.values(), default=0):
             continue
-        counts = {name: int(row[i].replace(",", "")) if row[i].strip() else 0 for name, i in columns.items()}
+        counts = {name: number(row[i]) for name, i in columns.items()}
         per_instruction[row[address]] = counts
         for name, count in counts.items():
             totals[name] += count
@@ -84,8 +90,7 @@ def reasons(path, kernel=0):
 
 def reason_line(totals, samples, top=8):
     """`name share%` for the largest reasons, shares of all `samples`, then what no column holds."""
-    ranked = sorted(((count, name) for name, count in totals.items() if count > 0), reverse=True)
-    parts = [f"{name} {100 * count / samples:.1f}%" for count, name in ranked[:top]]
+    parts = [f"{name} {100 * count / samples:.1f}%" for count, name in largest(totals, top)]
     unnamed = samples - sum(totals.values())
     if unnamed > 0:
         parts.append(f"unnamed {100 * unnamed / samples:.1f}%")
@@ -102,9 +107,8 @@ def top_one(instructions, top, context, stalls=None):
         address, sass, samples, executed = instructions[i]
         line = f"{samples:>8} {100 * samples / total:5.1f}% {executed:>10}  {sass[:92]}"
         if stalls is not None:
-            counts = stalls.get(address, {})
-            largest = sorted(((count, name) for name, count in counts.items() if count > 0), reverse=True)[:3]
-            line += "  [" + ", ".join(f"{name} {count}" for count, name in largest) + "]"
+            top_reasons = largest(stalls.get(address, {}), 3)
+            line += "  [" + ", ".join(f"{name} {count}" for count, name in top_reasons) + "]"
         print(line)
 
 
