@@ -6,13 +6,15 @@
 # median, its minimum, and its time over the first variant's.
 # A variant is NAME=DIR (ATTNPLAN_TEMPLATE_DIR=DIR: the JIT kernels come from that copy of templates/, the
 # host code is the build's), NAME=BUILD (a build directory holding its own `attnplan`: host code and
-# templates of another commit, for a change that is not templates alone) or NAME alone (the templates built
-# into attnplan). Writes $OUT/ab.md and every run's JSON and log under $OUT/ab/NAME/. Ours only: no peers.
+# templates of another commit, for a change that is not templates alone), NAME=TREE (a source tree, a
+# CMakeLists.txt at its root, e.g. `git archive BRANCH | tar -x -C TREE`: its attnplan is built first, into
+# TREE/build-gpu, and runs as a BUILD does) or NAME alone (the templates built into attnplan). Writes $OUT/ab.md and every run's JSON and log under $OUT/ab/NAME/. Ours only: no peers.
 # ATTNPLAN_COMMIT as for tools/bench_suite.sh.
 #
 #   tools/ab_bench.sh --only 'attn-d64-causal-16k-s1-b64' main new=/tmp/new/templates
 #   tools/ab_bench.sh --rounds 3 --only 'attn-d128-causal-4k|fp8act-qkv-8192' main old=/tmp/old/templates
 #   tools/ab_bench.sh --only 'layer' main old=/tmp/old/build   # /tmp/old: `git archive BASE`, built there
+#   tools/ab_bench.sh --only 'fp8-dynamic' main branch=.session/branch   # built here first
 #
 # A tree from another commit must match the build's kernel parameters (templates/attnplan/*_params.h) and
 # launches: nothing here can tell (e.g. attention trees from before the persistent grid of 9b52ccc would run
@@ -28,7 +30,7 @@ ROUNDS=2
 ITERATIONS=30
 ONLY=""
 variants=()
-usage="usage: tools/ab_bench.sh --only REGEX [--rounds R] [--iterations I] NAME[=TEMPLATE_DIR]..."
+usage="usage: tools/ab_bench.sh --only REGEX [--rounds R] [--iterations I] NAME[=TEMPLATE_DIR|BUILD|TREE]..."
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --rounds) ROUNDS="$2"; shift ;;
@@ -60,6 +62,15 @@ done
 WORK="$OUT/ab"
 mkdir -p "$WORK"
 build_attnplan "$BUILD" "$WORK/build.log" || exit 1
+# The source trees' own attnplan (NAME=TREE), each built once before the rounds.
+tree_binary() { echo "$1/build-gpu/attnplan"; }
+for variant in "${variants[@]}"; do
+  tree="${variant#*=}"
+  if [[ $variant == *=* && -f $tree/CMakeLists.txt ]]; then
+    echo "== building ${variant%%=*} from $tree"
+    build_attnplan "$tree/build-gpu" "$WORK/build-${variant%%=*}.log" "$tree" || exit 1
+  fi
+done
 python3 "$ROOT/tools/bench_matrix.py" rows "$WORK" --only "$ONLY" >"$WORK/runs.txt" || exit 1
 echo "== $(wc -l <"$WORK/runs.txt") runs x ${#variants[@]} variants x $ROUNDS rounds"
 
@@ -74,7 +85,9 @@ for ((round = 1; round <= ROUNDS; ++round)); do
     binary="$BUILD/attnplan"
     environment=(env -u ATTNPLAN_TEMPLATE_DIR)
     if [[ $variant == *=* ]]; then
-      if [[ -f ${variant#*=}/attnplan && -x ${variant#*=}/attnplan ]]; then
+      if [[ -f ${variant#*=}/CMakeLists.txt ]]; then
+        binary="$(tree_binary "${variant#*=}")"  # a source tree, built above
+      elif [[ -f ${variant#*=}/attnplan && -x ${variant#*=}/attnplan ]]; then
         binary="${variant#*=}/attnplan"  # another build: its own host code and embedded templates
       else
         environment=(env "ATTNPLAN_TEMPLATE_DIR=${variant#*=}")

@@ -10,14 +10,15 @@ OUT="${OUT:-$BENCH_ROOT/gpu-logs}"
 BUILD="${ATTNPLAN_BUILD_DIR:-$BENCH_ROOT/build-gpu}"
 export ATTNPLAN_CACHE_DIR="${ATTNPLAN_CACHE_DIR:-$BUILD/cache}"
 
-# build_attnplan BUILD LOG: attnplan in BUILD (configured there first when an incremental ninja cannot do
-# it); the build's output goes to LOG and, on failure, its last 40 lines to stdout. Non-zero on failure.
+# build_attnplan BUILD LOG [SOURCE]: attnplan in BUILD (configured there first when an incremental ninja
+# cannot do it) from SOURCE (default: this checkout); the build's output goes to LOG and, on failure, its
+# last 40 lines to stdout. Non-zero on failure.
 build_attnplan() {
-  local build="$1" log="$2"
+  local build="$1" log="$2" source="${3:-$BENCH_ROOT}"
   if [[ -x "$build/attnplan" ]] && ninja -C "$build" attnplan >"$log" 2>&1; then
     return 0
   fi
-  if ! { cmake -S "$BENCH_ROOT" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DATTNPLAN_WERROR=ON &&
+  if ! { cmake -S "$source" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DATTNPLAN_WERROR=ON &&
          ninja -C "$build" attnplan; } >"$log" 2>&1; then
     tail -40 "$log"
     return 1
