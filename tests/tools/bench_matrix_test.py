@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Host tests of tools/bench_matrix.py (the suite's rows and table; no torch, no GPU): the window and quantized
 rows, a refused plan's note, the layer row's agreement gate, --only bringing back a window row's baseline, and
-the llama3 RoPE frequencies the eager layer uses.
+the llama3 RoPE frequencies the eager layer uses; and of tools/ab_bench.sh's variants, run end to end with
+stand-in attnplans.
 
   python3 tests/tools/bench_matrix_test.py
 """
@@ -10,6 +11,7 @@ import io
 import json
 import math
 import os
+import subprocess
 import sys
 import tempfile
 import unittest
@@ -261,6 +263,56 @@ class AB(unittest.TestCase):
         self.assertEqual(stages, ["qkv_projection", "qkv_postprocess", "layer", "layer_graph"])
         postprocess = next(line for line in lines if " | qkv_postprocess | " in line)
         self.assertIn("| (none) | 0.057 (0.057; 0.056) |", postprocess)
+
+
+def bench_json(output_ms, output_min_ms):
+    """A stand-in `attnplan bench --json` of the q|k|v-8192 run, whose o stage the o row reads."""
+    return json.dumps({"rows": [{"stage": "qkv_projection", "median_ms": 0.6, "min_ms": 0.6},
+                                {"stage": "output_projection", "median_ms": output_ms, "min_ms": output_min_ms}]})
+
+
+class ABScript(unittest.TestCase):
+    """tools/ab_bench.sh end to end with stand-in attnplans (no GPU): the build's own binary, a template
+    directory (ATTNPLAN_TEMPLATE_DIR set for it) and a source tree (NAME=TREE: built first, its binary run)."""
+
+    def test_build_template_dir_and_tree_variants(self):
+        tools = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools")
+        with tempfile.TemporaryDirectory() as directory:
+            # The build: an attnplan that answers 0.40 ms, or 0.30 under a template directory, in a build.ninja
+            # where it is up to date, so build_attnplan leaves it alone.
+            build = os.path.join(directory, "build")
+            os.makedirs(build)
+            with open(os.path.join(build, "attnplan"), "w") as f:
+                f.write("#!/bin/sh\n"
+                        f"if [ -n \"$ATTNPLAN_TEMPLATE_DIR\" ]; then echo '{bench_json(0.30, 0.30)}'; "
+                        f"else echo '{bench_json(0.40, 0.40)}'; fi\n")
+            os.chmod(os.path.join(build, "attnplan"), 0o755)
+            with open(os.path.join(build, "build.ninja"), "w") as f:
+                f.write("build attnplan: phony\n")
+            templates = os.path.join(directory, "templates")
+            os.makedirs(templates)
+            # The tree: a CMake project whose attnplan answers 0.20 ms.
+            tree = os.path.join(directory, "tree")
+            os.makedirs(tree)
+            with open(os.path.join(tree, "CMakeLists.txt"), "w") as f:
+                f.write("cmake_minimum_required(VERSION 3.20)\nproject(stand_in C)\n"
+                        "option(ATTNPLAN_WERROR \"\" OFF)\nadd_executable(attnplan main.c)\n")
+            with open(os.path.join(tree, "main.c"), "w") as f:
+                f.write("#include <stdio.h>\n"
+                        f"int main(void) {{ puts({json.dumps(bench_json(0.20, 0.19))}); return 0; }}\n")
+            out = os.path.join(directory, "out")
+            environment = dict(os.environ, OUT=out, ATTNPLAN_BUILD_DIR=build,
+                               ATTNPLAN_CACHE_DIR=os.path.join(directory, "cache"), ATTNPLAN_COMMIT="test")
+            result = subprocess.run(
+                ["bash", os.path.join(tools, "ab_bench.sh"), "--rounds", "1", "--iterations", "1", "--only",
+                 "proj-Llama-3.1-8B-o-8192", "main", "dir=" + templates, "tree=" + tree],
+                env=environment, capture_output=True, text=True, timeout=120)
+            self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
+            self.assertTrue(os.access(os.path.join(tree, "build-gpu", "attnplan"), os.X_OK))
+            with open(os.path.join(out, "ab.md")) as f:
+                row = next(line for line in f if line.startswith("| proj-Llama-3.1-8B-o-8192 |"))
+        self.assertEqual(row, "| proj-Llama-3.1-8B-o-8192 | output_projection | 0.400 (0.400; 0.400) | "
+                              "0.300 (0.300; 0.300) | 0.200 (0.200; 0.190) | 0.750 | 0.500 |\n")
 
 
 class Rope(unittest.TestCase):
