@@ -295,11 +295,11 @@ class ABScript(unittest.TestCase):
             tree = os.path.join(directory, "tree")
             os.makedirs(tree)
             with open(os.path.join(tree, "CMakeLists.txt"), "w") as f:
-                f.write("cmake_minimum_required(VERSION 3.20)\nproject(stand_in C)\n"
-                        "option(ATTNPLAN_WERROR \"\" OFF)\nadd_executable(attnplan main.c)\n")
-            with open(os.path.join(tree, "main.c"), "w") as f:
-                f.write("#include <stdio.h>\n"
-                        f"int main(void) {{ puts({json.dumps(bench_json(0.20, 0.19))}); return 0; }}\n")
+                f.write("cmake_minimum_required(VERSION 3.20)\nproject(stand_in CXX)\n"
+                        "option(ATTNPLAN_WERROR \"\" OFF)\nadd_executable(attnplan main.cpp)\n")
+            with open(os.path.join(tree, "main.cpp"), "w") as f:
+                f.write("#include <cstdio>\n"
+                        f"int main() {{ std::puts({json.dumps(bench_json(0.20, 0.19))}); return 0; }}\n")
             out = os.path.join(directory, "out")
             environment = dict(os.environ, OUT=out, ATTNPLAN_BUILD_DIR=build,
                                ATTNPLAN_CACHE_DIR=os.path.join(directory, "cache"), ATTNPLAN_COMMIT="test")
