@@ -8,7 +8,8 @@
 # host code is the build's), NAME=BUILD (a build directory holding its own `attnplan`: host code and
 # templates of another commit, for a change that is not templates alone), NAME=TREE (a source tree, a
 # CMakeLists.txt at its root, e.g. `git archive BRANCH | tar -x -C TREE`: its attnplan is built first, into
-# TREE/build-gpu, and runs as a BUILD does) or NAME alone (the templates built into attnplan). Writes $OUT/ab.md and every run's JSON and log under $OUT/ab/NAME/. Ours only: no peers.
+# TREE/build-gpu, which then runs as a BUILD) or NAME alone (the templates built into attnplan). Writes
+# $OUT/ab.md and every run's JSON and log under $OUT/ab/NAME/. Ours only: no peers.
 # ATTNPLAN_COMMIT as for tools/bench_suite.sh.
 #
 #   tools/ab_bench.sh --only 'attn-d64-causal-16k-s1-b64' main new=/tmp/new/templates
@@ -62,13 +63,14 @@ done
 WORK="$OUT/ab"
 mkdir -p "$WORK"
 build_attnplan "$BUILD" "$WORK/build.log" || exit 1
-# The source trees' own attnplan (NAME=TREE), each built once before the rounds.
-tree_binary() { echo "$1/build-gpu/attnplan"; }
-for variant in "${variants[@]}"; do
-  tree="${variant#*=}"
-  if [[ $variant == *=* && -f $tree/CMakeLists.txt ]]; then
-    echo "== building ${variant%%=*} from $tree"
-    build_attnplan "$tree/build-gpu" "$WORK/build-${variant%%=*}.log" "$tree" || exit 1
+# The source trees (NAME=TREE), each built once before the rounds and from then on a NAME=BUILD variant.
+for i in "${!variants[@]}"; do
+  name="${variants[$i]%%=*}"
+  tree="${variants[$i]#*=}"
+  if [[ ${variants[$i]} == *=* && -f $tree/CMakeLists.txt ]]; then
+    echo "== building $name from $tree"
+    build_attnplan "$tree/build-gpu" "$WORK/build-$name.log" "$tree" || exit 1
+    variants[i]="$name=$tree/build-gpu"
   fi
 done
 python3 "$ROOT/tools/bench_matrix.py" rows "$WORK" --only "$ONLY" >"$WORK/runs.txt" || exit 1
@@ -85,9 +87,7 @@ for ((round = 1; round <= ROUNDS; ++round)); do
     binary="$BUILD/attnplan"
     environment=(env -u ATTNPLAN_TEMPLATE_DIR)
     if [[ $variant == *=* ]]; then
-      if [[ -f ${variant#*=}/CMakeLists.txt ]]; then
-        binary="$(tree_binary "${variant#*=}")"  # a source tree, built above
-      elif [[ -f ${variant#*=}/attnplan && -x ${variant#*=}/attnplan ]]; then
+      if [[ -f ${variant#*=}/attnplan && -x ${variant#*=}/attnplan ]]; then
         binary="${variant#*=}/attnplan"  # another build: its own host code and embedded templates
       else
         environment=(env "ATTNPLAN_TEMPLATE_DIR=${variant#*=}")
