@@ -164,6 +164,7 @@ def projection_rows(model, path, config, tokens):
 
 
 def make_rows(directory, full, only):
+    os.makedirs(directory, exist_ok=True)  # a fresh DIR is the common case from the command line
     rows = []
     configs = {d: attention_config(directory, d) for d in (64, 128, 256)}
 
