@@ -693,8 +693,9 @@ __global__ void __launch_bounds__(Traits::threads, 1)
   constexpr int kScoreRegisters = kBlockN / 2;    // S [64, block_n] fp32 over 128 threads
   constexpr int kOutputRegisters = kHeadDim / 2;  // O [64, head_dim] fp32 over 128 threads
   constexpr int kPSteps = kBlockN / 16;           // k16 steps of O += P V
-  const int consumer = threadIdx.x / 128 - 1;     // rows consumer * 64 .. + 63 of the CTA's tile
-  const int warp = (threadIdx.x / 32) % 4;        // rows 16 * warp .. of the consumer's 64
+  // rows consumer * 64 .. + 63 of the CTA's tile; broadcast from lane 0, so ptxas knows it is warp-uniform
+  const int consumer = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x / 128), 0) - 1;
+  const int warp = (threadIdx.x / 32) % 4;  // rows 16 * warp .. of the consumer's 64
   const int lane = threadIdx.x % 32;
   const int group = lane / 4;     // accumulator rows group and group + 8 of the warp's 16
   const int in_group = lane % 4;  // accumulator columns 2 * in_group + {0, 1} of each n8 tile

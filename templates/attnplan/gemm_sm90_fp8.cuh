@@ -135,34 +135,50 @@ struct Fp8BlockFactors {
   float row0, row1, weight;
 };
 
-// A consumer warpgroup's K blocks base .. base + count - 1 into `accumulator`: block i sits in ring slot
-// (base + i) % stages (as the producer fills them); its 4 wgmma k32 go into a fresh partial (the first
-// overwrites: no zeroing between blocks), and once they complete the slot is freed and the partial, times
-// its factors, added to the accumulator. Blocks in pairs, so each partial is a fixed register array: even
-// blocks in partial_a, odd ones in partial_b; wait_group 1 leaves only the block just issued in flight.
-// Straight-line pairs with the last block or two peeled: with the pair's second half under a branch inside
-// the loop, ptxas could not tell which partial was still in flight and serialized every wgmma (C7514).
+// A ring slot and the parity of the pass over the ring that fills it, advanced one K block at a time: the
+// consumers' loop then spends no `% stages` and `/ stages` per block (a multiply-high, shifts and a
+// multiply-subtract at 6 stages, in vector registers where the slot addressed the empty barrier).
+template <int kStages>
+struct RingPosition {
+  int slot = 0;
+  unsigned phase = 0;
+  __device__ __forceinline__ void advance() {
+    if (++slot == kStages) {
+      slot = 0;
+      phase ^= 1u;
+    }
+  }
+};
+
+// A consumer warpgroup's next `count` K blocks into `accumulator`, from ring position `position` (advanced
+// past them): the blocks sit in consecutive slots as the producer fills them; each one's 4 wgmma k32 go
+// into a fresh partial (the first overwrites: no zeroing between blocks), and once they complete the slot
+// is freed and the partial, times its factors, added to the accumulator. Blocks in pairs, so each partial
+// is a fixed register array: even blocks in partial_a, odd ones in partial_b; wait_group 1 leaves only the
+// block just issued in flight. Straight-line pairs with the last block or two peeled: with the pair's
+// second half under a branch inside the loop, ptxas could not tell which partial was still in flight and
+// serialized every wgmma (C7514).
 //
-// factors_at(i): block i's factors (i may pass the last; the caller clamps), asked for two blocks before
-// the promotion that multiplies by them: loaded as the block itself was issued, an L2 round trip outlasted
-// the block's wgmmas and the promotion's FFMAs waited on it (Nsight Compute, session 11: 28% of the stall
-// samples, long scoreboard).
+// factors.next(): the next block's factors (past the last block it repeats the last one's, unused), asked
+// for two blocks before the promotion that multiplies by them: loaded as the block itself was issued, an
+// L2 round trip outlasted the block's wgmmas and the promotion's FFMAs waited on it (Nsight Compute,
+// session 11: 28% of the stall samples, long scoreboard).
 //
 // before_last_wait(): with an even number of blocks, called once the last block is issued and every other
 // one promoted, before the wait for the last: the epilogue's loads issued there run under the last block's
 // wgmmas, in partial_a's registers, free by then; with an odd number, after the last promotion.
-template <class Traits, class FactorsAt, class BeforeLastWait>
-__device__ __forceinline__ void consume_blocks(int base, int count, unsigned ring, unsigned full_barriers,
-                                               unsigned empty_barriers, unsigned a_offset, int lane,
+template <class Traits, class Factors, class BeforeLastWait>
+__device__ __forceinline__ void consume_blocks(RingPosition<Traits::stages>& position, int count,
+                                               unsigned ring, unsigned full_barriers, unsigned empty_barriers,
+                                               unsigned a_offset, int lane,
                                                float (&accumulator)[Traits::accumulators],
                                                float (&partial_a)[Traits::accumulators],
-                                               float (&partial_b)[Traits::accumulators],
-                                               FactorsAt&& factors_at, BeforeLastWait&& before_last_wait) {
-  auto issue = [&](float(&partial)[Traits::accumulators], int i) {
-    const int slot = (base + i) % Traits::stages;
-    const unsigned phase = ((base + i) / Traits::stages) & 1u;
-    sm90::mbarrier_wait_parity(full_barriers + 8 * slot, phase);
-    const unsigned a_slot = ring + slot * Traits::slot_bytes;
+                                               float (&partial_b)[Traits::accumulators], Factors& factors,
+                                               BeforeLastWait&& before_last_wait) {
+  RingPosition<Traits::stages> released = position;  // the oldest block not yet promoted
+  auto issue = [&](float(&partial)[Traits::accumulators]) {
+    sm90::mbarrier_wait_parity(full_barriers + 8 * position.slot, position.phase);
+    const unsigned a_slot = ring + position.slot * Traits::slot_bytes;
     const unsigned long long a_descriptor = sm90::kmajor_descriptor(a_slot + a_offset);
     const unsigned long long b_descriptor = sm90::kmajor_descriptor(a_slot + Traits::a_slot_bytes);
     sm90::fence_registers(partial);
@@ -173,52 +189,81 @@ __device__ __forceinline__ void consume_blocks(int base, int count, unsigned rin
       sm90::wgmma_ss_fp8_n128(partial, a_descriptor + 2 * step, b_descriptor + 2 * step, step > 0);
     }
     sm90::wgmma_commit_group();
+    position.advance();
   };
-  auto promote = [&](float(&partial)[Traits::accumulators], int i, const Fp8BlockFactors& factors) {
+  auto promote = [&](float(&partial)[Traits::accumulators], const Fp8BlockFactors& block) {
     sm90::fence_registers(partial);
-    const float factor0 = factors.row0 * factors.weight;
-    const float factor1 = factors.row1 * factors.weight;
-    if (lane == 0) sm90::mbarrier_arrive(empty_barriers + 8 * ((base + i) % Traits::stages));
+    const float factor0 = block.row0 * block.weight;
+    const float factor1 = block.row1 * block.weight;
+    if (lane == 0) sm90::mbarrier_arrive(empty_barriers + 8 * released.slot);
+    released.advance();
 #pragma unroll
     for (int j = 0; j < Traits::accumulators; ++j) {
       accumulator[j] = fmaf(partial[j], (j / 2) % 2 == 0 ? factor0 : factor1, accumulator[j]);
     }
   };
   // `pending`: the factors of the block in flight; `ahead`: the next block's.
-  Fp8BlockFactors pending = factors_at(0);
-  Fp8BlockFactors ahead = factors_at(1);
-  issue(partial_a, 0);
+  Fp8BlockFactors pending = factors.next();
+  Fp8BlockFactors ahead = factors.next();
+  issue(partial_a);
   int i = 1;
   for (; i + 1 < count; i += 2) {
-    Fp8BlockFactors after = factors_at(i + 1);
-    issue(partial_b, i);
+    Fp8BlockFactors after = factors.next();
+    issue(partial_b);
     sm90::wgmma_wait_group<1>();
-    promote(partial_a, i - 1, pending);
+    promote(partial_a, pending);
     pending = ahead;
     ahead = after;
-    after = factors_at(i + 2);
-    issue(partial_a, i + 1);
+    after = factors.next();
+    issue(partial_a);
     sm90::wgmma_wait_group<1>();
-    promote(partial_b, i, pending);
+    promote(partial_b, pending);
     pending = ahead;
     ahead = after;
   }
   if (i < count) {  // an even number of blocks: the last one is odd
-    issue(partial_b, i);
+    issue(partial_b);
     sm90::wgmma_wait_group<1>();
-    promote(partial_a, i - 1, pending);
+    promote(partial_a, pending);
     before_last_wait();
     sm90::wgmma_wait_group<0>();
-    promote(partial_b, i, ahead);
+    promote(partial_b, ahead);
   } else {
     // partial_a's block is the one in flight here and partial_b's registers are free, while on the other
     // path it is the other way round: so that the loads land in the same registers on both paths
     // (otherwise ptxas keeps them apart and spills), this path loads after its last promotion.
     sm90::wgmma_wait_group<0>();
-    promote(partial_a, i - 1, pending);
+    promote(partial_a, pending);
     before_last_wait();
   }
 }
+
+// The promotion factors of a consumer thread's two rows, K block after K block: the activation scales (row r
+// of block k at a_scales[k a_scale_ld + r]) and, block-scaled, the weight block's scale (the tile's row of
+// [ceil(rows / 128), k_tiles]). One 32-bit offset, stepped and clamped to the last block by one instruction
+// per block, so the reads past the last block repeat its factors (unused) and the loop spends no 64-bit
+// index arithmetic on them; a_scale_ld x ceil(K / 128) < 2^31 floats (8 GiB of scales).
+template <int kGranularity>
+struct Fp8FactorStream {
+  const float* row0;    // a_scales + the thread's first row
+  const float* row1;    // a_scales + its second row
+  const float* weight;  // block-scaled only
+  int offset;           // k a_scale_ld for the next block k
+  int step;             // a_scale_ld
+  int last;             // (k_tiles - 1) a_scale_ld
+  int block;            // k, for the weight block scale
+  int last_block;       // k_tiles - 1
+
+  __device__ __forceinline__ Fp8BlockFactors next() {
+    Fp8BlockFactors factors{__ldg(row0 + offset), __ldg(row1 + offset), 1.0f};
+    offset = min(offset + step, last);
+    if constexpr (kGranularity == 2) {
+      factors.weight = __ldg(weight + block);
+      block = min(block + 1, last_block);
+    }
+    return factors;
+  }
+};
 
 // A consumer warpgroup's epilogue for the tile at (m0, n0), whose columns lie in `segment` (store_tile):
 // tensor / channel weight scale, bias, one rounding, TMA stores.
@@ -261,7 +306,9 @@ __global__ void __launch_bounds__(Traits::threads, 1)
   const unsigned empty_barriers = full_barriers + Traits::stages * 8;  // [stages] x 8 bytes
   const GemmParams& gemm = params.gemm;
 
-  const int warpgroup = threadIdx.x / 128;
+  // Broadcast from lane 0, so ptxas knows it is the same in every lane of the warp and keeps what is
+  // derived from it (A's offset in a slot, so A's wgmma descriptors) in uniform registers.
+  const int warpgroup = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x / 128), 0);
   if (threadIdx.x == 0) {
     for (int s = 0; s < Traits::stages; ++s) {
       sm90::mbarrier_init(full_barriers + 8 * s, 1);
@@ -330,7 +377,7 @@ __global__ void __launch_bounds__(Traits::threads, 1)
 #pragma unroll
   for (int j = 0; j < Traits::accumulators; ++j) partial_a[j] = partial_b[j] = 0.0f;
 
-  int slot_use = 0;
+  RingPosition<Traits::stages> position;
   for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
     const TileCoordinates coordinates = grouped_tile<Traits::group_m>(tile, tiles_m, tiles_n);
     const int m0 = coordinates.m * Traits::block_m;
@@ -342,24 +389,24 @@ __global__ void __launch_bounds__(Traits::threads, 1)
     // Rows past M hold zero codes; their scale is never read (and their results never stored).
     const int scale_row0 = row0 < gemm.m ? row0 : 0;
     const int scale_row1 = row1 < gemm.m ? row1 : 0;
-    // Block weight scales of the tile's 128 rows: row (n0 - n_begin) / 128 of [ceil(rows / 128), k_tiles].
-    const float* w_block_scales = w_scales + static_cast<long long>((n0 - segment.n_begin) / 128) * k_tiles;
 #pragma unroll
     for (int j = 0; j < Traits::accumulators; ++j) accumulator[j] = 0.0f;
 
-    // K block k_tile's promotion factors (a block past the last reads the last one's, unused).
-    auto load_factors = [&](int k_tile) {
-      k_tile = min(k_tile, k_tiles - 1);
-      const float* a_scales = params.a_scales + k_tile * params.a_scale_ld;
-      Fp8BlockFactors factors{__ldg(a_scales + scale_row0), __ldg(a_scales + scale_row1), 1.0f};
-      if constexpr (Traits::granularity == 2) factors.weight = __ldg(w_block_scales + k_tile);
-      return factors;
-    };
+    const int scale_ld = static_cast<int>(params.a_scale_ld);
+    Fp8FactorStream<Traits::granularity> factors;
+    factors.row0 = params.a_scales + scale_row0;
+    factors.row1 = params.a_scales + scale_row1;
+    // Block weight scales of the tile's 128 rows: row (n0 - n_begin) / 128 of [ceil(rows / 128), k_tiles].
+    factors.weight = w_scales + static_cast<long long>((n0 - segment.n_begin) / 128) * k_tiles;
+    factors.offset = 0;
+    factors.step = scale_ld;
+    factors.last = (k_tiles - 1) * scale_ld;
+    factors.block = 0;
+    factors.last_block = k_tiles - 1;
     Fp8ColumnPair terms[Traits::block_n / 8];
-    consume_blocks<Traits>(slot_use, k_tiles, ring, full_barriers, empty_barriers, a_offset, lane,
-                           accumulator, partial_a, partial_b, load_factors,
+    consume_blocks<Traits>(position, k_tiles, ring, full_barriers, empty_barriers, a_offset, lane,
+                           accumulator, partial_a, partial_b, factors,
                            [&]() { load_fp8_terms<Traits>(gemm, n0, segment, terms); });
-    slot_use += k_tiles;
 
     store_fp8_tile<Traits>(params, staging, warpgroup, m0, n0, terms, accumulator);
   }
