@@ -192,6 +192,14 @@ void check_fp8_activation_buffers(const GemmParams& params, const Fp8ActivationB
   require(
       activations.scales != nullptr && aligned(activations.scales, 16) && activations.scale_ld >= params.m,
       "activation scales: null, not 16-byte aligned, or scale_ld < M");
+  // The sm_90a GEMM steps through the scales with one 32-bit element offset (gemm_sm90_fp8.cuh,
+  // Fp8FactorStream): the scales must span fewer than 2^31 floats.
+  const long long groups = ceil_div(std::max(params.k, 0), kFp8ActivationGroup);
+  require(
+      activations.scale_ld * groups < (1ll << 31),
+      fmt::format("activation scales: scale_ld {} x {} groups of 128 channels is 2^31 floats or more (the "
+                  "GEMM's 32-bit scale offsets)",
+                  activations.scale_ld, groups));
 }
 
 void launch_fp8_quantize(const driver::Function& quantize, const GemmParams& params,

@@ -113,4 +113,17 @@ TEST_CASE("fp8-activation GEMM: shapes, buffers and checks", "[plan][gemm][gemm_
   params.segments[0] = {reinterpret_cast<const bf16_bits*>(memory), nullptr, 0, 100, memory, nullptr};
   params.segments[1] = {reinterpret_cast<const bf16_bits*>(memory), nullptr, 100, 200, memory, nullptr};
   CHECK(contains(expect_error([&] { spec.check(params); }).message(), "segments[0] is 100 wide"));
+
+  // The activation buffers: scale_ld >= M, and scales the sm_90a GEMM's 32-bit offsets reach (K 2880: 23
+  // groups of 128 channels, so scale_ld 2^26 fits and 2^27 does not).
+  plan::Fp8ActivationBuffers activations = plan::fp8_activation_buffers(memory, params.m, params.k);
+  plan::check_fp8_activation_buffers(params, activations);
+  activations.scale_ld = 1ll << 26;
+  plan::check_fp8_activation_buffers(params, activations);
+  activations.scale_ld = 1ll << 27;
+  CHECK(contains(expect_error([&] { plan::check_fp8_activation_buffers(params, activations); }).message(),
+                 "32-bit scale offsets"));
+  activations.scale_ld = params.m - 1;
+  CHECK(contains(expect_error([&] { plan::check_fp8_activation_buffers(params, activations); }).message(),
+                 "scale_ld < M"));
 }
