@@ -1,6 +1,8 @@
-// The fp8-activation projection for sm_90a: activations quantized per (token, 128 channels) to e4m3 by
-// fp8_quantize_kernel (every arch), then C[M, N] = A·W^T on the fp8 tensor cores by gemm_sm90_fp8_kernel
-// (wgmma m64n128k32 e4m3 x e4m3 -> fp32). The rounding rule is in gemm_sm90_fp8_params.h.
+// The fp8-activation projection for sm_90a: activations quantized to e4m3 per token (tensor and channel
+// weight scales: fp8_quantize_tokens_kernel) or per (token, 128 channels) (block weight scales:
+// fp8_quantize_kernel), both for every arch, then C[M, N] = A·W^T on the fp8 tensor cores by
+// gemm_sm90_fp8_kernel (wgmma m64n128k32 e4m3 x e4m3 -> fp32). The rounding rule is in
+// gemm_sm90_fp8_params.h.
 //
 // The GEMM has gemm_sm90.cuh's structure (persistent CTAs of one TMA producer warpgroup and two consumer
 // warpgroups, a ring of 128-byte-swizzled slots with full/empty mbarriers, grouped rasterization), with
@@ -8,9 +10,10 @@
 // one activation scale group and one 128x128 weight scale block. The 4 wgmma k32 of the slot go into a
 // fresh fp32 `partial`; once they complete, partial * a_scale(row, block) * w_scale(block) is added to
 // the fp32 `accumulator`. So every scale is applied exactly, in fp32, and the tensor cores' limited fp8
-// accumulation precision covers only 128 products. Tensor and channel weight scales are constant along K
-// and are applied once, in the epilogue. Each consumer keeps two partials, so its next block's wgmmas run
-// while it promotes the last one.
+// accumulation precision covers only 128 products. Tensor and channel weight scales are constant along K,
+// and so are the activation scales that go with them (one per token): the promotion is then a plain add
+// and every scale is applied once, in the epilogue. Each consumer keeps two partials, so its next block's
+// wgmmas run while it promotes the last one.
 //
 // Tails: TMA zero-fills rows past M or a segment's end and K past K (codes 0), so any M, any N, any K that
 // is a multiple of 16 (16-byte rows of codes) work.
@@ -46,6 +49,18 @@ struct Fp8QuantizeTraits {
                 "the GEMM reads one scale per 128 channels");
 };
 
+// A lane's 8 channels from `at` (16-byte aligned): one 16-byte load, widened to fp32.
+__device__ __forceinline__ void load_fp8_channels(const bf16_bits* at, float (&values)[kFp8ChannelsPerLane]) {
+  const uint4 raw = *reinterpret_cast<const uint4*>(at);
+  const unsigned words[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const __nv_bfloat162 pair = *reinterpret_cast<const __nv_bfloat162*>(&words[i]);
+    values[2 * i] = __low2float(pair);
+    values[2 * i + 1] = __high2float(pair);
+  }
+}
+
 // grid: [ceil(M * ceil(K / 128) / groups_per_block)], block: [Traits::threads]. K a multiple of 16, lda a
 // multiple of 8 and A 16-byte aligned (check_gemm_operands), so a lane's 8 channels are one aligned load.
 template <class Traits>
@@ -63,21 +78,47 @@ __global__ void __launch_bounds__(Traits::threads) fp8_quantize_kernel(const Fp8
   // K % 16 == 0: a lane's 8 channels are all inside K or all past it.
   const bool inside = valid && k0 < params.k;
   float values[Traits::per_lane] = {};
-  if (inside) {
-    const uint4 raw = *reinterpret_cast<const uint4*>(params.input + m * params.ld_input + k0);
-    const unsigned words[4] = {raw.x, raw.y, raw.z, raw.w};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const __nv_bfloat162 pair = *reinterpret_cast<const __nv_bfloat162*>(&words[i]);
-      values[2 * i] = __low2float(pair);
-      values[2 * i + 1] = __high2float(pair);
-    }
-  }
+  if (inside) load_fp8_channels(params.input + m * params.ld_input + k0, values);
   const float scale = fp8_activation_scale(values);
   if (inside) {
     *reinterpret_cast<uint2*>(params.codes + m * params.ld_codes + k0) = fp8_activation_codes(values, scale);
   }
   if (valid && lane == 0) params.scales[group * params.scale_ld + m] = scale;
+}
+
+// The per-token quantizer (tensor and channel weight scales): one CTA per token. A first pass takes the
+// row's amax, a second converts it (its loads hit L1: a row is at most a few tens of KiB), 8 channels
+// per thread and pass step, one 16-byte load each.
+template <int kThreads>
+struct Fp8TokenQuantizeTraits {
+  using Params = Fp8QuantizeParams;
+  static constexpr int threads = kThreads;
+  static_assert(kThreads % 32 == 0 && kThreads <= 1024, "whole warps");
+};
+
+// grid: [M], block: [Traits::threads]. K a multiple of 16, lda a multiple of 8 and A 16-byte aligned
+// (check_gemm_operands), so 8 channels are one aligned load.
+template <class Traits>
+__global__ void __launch_bounds__(Traits::threads)
+    fp8_quantize_tokens_kernel(const Fp8QuantizeParams params) {
+  const int m = blockIdx.x;
+  if (m >= params.m) return;  // the whole block: no thread is left out of block_max
+  const bf16_bits* input = params.input + m * params.ld_input;
+  float amax = 0.0f;
+  for (int k0 = kFp8ChannelsPerLane * threadIdx.x; k0 < params.k;
+       k0 += kFp8ChannelsPerLane * Traits::threads) {
+    float values[kFp8ChannelsPerLane];
+    load_fp8_channels(input + k0, values);
+    amax = fmaxf(amax, fp8_lane_amax(values));
+  }
+  const float scale = fp8_scale_of(block_max<Traits::threads>(amax));
+  for (int k0 = kFp8ChannelsPerLane * threadIdx.x; k0 < params.k;
+       k0 += kFp8ChannelsPerLane * Traits::threads) {
+    float values[kFp8ChannelsPerLane];
+    load_fp8_channels(input + k0, values);
+    *reinterpret_cast<uint2*>(params.codes + m * params.ld_codes + k0) = fp8_activation_codes(values, scale);
+  }
+  if (threadIdx.x == 0) params.scales[m] = scale;  // group 0: the token's one scale
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -95,6 +136,9 @@ struct GemmSm90Fp8Traits {
   static constexpr int segments = kSegments;
   static constexpr bool has_bias = kHasBias;
   static constexpr int granularity = kGranularity;
+  // Tensor and channel weight scales go with one activation scale per token (gemm_sm90_fp8_params.h): the
+  // promotion adds, and the row scales join the column scales in the epilogue.
+  static constexpr bool token_scales = kGranularity != 2;
 
   static constexpr int consumers = 2;
   static constexpr int threads = 128 * (1 + consumers);
@@ -129,8 +173,8 @@ struct GemmSm90Fp8Traits {
                 "setmaxnreg targets exceed the registers the CTA launched with");
 };
 
-// What a K block's promotion multiplies by: the activation scales of a consumer thread's two rows and,
-// block-scaled, the weight block's scale (1 otherwise: tensor and channel scales wait for the epilogue).
+// What a K block's promotion multiplies by: the activation scales of a consumer thread's two rows and the
+// weight block's scale (block-scaled weights; with token scales the promotion multiplies by nothing).
 struct Fp8BlockFactors {
   float row0, row1, weight;
 };
@@ -199,7 +243,11 @@ __device__ __forceinline__ void consume_blocks(RingPosition<Traits::stages>& pos
     released.advance();
 #pragma unroll
     for (int j = 0; j < Traits::accumulators; ++j) {
-      accumulator[j] = fmaf(partial[j], (j / 2) % 2 == 0 ? factor0 : factor1, accumulator[j]);
+      if constexpr (Traits::token_scales) {
+        accumulator[j] += partial[j];
+      } else {
+        accumulator[j] = fmaf(partial[j], (j / 2) % 2 == 0 ? factor0 : factor1, accumulator[j]);
+      }
     }
   };
   // `pending`: the factors of the block in flight; `ahead`: the next block's.
@@ -238,13 +286,14 @@ __device__ __forceinline__ void consume_blocks(RingPosition<Traits::stages>& pos
   }
 }
 
-// The promotion factors of a consumer thread's two rows, K block after K block: the activation scales (row r
-// of block k at a_scales[k a_scale_ld + r]) and, block-scaled, the weight block's scale (the tile's row of
-// [ceil(rows / 128), k_tiles]). One 32-bit offset, stepped and clamped to the last block by one instruction
-// per block, so the reads past the last block repeat its factors (unused) and the loop spends no 64-bit
-// index arithmetic on them; a_scale_ld x ceil(K / 128) < 2^31 floats (8 GiB of scales).
+// The promotion factors of a consumer thread's two rows under block-scaled weights, K block after K block:
+// the activation scales (row r of block k at a_scales[k a_scale_ld + r]) and the weight block's scale (the
+// tile's row of [ceil(rows / 128), k_tiles]). One 32-bit offset, stepped and clamped to the last block by one
+// instruction per block, so the reads past the last block repeat its factors (unused) and the loop spends no
+// 64-bit index arithmetic on them; a_scale_ld x ceil(K / 128) < 2^31 floats (8 GiB of scales).
 template <int kGranularity>
 struct Fp8FactorStream {
+  static_assert(kGranularity == 2, "tensor and channel weight scales take Fp8NoFactors");
   const float* row0;    // a_scales + the thread's first row
   const float* row1;    // a_scales + its second row
   const float* weight;  // block-scaled only
@@ -255,39 +304,113 @@ struct Fp8FactorStream {
   int last_block;       // k_tiles - 1
 
   __device__ __forceinline__ Fp8BlockFactors next() {
-    Fp8BlockFactors factors{__ldg(row0 + offset), __ldg(row1 + offset), 1.0f};
+    const Fp8BlockFactors factors{__ldg(row0 + offset), __ldg(row1 + offset), __ldg(weight + block)};
     offset = min(offset + step, last);
-    if constexpr (kGranularity == 2) {
-      factors.weight = __ldg(weight + block);
-      block = min(block + 1, last_block);
-    }
+    block = min(block + 1, last_block);
     return factors;
   }
 };
 
+// Token scales: no factor per K block (the promotion adds).
+struct Fp8NoFactors {
+  __device__ __forceinline__ Fp8BlockFactors next() { return {1.0f, 1.0f, 1.0f}; }
+};
+
 // A consumer warpgroup's epilogue for the tile at (m0, n0), whose columns lie in `segment` (store_tile):
 // tensor / channel weight scale, bias, one rounding, TMA stores.
-// The column terms (channel or tensor scales, bias) are read by load_fp8_terms before the last K block's
-// wait (consume_blocks' before_last_wait), so their L2 round trip runs under that block's wgmmas instead of
-// between the main loop and the first store round, where both consumer warpgroups wait on it with the
-// tensor cores idle (block-scaled weights without bias read nothing: the 128x128 block scales were applied
-// per K block).
+// The column terms (channel or tensor scales, bias) are read by load_fp8_terms: with block-scaled weights
+// (which read only a bias, if any) before the last K block's wait (consume_blocks' before_last_wait), so
+// their L2 round trip runs under that block's wgmmas instead of between the main loop and the first store
+// round, where both consumer warpgroups wait on it with the tensor cores idle; with token scales after the
+// K loop, from lines prefetched into L1 (prefetch_token_terms says why).
+//
+// A tile inside N (every tile column but the last) reads from one address per array, each load an
+// immediate offset from it, where an address per column pair took an IMAD.WIDE and a register pair each
+// (32 a tile with channel scales).
 template <class Traits>
 __device__ __forceinline__ void load_fp8_terms(const GemmParams& gemm, int n0, const GemmSegment& segment,
                                                Fp8ColumnPair (&terms)[Traits::block_n / 8]) {
-  load_tile_terms<Traits::block_n>(
-      n0, gemm,
-      [&](int n, bool pair) {
-        return fp8_column_pair<Traits::granularity, Traits::has_bias>(segment, n, pair);
-      },
-      terms);
+  constexpr int kBlocks = Traits::block_n / 8;
+  if (n0 + Traits::block_n > gemm.n) {
+    load_tile_terms<Traits::block_n>(
+        n0, gemm,
+        [&](int n, bool pair) {
+          return fp8_column_pair<Traits::granularity, Traits::has_bias>(segment, n, pair);
+        },
+        terms);
+    return;
+  }
+  // The thread's column pairs are column + 8 b of the segment (store_tile's layout).
+  const int column = n0 + 2 * static_cast<int>(threadIdx.x % 4) - segment.n_begin;
+  const float* scales = static_cast<const float*>(segment.scales);
+  const float tensor_scale = Traits::granularity == 0 ? __ldg(scales) : 1.0f;
+#pragma unroll
+  for (int b = 0; b < kBlocks; ++b) {
+    if constexpr (Traits::granularity == 0) {
+      terms[b].scale0 = terms[b].scale1 = tensor_scale;
+    } else if constexpr (Traits::granularity == 1) {
+      terms[b].scale0 = __ldg(scales + column + 8 * b);
+      terms[b].scale1 = __ldg(scales + column + 8 * b + 1);
+    } else {
+      terms[b].scale0 = terms[b].scale1 = 1.0f;  // block scales: applied per K block
+    }
+    terms[b].bias0 = terms[b].bias1 = 0.0f;
+  }
+  if constexpr (Traits::has_bias) {
+    if (segment.bias != nullptr) {
+      const __nv_bfloat16* bias = reinterpret_cast<const __nv_bfloat16*>(segment.bias) + column;
+#pragma unroll
+      for (int b = 0; b < kBlocks; ++b) {
+        terms[b].bias0 = __bfloat162float(bias[8 * b]);
+        terms[b].bias1 = __bfloat162float(bias[8 * b + 1]);
+      }
+    }
+  }
 }
 
+// Token scales: the lines the epilogue reads after the K loop (the tile's column scales and bias, the
+// warpgroup's 64 row scales), asked into L1 as the tile starts by the first lanes of the warpgroup's first
+// warp, a line each; the loads after the loop then hit L1 (nothing else this kernel does goes through L1
+// to evict them: the ring and the stores are TMA's). Loaded into registers under the last block's wgmmas,
+// as the block-scaled tiles' terms are, they spilled (20-136 bytes in the variants tried: with the
+// promotion an add, ptxas keeps more of the last block's registers live there), and prefetched there,
+// ptxas moved the last promotion past the final wait. A tile reaching past N loads its terms after the
+// loop as they come (load_fp8_terms' checked path).
+template <class Traits>
+__device__ __forceinline__ void prefetch_token_terms(const GemmSm90Fp8Params& params, int n0,
+                                                     const GemmSegment& segment, int first_row, int thread) {
+  static_assert(Traits::token_scales && Traits::block_n == 128,
+                "a tile's 128 column scales: 5 lines at most");
+  const GemmParams& gemm = params.gemm;
+  const int column = n0 - segment.n_begin;
+  const unsigned char* line = nullptr;
+  if (thread < 5) {  // 512 bytes of column scales from any 4-byte boundary
+    if (Traits::granularity == 1 && n0 + Traits::block_n <= gemm.n)
+      line = reinterpret_cast<const unsigned char*>(static_cast<const float*>(segment.scales) + column) +
+             min(128 * thread, 511);
+  } else if (thread >= 8 && thread < 11) {  // the warpgroup's 64 row scales, clamped to M
+    const int row = min(first_row + 32 * (thread - 8), gemm.m - 1);
+    line = reinterpret_cast<const unsigned char*>(params.a_scales + min(row, first_row + 63));
+  } else if (Traits::has_bias && thread >= 16 && thread < 19) {  // 256 bytes of bias
+    if (segment.bias != nullptr && n0 + Traits::block_n <= gemm.n)
+      line = reinterpret_cast<const unsigned char*>(static_cast<const bf16_bits*>(segment.bias) + column) +
+             min(128 * (thread - 16), 255);
+  }
+  if (line != nullptr) sm90::prefetch_l1(line);
+}
+
+// With token scales, `rows` holds the activation scales of the thread's two rows (read with the column
+// terms): the accumulators are multiplied by them first.
 template <class Traits>
 __device__ __forceinline__ void store_fp8_tile(const GemmSm90Fp8Params& params, unsigned staging,
                                                int warpgroup, int m0, int n0,
                                                const Fp8ColumnPair (&terms)[Traits::block_n / 8],
-                                               const float (&accumulator)[Traits::accumulators]) {
+                                               const float2& rows,
+                                               float (&accumulator)[Traits::accumulators]) {
+  if constexpr (Traits::token_scales) {
+#pragma unroll
+    for (int j = 0; j < Traits::accumulators; ++j) accumulator[j] *= (j / 2) % 2 == 0 ? rows.x : rows.y;
+  }
   store_tile<Traits::block_n>(
       params.c_map, staging, warpgroup, m0, n0, params.gemm, accumulator, preloaded_columns(n0, terms),
       [](const Fp8ColumnPair& column, float value0, float value1) { return column.apply(value0, value1); });
@@ -392,23 +515,34 @@ __global__ void __launch_bounds__(Traits::threads, 1)
 #pragma unroll
     for (int j = 0; j < Traits::accumulators; ++j) accumulator[j] = 0.0f;
 
-    const int scale_ld = static_cast<int>(params.a_scale_ld);
-    Fp8FactorStream<Traits::granularity> factors;
-    factors.row0 = params.a_scales + scale_row0;
-    factors.row1 = params.a_scales + scale_row1;
-    // Block weight scales of the tile's 128 rows: row (n0 - n_begin) / 128 of [ceil(rows / 128), k_tiles].
-    factors.weight = w_scales + static_cast<long long>((n0 - segment.n_begin) / 128) * k_tiles;
-    factors.offset = 0;
-    factors.step = scale_ld;
-    factors.last = (k_tiles - 1) * scale_ld;
-    factors.block = 0;
-    factors.last_block = k_tiles - 1;
     Fp8ColumnPair terms[Traits::block_n / 8];
-    consume_blocks<Traits>(position, k_tiles, ring, full_barriers, empty_barriers, a_offset, lane,
-                           accumulator, partial_a, partial_b, factors,
-                           [&]() { load_fp8_terms<Traits>(gemm, n0, segment, terms); });
+    float2 rows = make_float2(1.0f, 1.0f);
+    if constexpr (Traits::token_scales) {
+      // Group 0 of the scales: the rows' one scale each, with the column terms after the K loop, from L1.
+      prefetch_token_terms<Traits>(params, n0, segment, m0 + (warpgroup - 1) * Traits::consumer_rows, thread);
+      Fp8NoFactors factors;
+      consume_blocks<Traits>(position, k_tiles, ring, full_barriers, empty_barriers, a_offset, lane,
+                             accumulator, partial_a, partial_b, factors, []() {});
+      load_fp8_terms<Traits>(gemm, n0, segment, terms);
+      rows = make_float2(__ldg(params.a_scales + scale_row0), __ldg(params.a_scales + scale_row1));
+    } else {
+      const int scale_ld = static_cast<int>(params.a_scale_ld);
+      Fp8FactorStream<Traits::granularity> factors;
+      factors.row0 = params.a_scales + scale_row0;
+      factors.row1 = params.a_scales + scale_row1;
+      // Block weight scales of the tile's 128 rows: row (n0 - n_begin) / 128 of [ceil(rows / 128), k_tiles].
+      factors.weight = w_scales + static_cast<long long>((n0 - segment.n_begin) / 128) * k_tiles;
+      factors.offset = 0;
+      factors.step = scale_ld;
+      factors.last = (k_tiles - 1) * scale_ld;
+      factors.block = 0;
+      factors.last_block = k_tiles - 1;
+      consume_blocks<Traits>(position, k_tiles, ring, full_barriers, empty_barriers, a_offset, lane,
+                             accumulator, partial_a, partial_b, factors,
+                             [&]() { load_fp8_terms<Traits>(gemm, n0, segment, terms); });
+    }
 
-    store_fp8_tile<Traits>(params, staging, warpgroup, m0, n0, terms, accumulator);
+    store_fp8_tile<Traits>(params, staging, warpgroup, m0, n0, terms, rows, accumulator);
   }
   // The staging boxes must outlive their stores' reads (shared memory goes with the CTA).
   if (thread == 0) sm90::bulk_wait_group<0>();
