@@ -12,8 +12,8 @@
 // and the GEMM reads a = code * scale. Block weights need a scale per 128-wide K block anyway (the
 // promotion multiplies each block's fp32 partial sums by it). With one scale per token the promotion is an
 // add and the scale a factor of the whole row, applied once in the epilogue, as `_scaled_mm`'s row-wise
-// scales are (the per-group factors' multiplies and loads took a third of the K loop's instructions,
-// docs/kernels-notes.md "Session 33").
+// scales are: the K loop then reads no scale (the per-group factors' loads and their index arithmetic
+// were where its "dispatch" stalls sat, docs/kernels-notes.md "Session 33").
 #pragma once
 
 #include "attnplan/gemm_params.h"
