@@ -342,30 +342,9 @@ __device__ __forceinline__ void load_fp8_terms(const GemmParams& gemm, int n0, c
   }
   // The thread's column pairs are column + 8 b of the segment (store_tile's layout).
   const int column = n0 + 2 * static_cast<int>(threadIdx.x % 4) - segment.n_begin;
-  const float* scales = static_cast<const float*>(segment.scales);
-  const float tensor_scale = Traits::granularity == 0 ? __ldg(scales) : 1.0f;
 #pragma unroll
-  for (int b = 0; b < kBlocks; ++b) {
-    if constexpr (Traits::granularity == 0) {
-      terms[b].scale0 = terms[b].scale1 = tensor_scale;
-    } else if constexpr (Traits::granularity == 1) {
-      terms[b].scale0 = __ldg(scales + column + 8 * b);
-      terms[b].scale1 = __ldg(scales + column + 8 * b + 1);
-    } else {
-      terms[b].scale0 = terms[b].scale1 = 1.0f;  // block scales: applied per K block
-    }
-    terms[b].bias0 = terms[b].bias1 = 0.0f;
-  }
-  if constexpr (Traits::has_bias) {
-    if (segment.bias != nullptr) {
-      const __nv_bfloat16* bias = reinterpret_cast<const __nv_bfloat16*>(segment.bias) + column;
-#pragma unroll
-      for (int b = 0; b < kBlocks; ++b) {
-        terms[b].bias0 = __bfloat162float(bias[8 * b]);
-        terms[b].bias1 = __bfloat162float(bias[8 * b + 1]);
-      }
-    }
-  }
+  for (int b = 0; b < kBlocks; ++b)
+    terms[b] = fp8_segment_columns<Traits::granularity, Traits::has_bias>(segment, column + 8 * b, true);
 }
 
 // Token scales: the lines the epilogue reads after the K loop (the tile's column scales and bias, the
