@@ -68,13 +68,19 @@ std::vector<StageWork> stage_work(const config::AttentionConfig& config,
   const double qkv_width = q_width + k_width + v_width, attention_width = hq * dv;
 
   std::vector<StageWork> work;
-  // fp8 codes: 1 byte per channel plus an f32 scale per token and 128 channels.
-  const auto code_bytes = [&](double k) { return tokens * k + tokens * std::ceil(k / 128) * 4; };
+  // fp8 codes: 1 byte per channel plus an f32 scale per token, or per token and 128 channels
+  // (config::fp8_activation_scales of the projection's weight scales).
+  const auto code_bytes = [&](double k, const config::WeightEncoding& encoding) {
+    const bool per_token =
+        config::fp8_activation_scales(encoding.scale_granularity) == config::Fp8ActivationScales::token;
+    return tokens * k + tokens * (per_token ? 1.0 : std::ceil(k / 128)) * 4;
+  };
   // RMSNorm: read the input, write the normed rows (the [hidden] weight is noise), or instead the q|k|v
   // projection's fp8 codes where it takes fp8 activations (RmsNormSpec::fp8_codes).
   const bool norm_codes = plan::uses_fp8_activations(config.projection.qkv);
   work.push_back({plan::StageKind::input_norm, 0,
-                  tokens * hidden * kBf16 + (norm_codes ? code_bytes(hidden) : tokens * hidden * kBf16) +
+                  tokens * hidden * kBf16 +
+                      (norm_codes ? code_bytes(hidden, config.projection.qkv) : tokens * hidden * kBf16) +
                       hidden * kBf16});
 
   // GEMMs: A [T, K] and C [T, N] once, the weight [N, K] once.
@@ -91,8 +97,9 @@ std::vector<StageWork> stage_work(const config::AttentionConfig& config,
   work.push_back({plan::StageKind::attention, 2 * (d + dv) * hq * pairs, 0});
   // fp8 activations on the output projection: the quantizer reads the bf16 rows once and writes the codes.
   if (plan::uses_fp8_activations(config.projection.output)) {
-    work.push_back({plan::StageKind::output_quantize, 0,
-                    tokens * attention_width * kBf16 + code_bytes(attention_width)});
+    work.push_back(
+        {plan::StageKind::output_quantize, 0,
+         tokens * attention_width * kBf16 + code_bytes(attention_width, config.projection.output)});
   }
   work.push_back({plan::StageKind::output_projection, 2 * tokens * hidden * attention_width,
                   (tokens * attention_width + hidden * attention_width + tokens * hidden) * kBf16});

@@ -25,6 +25,9 @@ std::string_view to_string(PackedIntegerScheme value) {
 std::string_view to_string(KvCacheDtype value) {
   return detail::enum_name(value);
 }
+std::string_view to_string(Fp8ActivationScales value) {
+  return value == Fp8ActivationScales::token ? "token" : "token_group";
+}
 
 void resolve_defaults(AttentionConfig& config) {
   if (config.kv_heads == 0) config.kv_heads = config.query_heads;

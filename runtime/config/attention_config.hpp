@@ -61,6 +61,16 @@ enum class Fp8ScaleGranularity { tensor, channel, block };
 enum class ActivationType { bf16, fp8 };
 enum class PackedIntegerScheme { gptq, gptq_v2, awq };
 
+// How a projection with fp8 activations scales them (specs/formats.md; the rounding rule is in
+// templates/attnplan/gemm_sm90_fp8_params.h): one scale per token under tensor and channel weight scales,
+// one per token and 128 channels under 128x128 block weight scales (which the GEMM applies per 128-wide K
+// block, so the activation scales come along at no cost there).
+enum class Fp8ActivationScales { token, token_group };
+constexpr Fp8ActivationScales fp8_activation_scales(Fp8ScaleGranularity weights) {
+  return weights == Fp8ScaleGranularity::block ? Fp8ActivationScales::token_group
+                                               : Fp8ActivationScales::token;
+}
+
 // The format of one projection's weights (specs/formats.md). Only the fields of `format` are
 // meaningful; the parser rejects fields that belong to another format.
 struct WeightEncoding {
@@ -133,6 +143,7 @@ std::string_view to_string(WeightFormat);
 std::string_view to_string(Fp8ScaleGranularity);
 std::string_view to_string(ActivationType);
 std::string_view to_string(PackedIntegerScheme);
+std::string_view to_string(Fp8ActivationScales);  // "token", "token_group"
 std::string_view to_string(KvCacheDtype);
 
 }  // namespace attnplan::config

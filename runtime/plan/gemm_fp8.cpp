@@ -62,8 +62,16 @@ bool uses_fp8_activations(const config::WeightEncoding& encoding) {
 
 compiler::KernelSource Fp8QuantizeSpec::source() const {
   compiler::KernelSource source;
-  source.family = "fp8_quantize";
   source.header = "attnplan/gemm_sm90_fp8.cuh";
+  if (scales == config::Fp8ActivationScales::token) {
+    source.family = "fp8_quantize_tokens";
+    source.traits = "attnplan::kernels::Fp8TokenQuantizeTraits";
+    source.kernel = "attnplan::kernels::fp8_quantize_tokens_kernel";
+    source.arguments = {{"threads", std::to_string(kFp8TokenQuantizeThreads)}};
+    source.spec = {{"family", source.family}, {"scales", "token"}, {"threads", kFp8TokenQuantizeThreads}};
+    return source;
+  }
+  source.family = "fp8_quantize";
   source.traits = "attnplan::kernels::Fp8QuantizeTraits";
   source.kernel = "attnplan::kernels::fp8_quantize_kernel";
   source.arguments = {{"group", std::to_string(kFp8ActivationGroup)},
@@ -73,6 +81,13 @@ compiler::KernelSource Fp8QuantizeSpec::source() const {
 }
 
 driver::LaunchShape Fp8QuantizeSpec::launch_shape(int m, int k) const {
+  if (scales == config::Fp8ActivationScales::token) {  // a CTA per token
+    if (m <= 0 || k <= 0) {
+      throw Error(Stage::input, fmt::format("fp8 quantize: no launch shape for M = {}, K = {}", m, k));
+    }
+    return driver::LaunchShape{
+        {static_cast<unsigned>(m), 1, 1}, {unsigned(kFp8TokenQuantizeThreads), 1, 1}, 0};
+  }
   const std::int64_t items = std::int64_t(m) * ceil_div(k, kFp8ActivationGroup);
   const std::int64_t blocks = ceil_div(items, std::int64_t{kFp8QuantizeWarps} * kFp8QuantizeGroupsPerWarp);
   if (m <= 0 || k <= 0 || blocks > 0x7fffffff) {
@@ -103,6 +118,7 @@ compiler::KernelSource GemmFp8Spec::source() const {
                  {"has_bias", has_bias},
                  {"scale_granularity", config::to_string(granularity)},
                  {"activation", "fp8"},
+                 {"activation_scales", config::to_string(activation_scales())},
                  {"dynamic_shared_bytes", dynamic_shared_bytes()}};
   if (!wgmma) source.spec["kernel"] = gemm_fp8_kernel_name(kernel);
   return source;
@@ -192,10 +208,18 @@ void check_fp8_activation_buffers(const GemmParams& params, const Fp8ActivationB
   require(
       activations.scales != nullptr && aligned(activations.scales, 16) && activations.scale_ld >= params.m,
       "activation scales: null, not 16-byte aligned, or scale_ld < M");
+  // The sm_90a GEMM steps through the scales with one 32-bit element offset (gemm_sm90_fp8.cuh,
+  // Fp8FactorStream): the scales must span fewer than 2^31 floats.
+  const long long groups = ceil_div(std::max(params.k, 0), kFp8ActivationGroup);
+  require(
+      activations.scale_ld * groups < (1ll << 31),
+      fmt::format("activation scales: scale_ld {} x {} groups of 128 channels is 2^31 floats or more (the "
+                  "GEMM's 32-bit scale offsets)",
+                  activations.scale_ld, groups));
 }
 
-void launch_fp8_quantize(const driver::Function& quantize, const GemmParams& params,
-                         const Fp8ActivationBuffers& activations, CUstream stream) {
+void launch_fp8_quantize(const driver::Function& quantize, const Fp8QuantizeSpec& spec,
+                         const GemmParams& params, const Fp8ActivationBuffers& activations, CUstream stream) {
   require(params.m >= 0 && params.k >= 0, fmt::format("negative size (M = {}, K = {})", params.m, params.k));
   if (params.m == 0 || params.n == 0) return;
   require(params.a != nullptr && aligned(params.a, 16) && params.lda >= params.k && params.lda % 8 == 0,
@@ -211,7 +235,7 @@ void launch_fp8_quantize(const driver::Function& quantize, const GemmParams& par
   quantize_params.scale_ld = activations.scale_ld;
   quantize_params.m = params.m;
   quantize_params.k = params.k;
-  driver::launch(quantize, Fp8QuantizeSpec{}.launch_shape(params.m, params.k), stream, quantize_params);
+  driver::launch(quantize, spec.launch_shape(params.m, params.k), stream, quantize_params);
 }
 
 void launch_gemm_fp8_codes(const driver::Function& gemm, const GemmFp8Spec& spec, const GemmParams& params,
@@ -233,7 +257,7 @@ void launch_gemm_fp8(const driver::Function& quantize, const driver::Function& g
   spec.check(params);
   if (params.m == 0 || params.n == 0) return;
   check_fp8_activation_buffers(params, activations);
-  launch_fp8_quantize(quantize, params, activations, stream);
+  launch_fp8_quantize(quantize, Fp8QuantizeSpec{spec.activation_scales()}, params, activations, stream);
   launch_gemm_fp8_codes(gemm, spec, params, activations, stream, multiprocessors);
 }
 

@@ -34,8 +34,11 @@ std::string_view gemm_fp8_kernel_name(GemmFp8Kernel kernel);  // "wgmma", "mma_s
 // Whether a projection of `encoding` runs on fp8 activations: fp8 weights with activation "fp8".
 bool uses_fp8_activations(const config::WeightEncoding& encoding);
 
-// The quantizer: bf16 [M, K] -> e4m3 codes + one f32 scale per (token, 128 channels).
+// The quantizer: bf16 [M, K] -> e4m3 codes + one f32 scale per token (fp8_quantize_tokens_kernel, a CTA
+// per token) or per (token, 128 channels) (fp8_quantize_kernel, a half-warp per group).
 struct Fp8QuantizeSpec {
+  config::Fp8ActivationScales scales = config::Fp8ActivationScales::token_group;
+
   compiler::KernelSource source() const;
   driver::LaunchShape launch_shape(int m, int k) const;  // m, k > 0
 };
@@ -51,6 +54,8 @@ struct GemmFp8Spec {
   config::Fp8ScaleGranularity granularity = config::Fp8ScaleGranularity::block;
   GemmFp8Kernel kernel = GemmFp8Kernel::wgmma;
 
+  // The activation scales its promotion and epilogue expect (config::fp8_activation_scales).
+  config::Fp8ActivationScales activation_scales() const { return config::fp8_activation_scales(granularity); }
   compiler::KernelSource source() const;
   int threads() const {
     return kernel == GemmFp8Kernel::wgmma ? 3 * 128 : 256;
@@ -66,8 +71,9 @@ struct GemmFp8Spec {
   void check(const GemmParams& params) const;
 };
 
-// Where the quantized activations go: codes [M, K] (row stride K bytes), then scales
-// [ceil(K / 128), scale_ld] with scale_ld = M rounded up to 4 (16-byte aligned rows of scales).
+// Where the quantized activations go: codes [M, K] (row stride K bytes), then scales [groups, scale_ld]
+// with scale_ld = M rounded up to 4 (16-byte aligned rows of scales): groups = ceil(K / 128), or 1 with
+// one scale per token (the buffers are sized for the former either way).
 struct Fp8ActivationBuffers {
   unsigned char* codes = nullptr;
   float* scales = nullptr;
@@ -99,13 +105,13 @@ void check_fp8_activation_buffers(const GemmParams& params, const Fp8ActivationB
 // The two halves of launch_gemm_fp8, for callers that observe each kernel (PrefillPlan::execute's stages):
 // the quantizer (params.a [M, K], row stride lda -> activations) and the GEMM over the codes it wrote.
 // Each checks what it reads, then queues its kernel on `stream`; nothing is launched when M or N is 0.
-void launch_fp8_quantize(const driver::Function& quantize, const GemmParams& params,
-                         const Fp8ActivationBuffers& activations, CUstream stream);
+void launch_fp8_quantize(const driver::Function& quantize, const Fp8QuantizeSpec& spec,
+                         const GemmParams& params, const Fp8ActivationBuffers& activations, CUstream stream);
 void launch_gemm_fp8_codes(const driver::Function& gemm, const GemmFp8Spec& spec, const GemmParams& params,
                            const Fp8ActivationBuffers& activations, CUstream stream, int multiprocessors);
 
-// Checks, then queues the quantizer (params.a -> activations) and the GEMM on `stream`. Nothing is
-// launched when M or N is 0.
+// Checks, then queues the quantizer (params.a -> activations; `quantize` compiled from
+// Fp8QuantizeSpec{spec.activation_scales()}) and the GEMM on `stream`. Nothing is launched when M or N is 0.
 void launch_gemm_fp8(const driver::Function& quantize, const driver::Function& gemm, const GemmFp8Spec& spec,
                      const GemmParams& params, const Fp8ActivationBuffers& activations, CUstream stream,
                      int multiprocessors);

@@ -397,12 +397,17 @@ KernelPlan plan_kernels(const config::AttentionConfig& config, const config::Arc
     return fp8;
   };
   if (uses_fp8_activations(config.projection.qkv)) plan.qkv_projection_fp8 = fp8_spec(plan.qkv_projection);
-  if (uses_fp8_activations(config.projection.output))
+  if (uses_fp8_activations(config.projection.output)) {
     plan.output_projection_fp8 = fp8_spec(plan.output_projection);
+    plan.activation_quantize.scales = plan.output_projection_fp8->activation_scales();
+  }
   // The q|k|v projection's input is the input norm's output: the norm writes the codes itself, so no
   // quantizer reads its rows again (nor, unobserved, are they written in bf16). require_supported's
   // K % 16 rule gives the norm the 8-channel vectors the codes need (RmsNormTraits' static_assert).
   plan.input_norm.fp8_codes = plan.qkv_projection_fp8.has_value();
+  plan.input_norm.fp8_token_scales =
+      plan.input_norm.fp8_codes &&
+      plan.qkv_projection_fp8->activation_scales() == config::Fp8ActivationScales::token;
   fuse_qkv_postprocess(plan);
   // An fp8-activation projection has no small-launch specialization: its GemmSpec is never the bf16 wgmma
   // or the decoding kernel (choose_projection_kernel keeps fp8 weights off both), so

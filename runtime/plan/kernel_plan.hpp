@@ -53,7 +53,7 @@ struct KernelPlan {
   // otherwise.
   std::optional<GemmFp8Spec> qkv_projection_fp8;
   std::optional<GemmFp8Spec> output_projection_fp8;
-  Fp8QuantizeSpec activation_quantize;  // output_quantize's quantizer
+  Fp8QuantizeSpec activation_quantize;  // output_quantize's quantizer (its scales: output_projection_fp8's)
   // The projections' short-launch specializations (wgmma: kSmallLaunchTokens, wgmma_decode:
   // kDecodeSmallLaunchTokens; the same kernel, another tiling), planned only when their tiling differs
   // from the planned one, and the decoding kernel's one-row-tile specialization (kDecodeTinyLaunchTokens),

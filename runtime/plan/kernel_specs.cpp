@@ -29,9 +29,13 @@ compiler::KernelSource RmsNormSpec::source() const {
     source.arguments.push_back({"fp8_codes", cxx_bool(fp8_codes)});
     source.spec["fp8_codes"] = fp8_codes;
   }
-  if (rotary_pairs > 0) {
+  if (rotary_pairs > 0 || fp8_token_scales) {
     source.arguments.push_back({"rotary_pairs", std::to_string(rotary_pairs)});
-    source.spec["rotary_pairs"] = rotary_pairs;
+    if (rotary_pairs > 0) source.spec["rotary_pairs"] = rotary_pairs;
+  }
+  if (fp8_token_scales) {
+    source.arguments.push_back({"fp8_token_scales", "true"});
+    source.spec["fp8_scales"] = "token";
   }
   return source;
 }

@@ -15,6 +15,9 @@ struct RmsNormSpec {
   // Also the fp8 codes + scales of an fp8-activation q|k|v projection (rmsnorm.cuh; needs tiling.vector
   // 8, which hidden_size % 16 == 0 gives), so the plan runs no quantizer before that projection.
   bool fp8_codes = false;
+  // With fp8_codes: one scale per token (the projection's config::Fp8ActivationScales::token), not one per
+  // 128 channels.
+  bool fp8_token_scales = false;
   // Also each token's row of the RoPE rotation table (R / 2 pairs; 0: none) for a q|k|v GEMM that applies
   // RoPE in its epilogue (GemmSpec::postprocess; rmsnorm.cuh).
   int rotary_pairs = 0;

@@ -431,7 +431,7 @@ void PrefillPlan::execute(const ExecuteArgs& args, CUstream stream, const StageO
       const Fp8ActivationBuffers buffers =
           fp8_activation_buffers(at<void>(args.workspace, layout.fp8_activations), params.m, params.k);
       if (quantize != nullptr) {
-        launch_fp8_quantize(*quantize, params, buffers, stream);
+        launch_fp8_quantize(*quantize, kernels.activation_quantize, params, buffers, stream);
         notify(StageKind::output_quantize);
       }
       launch_gemm_fp8_codes(gemm, *fp8, params, buffers, stream, loaded.multiprocessors);

@@ -12,24 +12,28 @@
 namespace attnplan::reference {
 
 namespace {
-constexpr int kGroup = 128;  // channels per scale (kFp8ActivationGroup)
+constexpr int kGroup = 128;  // channels per scale of token_group (kFp8ActivationGroup)
 }
 
-Fp8Activations quantize_activations_fp8(std::span<const std::uint16_t> bits, int m, int k) {
+Fp8Activations quantize_activations_fp8(std::span<const std::uint16_t> bits, int m, int k,
+                                        config::Fp8ActivationScales scales) {
   if (m < 0 || k < 0 || bits.size() != std::size_t(m) * std::size_t(k)) {
     throw Error(Stage::input,
                 fmt::format("quantize_activations_fp8: {} values for [m = {}, k = {}]", bits.size(), m, k));
   }
-  const int groups = (k + kGroup - 1) / kGroup;
+  // One group of the whole row per token (at least 1 channel wide, so that K = 0 has no group).
+  const int group_width = scales == config::Fp8ActivationScales::token ? std::max(k, 1) : kGroup;
+  const int groups = (k + group_width - 1) / group_width;
   Fp8Activations result;
   result.m = m;
   result.k = k;
+  result.group = group_width;
   result.codes.resize(bits.size());
   result.scales.resize(std::size_t(groups) * std::size_t(m));
   for (int row = 0; row < m; ++row) {
     for (int group = 0; group < groups; ++group) {
-      const int begin = group * kGroup;
-      const int end = std::min(k, begin + kGroup);
+      const int begin = group * group_width;
+      const int end = std::min(k, begin + group_width);
       float amax = 0.0f;
       for (int c = begin; c < end; ++c) {
         amax = std::max(amax, std::fabs(core::bf16_to_float(bits[std::size_t(row) * k + c])));
@@ -52,7 +56,7 @@ Tensor dequantize_activations_fp8(const Fp8Activations& activations) {
     for (int c = 0; c < activations.k; ++c) {
       const std::size_t index = std::size_t(row) * activations.k + c;
       a.data[index] = core::fp8_e4m3_to_double(activations.codes[index]) *
-                      double(activations.scales[std::size_t(c / kGroup) * activations.m + row]);
+                      double(activations.scales[std::size_t(c / activations.group) * activations.m + row]);
     }
   }
   return a;

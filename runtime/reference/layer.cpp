@@ -88,7 +88,8 @@ Tensor projection_input(const Tensor& x, const config::WeightEncoding& encoding)
   const std::int64_t k = x.rank() == 0 ? 0 : x.extent(x.rank() - 1);
   const std::int64_t rows = k == 0 ? 0 : static_cast<std::int64_t>(x.data.size()) / k;
   const Tensor read = dequantize_activations_fp8(
-      quantize_activations_fp8(tensor_to_bf16(x), static_cast<int>(rows), static_cast<int>(k)));
+      quantize_activations_fp8(tensor_to_bf16(x), static_cast<int>(rows), static_cast<int>(k),
+                               config::fp8_activation_scales(encoding.scale_granularity)));
   return Tensor(x.shape, read.data);
 }
 

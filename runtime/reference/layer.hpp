@@ -57,7 +57,8 @@ void validate_spans(const Spans& spans, const Batch& batch);
 Tensor linear(const Tensor& x, const Tensor& weight, std::span<const double> bias);
 
 // What a projection of `encoding` reads from x [..., K]: x itself; with fp8 activations (fp8 weights,
-// activation "fp8") x rounded to bf16 as the GPU stores it, quantized per token and group of 128 channels
+// activation "fp8") x rounded to bf16 as the GPU stores it, quantized per token (tensor and channel weight
+// scales) or per token and group of 128 channels (block weight scales; config::fp8_activation_scales)
 // (quantize_activations_fp8, bit for bit the kernel's rule) and read back as code * scale.
 Tensor projection_input(const Tensor& x, const config::WeightEncoding& encoding);
 

@@ -693,8 +693,9 @@ __global__ void __launch_bounds__(Traits::threads, 1)
   constexpr int kScoreRegisters = kBlockN / 2;    // S [64, block_n] fp32 over 128 threads
   constexpr int kOutputRegisters = kHeadDim / 2;  // O [64, head_dim] fp32 over 128 threads
   constexpr int kPSteps = kBlockN / 16;           // k16 steps of O += P V
-  const int consumer = threadIdx.x / 128 - 1;     // rows consumer * 64 .. + 63 of the CTA's tile
-  const int warp = (threadIdx.x / 32) % 4;        // rows 16 * warp .. of the consumer's 64
+  // rows consumer * 64 .. + 63 of the CTA's tile; broadcast from lane 0, so ptxas knows it is warp-uniform
+  const int consumer = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x / 128), 0) - 1;
+  const int warp = (threadIdx.x / 32) % 4;  // rows 16 * warp .. of the consumer's 64
   const int lane = threadIdx.x % 32;
   const int group = lane / 4;     // accumulator rows group and group + 8 of the warp's 16
   const int in_group = lane % 4;  // accumulator columns 2 * in_group + {0, 1} of each n8 tile
@@ -747,12 +748,16 @@ __global__ void __launch_bounds__(Traits::threads, 1)
   // This warpgroup's 64 Q rows start 64 * 128 bytes into each column block (row % 8 == 0: no swizzle shift).
   const unsigned q_address = base_address + Traits::q_offset + swizzle128_offset(consumer * 64, 0, kBlockM);
 
-  // Tile i of the current item uses stage (base + i) % stages.
+  // Tile i of the current item (key tile `tile`) uses stage (base + i) % stages.
   int base = 0;
-  auto wait_full = [&](int i) {
+  auto wait_full = [&](int i, int tile) {
     mbarrier_wait_parity(full_barriers + ((base + i) % kStages) * 8, ((base + i) / kStages) & 1);
-    // The gathers were generic-proxy writes; the wgmma reads through the async proxy.
-    fence_proxy_async_shared();
+    // The wgmma reads through the async proxy; generic-proxy writes into the stage need a proxy fence
+    // first: the cp.async gathers (every tile off the TMA path: all of them without kv_tma, the tile
+    // reaching past the keys at D <= 128), Q's copy (it lands with the item's first tile) and, TMA only,
+    // the zeroed V rows of the tile past the keys. A tile that TMA alone wrote needs none, and skips the
+    // fence's MEMBAR.ALL.CTA between the barrier wait and the S = Q K^T issue.
+    if (!Traits::kv_tma || i == 0 || (tile + 1) * kBlockN > kv_len) fence_proxy_async_shared();
   };
   auto release = [&](int i) { mbarrier_arrive(empty_barriers + ((base + i) % kStages) * 8); };
 
@@ -935,7 +940,7 @@ __global__ void __launch_bounds__(Traits::threads, 1)
     int tile = first_tile;  // the key tile of iteration i
     if constexpr (!Traits::overlap_softmax) {
       for (int i = 0; i < tile_count; ++i, tile = next_tile(tile)) {
-        wait_full(i);
+        wait_full(i, tile);
         begin_turn();
         wgmma_fence();
         issue_scores(score, i);
@@ -966,7 +971,7 @@ __global__ void __launch_bounds__(Traits::threads, 1)
       // move the wait across the loop's back edge. The wait is unconditional, so both edges into the loop
       // head agree on what is in flight after it (nothing), which keeps ptxas from serializing the wgmmas
       // (a conditional wait there did). Checked by test_gpu "[sass]"; attention-notes.md, "Session 29".
-      wait_full(0);
+      wait_full(0, tile);
       begin_turn();
       wgmma_fence();
       issue_scores(score, 0);
@@ -981,7 +986,7 @@ __global__ void __launch_bounds__(Traits::threads, 1)
         if (i > 1) release(i - 2);
         pack(score, p);
         tile = next_tile(tile);
-        wait_full(i);
+        wait_full(i, tile);
         begin_turn();
         wgmma_fence();
         issue_scores(score, i);

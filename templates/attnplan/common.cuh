@@ -40,18 +40,35 @@ __device__ __forceinline__ unsigned pack_bf16(float low, float high) {
   return *reinterpret_cast<const unsigned*>(&pair);
 }
 
-__device__ __forceinline__ float warp_sum(float value) {
+struct SumOp {
+  __device__ __forceinline__ float operator()(float a, float b) const { return a + b; }
+};
+struct MaxOp {
+  __device__ __forceinline__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+
+// `value` combined with `op` over the 32 lanes of a warp (a butterfly: every lane gets the result).
+template <class Op>
+__device__ __forceinline__ float warp_reduce(float value, Op op) {
 #pragma unroll
-  for (int offset = 16; offset > 0; offset /= 2) value += __shfl_xor_sync(0xffffffffu, value, offset);
+  for (int offset = 16; offset > 0; offset /= 2)
+    value = op(value, __shfl_xor_sync(0xffffffffu, value, offset));
   return value;
 }
 
-// Sum over all threads of a block of kThreads (a multiple of 32); every thread gets the total.
-template <int kThreads>
-__device__ __forceinline__ float block_sum(float value) {
-  static_assert(kThreads % 32 == 0 && kThreads <= 1024, "block_sum needs whole warps");
+__device__ __forceinline__ float warp_sum(float value) {
+  return warp_reduce(value, SumOp{});
+}
+
+// `value` combined with `op` over all threads of a block of kThreads (a multiple of 32); every thread gets
+// the result (`identity` stands in for the lanes past the block's warps). One shared array per
+// instantiation, so a kernel calls each of block_sum and block_max once: a second call could overwrite a
+// warp's entry before every warp has read the first.
+template <int kThreads, class Op>
+__device__ __forceinline__ float block_reduce(float value, Op op, float identity) {
+  static_assert(kThreads % 32 == 0 && kThreads <= 1024, "a block reduction needs whole warps");
   constexpr int kWarps = kThreads / 32;
-  value = warp_sum(value);
+  value = warp_reduce(value, op);
   if constexpr (kWarps == 1) {
     return value;
   } else {
@@ -60,10 +77,18 @@ __device__ __forceinline__ float block_sum(float value) {
     const int warp = threadIdx.x / 32;
     if (lane == 0) partial[warp] = value;
     __syncthreads();
-    float total = lane < kWarps ? partial[lane] : 0.0f;
-    total = warp_sum(total);
-    return total;
+    return warp_reduce(lane < kWarps ? partial[lane] : identity, op);
   }
+}
+
+template <int kThreads>
+__device__ __forceinline__ float block_sum(float value) {
+  return block_reduce<kThreads>(value, SumOp{}, 0.0f);
+}
+
+template <int kThreads>
+__device__ __forceinline__ float block_max(float value) {
+  return block_reduce<kThreads>(value, MaxOp{}, __int_as_float(0xff800000));  // -infinity
 }
 
 }  // namespace attnplan::kernels

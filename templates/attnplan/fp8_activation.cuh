@@ -14,18 +14,28 @@ namespace attnplan::kernels {
 inline constexpr int kFp8GroupLanes = 16;
 inline constexpr int kFp8ChannelsPerLane = 8;
 
-// The scale of the group whose 8 channels this lane holds (zeros for channels past the row): amax over
-// the half-warp (offsets below 16 stay inside it), / 448, or 1 when it is 0. IEEE divisions (__fdiv_rn)
-// here and below, whatever the compile options say about fast math: the reference repeats them. Every lane
-// of the warp must call it.
-__device__ __forceinline__ float fp8_activation_scale(const float (&values)[kFp8ChannelsPerLane]) {
+// A lane's amax over its 8 channels.
+__device__ __forceinline__ float fp8_lane_amax(const float (&values)[kFp8ChannelsPerLane]) {
   float amax = 0.0f;
 #pragma unroll
   for (int i = 0; i < kFp8ChannelsPerLane; ++i) amax = fmaxf(amax, fabsf(values[i]));
+  return amax;
+}
+
+// The scale of a group whose amax is `amax`: amax / 448, or 1 when it is 0. IEEE divisions (__fdiv_rn) here
+// and below, whatever the compile options say about fast math: the reference repeats them.
+__device__ __forceinline__ float fp8_scale_of(float amax) {
+  return amax > 0.0f ? __fdiv_rn(amax, 448.0f) : 1.0f;
+}
+
+// The scale of the 128-channel group whose 8 channels this lane holds (zeros for channels past the row):
+// amax over the half-warp (offsets below 16 stay inside it). Every lane of the warp must call it.
+__device__ __forceinline__ float fp8_activation_scale(const float (&values)[kFp8ChannelsPerLane]) {
+  float amax = fp8_lane_amax(values);
 #pragma unroll
   for (int offset = kFp8GroupLanes / 2; offset > 0; offset /= 2)
     amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, offset));
-  return amax > 0.0f ? __fdiv_rn(amax, 448.0f) : 1.0f;
+  return fp8_scale_of(amax);
 }
 
 // A lane's 8 channels as e4m3fn codes (value / scale, round to nearest even, saturating), packed in

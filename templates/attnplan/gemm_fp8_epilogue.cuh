@@ -18,27 +18,36 @@ struct Fp8ColumnPair {
   }
 };
 
-// Columns n and n + 1 (`pair`: n + 1 < N) of a tile that lies in `segment` (every segment but the last is
-// a whole number of tiles wide). kGranularity as the kernels': 0 one f32 scale per tensor, 1 one per row
-// of W (column of C), 2 128x128 blocks, already applied per K block (scale 1 here).
+// Columns `column` and column + 1 (`pair`: both inside N) of `segment`, counted from its first column.
+// kGranularity as the kernels': 0 one f32 scale per tensor, 1 one per row of W (column of C), 2 128x128
+// blocks, already applied per K block (scale 1 here). With `column` a base plus a constant (a thread's
+// pairs of a tile), the loads are immediate offsets from one address.
 template <int kGranularity, bool kHasBias>
-__device__ __forceinline__ Fp8ColumnPair fp8_column_pair(const GemmSegment& segment, int n, bool pair) {
-  Fp8ColumnPair column;
+__device__ __forceinline__ Fp8ColumnPair fp8_segment_columns(const GemmSegment& segment, int column,
+                                                             bool pair) {
+  Fp8ColumnPair terms;
   const float* w_scales = static_cast<const float*>(segment.scales);
   if constexpr (kGranularity == 0) {
-    column.scale0 = column.scale1 = __ldg(w_scales);
+    terms.scale0 = terms.scale1 = __ldg(w_scales);
   } else if constexpr (kGranularity == 1) {
-    column.scale0 = __ldg(w_scales + (n - segment.n_begin));
-    if (pair) column.scale1 = __ldg(w_scales + (n + 1 - segment.n_begin));
+    terms.scale0 = __ldg(w_scales + column);
+    if (pair) terms.scale1 = __ldg(w_scales + column + 1);
   }
   if constexpr (kHasBias) {
     if (segment.bias != nullptr) {
-      const __nv_bfloat16* bias = reinterpret_cast<const __nv_bfloat16*>(segment.bias) - segment.n_begin;
-      column.bias0 = __bfloat162float(bias[n]);
-      if (pair) column.bias1 = __bfloat162float(bias[n + 1]);
+      const __nv_bfloat16* bias = reinterpret_cast<const __nv_bfloat16*>(segment.bias);
+      terms.bias0 = __bfloat162float(bias[column]);
+      if (pair) terms.bias1 = __bfloat162float(bias[column + 1]);
     }
   }
-  return column;
+  return terms;
+}
+
+// Columns n and n + 1 (`pair`: n + 1 < N) of a tile that lies in `segment` (every segment but the last is
+// a whole number of tiles wide).
+template <int kGranularity, bool kHasBias>
+__device__ __forceinline__ Fp8ColumnPair fp8_column_pair(const GemmSegment& segment, int n, bool pair) {
+  return fp8_segment_columns<kGranularity, kHasBias>(segment, n - segment.n_begin, pair);
 }
 
 // C[m, n] = accumulator0 * scale0 + bias0 (and n + 1 likewise when `pair`), rounded once to bf16: one

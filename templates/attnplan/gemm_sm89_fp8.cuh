@@ -1,9 +1,10 @@
 // The fp8-activation projection GEMM for sm_89 (and any later arch): C[M, N] = A·W^T on the fp8 tensor
-// cores through mma.sync m16n8k32 e4m3 x e4m3 -> fp32, over the codes and scales of fp8_quantize_kernel
-// (gemm_sm90_fp8.cuh; rounding rule in gemm_sm90_fp8_params.h). sm_89 has neither wgmma nor TMA, so this
+// cores through mma.sync m16n8k32 e4m3 x e4m3 -> fp32, over the codes and scales of the quantizers in
+// gemm_sm90_fp8.cuh (rounding rule in gemm_sm90_fp8_params.h). sm_89 has neither wgmma nor TMA, so this
 // is gemm.cuh's cp.async pipeline with the promotion of gemm_sm90_fp8.cuh: the mma products of one
 // 128-wide K group (two K tiles of 64) go into a fresh fp32 `partial`, then partial * a_scale(row, group)
-// [* w_scale(block, group) for 128x128 block weights] is added to the fp32 `accumulator`. Every scale is
+// [* w_scale(block, group) for 128x128 block weights] is added to the fp32 `accumulator` (with tensor and
+// channel weight scales the activations have one scale per token: a_scale(row, 0) every time). Every scale is
 // applied exactly in fp32 and the tensor cores' fp8 accumulation covers only 128 products. Tensor and
 // channel weight scales are constant along K and are applied once, in the epilogue.
 //
@@ -56,6 +57,9 @@ struct GemmSm89Fp8Traits {
   static constexpr int segments = kSegments;
   static constexpr bool has_bias = kHasBias;
   static constexpr int granularity = kGranularity;
+  // Tensor and channel weight scales go with one activation scale per token (gemm_sm90_fp8_params.h): each
+  // promotion multiplies by the row's one scale (the fp8 accumulation is still promoted every 128 K).
+  static constexpr bool token_scales = kGranularity != 2;
 
   static constexpr int warps_m = 2;
   static constexpr int warps_n = 4;
@@ -187,7 +191,7 @@ __global__ void __launch_bounds__(Traits::threads) gemm_sm89_fp8_kernel(const Ge
     // Promotion at the end of each 128-wide group (and of K): rows past M get factor 0, never stored.
     if (k_tile % Traits::tiles_per_group == Traits::tiles_per_group - 1 || k_tile == k_tiles - 1) {
       const int group = k_tile / Traits::tiles_per_group;
-      const float* a_scales = params.a_scales + group * params.a_scale_ld;
+      const float* a_scales = params.a_scales + (Traits::token_scales ? 0 : group * params.a_scale_ld);
       float w_scale = 1.0f;
       if constexpr (Traits::granularity == 2) w_scale = __ldg(w_block_scales + group);
 #pragma unroll

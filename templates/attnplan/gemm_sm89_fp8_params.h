@@ -14,7 +14,7 @@ struct GemmSm89Fp8Params {
   GemmParams gemm;
   const unsigned char* a_codes;  // [M, K] e4m3fn, row stride ld_codes bytes (Fp8QuantizeParams::codes)
   long long ld_codes;
-  const float* a_scales;  // [ceil(K / 128), a_scale_ld] (Fp8QuantizeParams::scales)
+  const float* a_scales;  // [groups, a_scale_ld] (Fp8QuantizeParams::scales)
   long long a_scale_ld;
 };
 

@@ -383,7 +383,7 @@ __global__ void __launch_bounds__(Traits::threads, 1)
   const unsigned empty_barriers = full_barriers + Traits::stages * 8;  // [stages] x 8 bytes
   const GemmParams& gemm = params.gemm;
 
-  const int warpgroup = threadIdx.x / 128;
+  const int warpgroup = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x / 128), 0);
   init_ring_barriers<Traits::stages, Traits::empty_arrivals>(full_barriers, empty_barriers);
   constexpr bool clustered = Traits::cluster_m > 1;
   // The other CTA's barriers must be initialized before this one multicasts into it or arrives on them.

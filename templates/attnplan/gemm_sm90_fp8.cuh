@@ -1,6 +1,8 @@
-// The fp8-activation projection for sm_90a: activations quantized per (token, 128 channels) to e4m3 by
-// fp8_quantize_kernel (every arch), then C[M, N] = A·W^T on the fp8 tensor cores by gemm_sm90_fp8_kernel
-// (wgmma m64n128k32 e4m3 x e4m3 -> fp32). The rounding rule is in gemm_sm90_fp8_params.h.
+// The fp8-activation projection for sm_90a: activations quantized to e4m3 per token (tensor and channel
+// weight scales: fp8_quantize_tokens_kernel) or per (token, 128 channels) (block weight scales:
+// fp8_quantize_kernel), both for every arch, then C[M, N] = A·W^T on the fp8 tensor cores by
+// gemm_sm90_fp8_kernel (wgmma m64n128k32 e4m3 x e4m3 -> fp32). The rounding rule is in
+// gemm_sm90_fp8_params.h.
 //
 // The GEMM has gemm_sm90.cuh's structure (persistent CTAs of one TMA producer warpgroup and two consumer
 // warpgroups, a ring of 128-byte-swizzled slots with full/empty mbarriers, grouped rasterization), with
@@ -8,9 +10,10 @@
 // one activation scale group and one 128x128 weight scale block. The 4 wgmma k32 of the slot go into a
 // fresh fp32 `partial`; once they complete, partial * a_scale(row, block) * w_scale(block) is added to
 // the fp32 `accumulator`. So every scale is applied exactly, in fp32, and the tensor cores' limited fp8
-// accumulation precision covers only 128 products. Tensor and channel weight scales are constant along K
-// and are applied once, in the epilogue. Each consumer keeps two partials, so its next block's wgmmas run
-// while it promotes the last one.
+// accumulation precision covers only 128 products. Tensor and channel weight scales are constant along K,
+// and so are the activation scales that go with them (one per token): the promotion is then a plain add
+// and every scale is applied once, in the epilogue. Each consumer keeps two partials, so its next block's
+// wgmmas run while it promotes the last one.
 //
 // Tails: TMA zero-fills rows past M or a segment's end and K past K (codes 0), so any M, any N, any K that
 // is a multiple of 16 (16-byte rows of codes) work.
@@ -46,6 +49,18 @@ struct Fp8QuantizeTraits {
                 "the GEMM reads one scale per 128 channels");
 };
 
+// A lane's 8 channels from `at` (16-byte aligned): one 16-byte load, widened to fp32.
+__device__ __forceinline__ void load_fp8_channels(const bf16_bits* at, float (&values)[kFp8ChannelsPerLane]) {
+  const uint4 raw = *reinterpret_cast<const uint4*>(at);
+  const unsigned words[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const __nv_bfloat162 pair = *reinterpret_cast<const __nv_bfloat162*>(&words[i]);
+    values[2 * i] = __low2float(pair);
+    values[2 * i + 1] = __high2float(pair);
+  }
+}
+
 // grid: [ceil(M * ceil(K / 128) / groups_per_block)], block: [Traits::threads]. K a multiple of 16, lda a
 // multiple of 8 and A 16-byte aligned (check_gemm_operands), so a lane's 8 channels are one aligned load.
 template <class Traits>
@@ -63,21 +78,47 @@ __global__ void __launch_bounds__(Traits::threads) fp8_quantize_kernel(const Fp8
   // K % 16 == 0: a lane's 8 channels are all inside K or all past it.
   const bool inside = valid && k0 < params.k;
   float values[Traits::per_lane] = {};
-  if (inside) {
-    const uint4 raw = *reinterpret_cast<const uint4*>(params.input + m * params.ld_input + k0);
-    const unsigned words[4] = {raw.x, raw.y, raw.z, raw.w};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const __nv_bfloat162 pair = *reinterpret_cast<const __nv_bfloat162*>(&words[i]);
-      values[2 * i] = __low2float(pair);
-      values[2 * i + 1] = __high2float(pair);
-    }
-  }
+  if (inside) load_fp8_channels(params.input + m * params.ld_input + k0, values);
   const float scale = fp8_activation_scale(values);
   if (inside) {
     *reinterpret_cast<uint2*>(params.codes + m * params.ld_codes + k0) = fp8_activation_codes(values, scale);
   }
   if (valid && lane == 0) params.scales[group * params.scale_ld + m] = scale;
+}
+
+// The per-token quantizer (tensor and channel weight scales): one CTA per token. A first pass takes the
+// row's amax, a second converts it (its loads hit L1: a row is at most a few tens of KiB), 8 channels
+// per thread and pass step, one 16-byte load each.
+template <int kThreads>
+struct Fp8TokenQuantizeTraits {
+  using Params = Fp8QuantizeParams;
+  static constexpr int threads = kThreads;
+  static_assert(kThreads % 32 == 0 && kThreads <= 1024, "whole warps");
+};
+
+// grid: [M], block: [Traits::threads]. K a multiple of 16, lda a multiple of 8 and A 16-byte aligned
+// (check_gemm_operands), so 8 channels are one aligned load.
+template <class Traits>
+__global__ void __launch_bounds__(Traits::threads)
+    fp8_quantize_tokens_kernel(const Fp8QuantizeParams params) {
+  const int m = blockIdx.x;
+  if (m >= params.m) return;  // the whole block: no thread is left out of block_max
+  const bf16_bits* input = params.input + m * params.ld_input;
+  float amax = 0.0f;
+  for (int k0 = kFp8ChannelsPerLane * threadIdx.x; k0 < params.k;
+       k0 += kFp8ChannelsPerLane * Traits::threads) {
+    float values[kFp8ChannelsPerLane];
+    load_fp8_channels(input + k0, values);
+    amax = fmaxf(amax, fp8_lane_amax(values));
+  }
+  const float scale = fp8_scale_of(block_max<Traits::threads>(amax));
+  for (int k0 = kFp8ChannelsPerLane * threadIdx.x; k0 < params.k;
+       k0 += kFp8ChannelsPerLane * Traits::threads) {
+    float values[kFp8ChannelsPerLane];
+    load_fp8_channels(input + k0, values);
+    *reinterpret_cast<uint2*>(params.codes + m * params.ld_codes + k0) = fp8_activation_codes(values, scale);
+  }
+  if (threadIdx.x == 0) params.scales[m] = scale;  // group 0: the token's one scale
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -95,6 +136,9 @@ struct GemmSm90Fp8Traits {
   static constexpr int segments = kSegments;
   static constexpr bool has_bias = kHasBias;
   static constexpr int granularity = kGranularity;
+  // Tensor and channel weight scales go with one activation scale per token (gemm_sm90_fp8_params.h): the
+  // promotion adds, and the row scales join the column scales in the epilogue.
+  static constexpr bool token_scales = kGranularity != 2;
 
   static constexpr int consumers = 2;
   static constexpr int threads = 128 * (1 + consumers);
@@ -129,40 +173,56 @@ struct GemmSm90Fp8Traits {
                 "setmaxnreg targets exceed the registers the CTA launched with");
 };
 
-// What a K block's promotion multiplies by: the activation scales of a consumer thread's two rows and,
-// block-scaled, the weight block's scale (1 otherwise: tensor and channel scales wait for the epilogue).
+// What a K block's promotion multiplies by: the activation scales of a consumer thread's two rows and the
+// weight block's scale (block-scaled weights; with token scales the promotion multiplies by nothing).
 struct Fp8BlockFactors {
   float row0, row1, weight;
 };
 
-// A consumer warpgroup's K blocks base .. base + count - 1 into `accumulator`: block i sits in ring slot
-// (base + i) % stages (as the producer fills them); its 4 wgmma k32 go into a fresh partial (the first
-// overwrites: no zeroing between blocks), and once they complete the slot is freed and the partial, times
-// its factors, added to the accumulator. Blocks in pairs, so each partial is a fixed register array: even
-// blocks in partial_a, odd ones in partial_b; wait_group 1 leaves only the block just issued in flight.
-// Straight-line pairs with the last block or two peeled: with the pair's second half under a branch inside
-// the loop, ptxas could not tell which partial was still in flight and serialized every wgmma (C7514).
+// A ring slot and the parity of the pass over the ring that fills it, advanced one K block at a time: the
+// consumers' loop then spends no `% stages` and `/ stages` per block (a multiply-high, shifts and a
+// multiply-subtract at 6 stages, in vector registers where the slot addressed the empty barrier).
+template <int kStages>
+struct RingPosition {
+  int slot = 0;
+  unsigned phase = 0;
+  __device__ __forceinline__ void advance() {
+    if (++slot == kStages) {
+      slot = 0;
+      phase ^= 1u;
+    }
+  }
+};
+
+// A consumer warpgroup's next `count` K blocks into `accumulator`, from ring position `position` (advanced
+// past them): the blocks sit in consecutive slots as the producer fills them; each one's 4 wgmma k32 go
+// into a fresh partial (the first overwrites: no zeroing between blocks), and once they complete the slot
+// is freed and the partial, times its factors, added to the accumulator. Blocks in pairs, so each partial
+// is a fixed register array: even blocks in partial_a, odd ones in partial_b; wait_group 1 leaves only the
+// block just issued in flight. Straight-line pairs with the last block or two peeled: with the pair's
+// second half under a branch inside the loop, ptxas could not tell which partial was still in flight and
+// serialized every wgmma (C7514).
 //
-// factors_at(i): block i's factors (i may pass the last; the caller clamps), asked for two blocks before
-// the promotion that multiplies by them: loaded as the block itself was issued, an L2 round trip outlasted
-// the block's wgmmas and the promotion's FFMAs waited on it (Nsight Compute, session 11: 28% of the stall
-// samples, long scoreboard).
+// factors.next(): the next block's factors (past the last block it repeats the last one's, unused), asked
+// for two blocks before the promotion that multiplies by them: loaded as the block itself was issued, an
+// L2 round trip outlasted the block's wgmmas and the promotion's FFMAs waited on it (Nsight Compute,
+// session 11: 28% of the stall samples, long scoreboard).
 //
 // before_last_wait(): with an even number of blocks, called once the last block is issued and every other
 // one promoted, before the wait for the last: the epilogue's loads issued there run under the last block's
 // wgmmas, in partial_a's registers, free by then; with an odd number, after the last promotion.
-template <class Traits, class FactorsAt, class BeforeLastWait>
-__device__ __forceinline__ void consume_blocks(int base, int count, unsigned ring, unsigned full_barriers,
-                                               unsigned empty_barriers, unsigned a_offset, int lane,
+template <class Traits, class Factors, class BeforeLastWait>
+__device__ __forceinline__ void consume_blocks(RingPosition<Traits::stages>& position, int count,
+                                               unsigned ring, unsigned full_barriers, unsigned empty_barriers,
+                                               unsigned a_offset, int lane,
                                                float (&accumulator)[Traits::accumulators],
                                                float (&partial_a)[Traits::accumulators],
-                                               float (&partial_b)[Traits::accumulators],
-                                               FactorsAt&& factors_at, BeforeLastWait&& before_last_wait) {
-  auto issue = [&](float(&partial)[Traits::accumulators], int i) {
-    const int slot = (base + i) % Traits::stages;
-    const unsigned phase = ((base + i) / Traits::stages) & 1u;
-    sm90::mbarrier_wait_parity(full_barriers + 8 * slot, phase);
-    const unsigned a_slot = ring + slot * Traits::slot_bytes;
+                                               float (&partial_b)[Traits::accumulators], Factors& factors,
+                                               BeforeLastWait&& before_last_wait) {
+  RingPosition<Traits::stages> released = position;  // the oldest block not yet promoted
+  auto issue = [&](float(&partial)[Traits::accumulators]) {
+    sm90::mbarrier_wait_parity(full_barriers + 8 * position.slot, position.phase);
+    const unsigned a_slot = ring + position.slot * Traits::slot_bytes;
     const unsigned long long a_descriptor = sm90::kmajor_descriptor(a_slot + a_offset);
     const unsigned long long b_descriptor = sm90::kmajor_descriptor(a_slot + Traits::a_slot_bytes);
     sm90::fence_registers(partial);
@@ -173,76 +233,163 @@ __device__ __forceinline__ void consume_blocks(int base, int count, unsigned rin
       sm90::wgmma_ss_fp8_n128(partial, a_descriptor + 2 * step, b_descriptor + 2 * step, step > 0);
     }
     sm90::wgmma_commit_group();
+    position.advance();
   };
-  auto promote = [&](float(&partial)[Traits::accumulators], int i, const Fp8BlockFactors& factors) {
+  auto promote = [&](float(&partial)[Traits::accumulators], const Fp8BlockFactors& block) {
     sm90::fence_registers(partial);
-    const float factor0 = factors.row0 * factors.weight;
-    const float factor1 = factors.row1 * factors.weight;
-    if (lane == 0) sm90::mbarrier_arrive(empty_barriers + 8 * ((base + i) % Traits::stages));
+    const float factor0 = block.row0 * block.weight;
+    const float factor1 = block.row1 * block.weight;
+    if (lane == 0) sm90::mbarrier_arrive(empty_barriers + 8 * released.slot);
+    released.advance();
 #pragma unroll
     for (int j = 0; j < Traits::accumulators; ++j) {
-      accumulator[j] = fmaf(partial[j], (j / 2) % 2 == 0 ? factor0 : factor1, accumulator[j]);
+      if constexpr (Traits::token_scales) {
+        accumulator[j] += partial[j];
+      } else {
+        accumulator[j] = fmaf(partial[j], (j / 2) % 2 == 0 ? factor0 : factor1, accumulator[j]);
+      }
     }
   };
   // `pending`: the factors of the block in flight; `ahead`: the next block's.
-  Fp8BlockFactors pending = factors_at(0);
-  Fp8BlockFactors ahead = factors_at(1);
-  issue(partial_a, 0);
+  Fp8BlockFactors pending = factors.next();
+  Fp8BlockFactors ahead = factors.next();
+  issue(partial_a);
   int i = 1;
   for (; i + 1 < count; i += 2) {
-    Fp8BlockFactors after = factors_at(i + 1);
-    issue(partial_b, i);
+    Fp8BlockFactors after = factors.next();
+    issue(partial_b);
     sm90::wgmma_wait_group<1>();
-    promote(partial_a, i - 1, pending);
+    promote(partial_a, pending);
     pending = ahead;
     ahead = after;
-    after = factors_at(i + 2);
-    issue(partial_a, i + 1);
+    after = factors.next();
+    issue(partial_a);
     sm90::wgmma_wait_group<1>();
-    promote(partial_b, i, pending);
+    promote(partial_b, pending);
     pending = ahead;
     ahead = after;
   }
   if (i < count) {  // an even number of blocks: the last one is odd
-    issue(partial_b, i);
+    issue(partial_b);
     sm90::wgmma_wait_group<1>();
-    promote(partial_a, i - 1, pending);
+    promote(partial_a, pending);
     before_last_wait();
     sm90::wgmma_wait_group<0>();
-    promote(partial_b, i, ahead);
+    promote(partial_b, ahead);
   } else {
     // partial_a's block is the one in flight here and partial_b's registers are free, while on the other
     // path it is the other way round: so that the loads land in the same registers on both paths
     // (otherwise ptxas keeps them apart and spills), this path loads after its last promotion.
     sm90::wgmma_wait_group<0>();
-    promote(partial_a, i - 1, pending);
+    promote(partial_a, pending);
     before_last_wait();
   }
 }
 
+// The promotion factors of a consumer thread's two rows under block-scaled weights, K block after K block:
+// the activation scales (row r of block k at a_scales[k a_scale_ld + r]) and the weight block's scale (the
+// tile's row of [ceil(rows / 128), k_tiles]). One 32-bit offset, stepped and clamped to the last block by one
+// instruction per block, so the reads past the last block repeat its factors (unused) and the loop spends no
+// 64-bit index arithmetic on them; a_scale_ld x ceil(K / 128) < 2^31 floats (8 GiB of scales).
+template <int kGranularity>
+struct Fp8FactorStream {
+  static_assert(kGranularity == 2, "tensor and channel weight scales take Fp8NoFactors");
+  const float* row0;    // a_scales + the thread's first row
+  const float* row1;    // a_scales + its second row
+  const float* weight;  // block-scaled only
+  int offset;           // k a_scale_ld for the next block k
+  int step;             // a_scale_ld
+  int last;             // (k_tiles - 1) a_scale_ld
+  int block;            // k, for the weight block scale
+  int last_block;       // k_tiles - 1
+
+  __device__ __forceinline__ Fp8BlockFactors next() {
+    const Fp8BlockFactors factors{__ldg(row0 + offset), __ldg(row1 + offset), __ldg(weight + block)};
+    offset = min(offset + step, last);
+    block = min(block + 1, last_block);
+    return factors;
+  }
+};
+
+// Token scales: no factor per K block (the promotion adds).
+struct Fp8NoFactors {
+  __device__ __forceinline__ Fp8BlockFactors next() { return {1.0f, 1.0f, 1.0f}; }
+};
+
 // A consumer warpgroup's epilogue for the tile at (m0, n0), whose columns lie in `segment` (store_tile):
 // tensor / channel weight scale, bias, one rounding, TMA stores.
-// The column terms (channel or tensor scales, bias) are read by load_fp8_terms before the last K block's
-// wait (consume_blocks' before_last_wait), so their L2 round trip runs under that block's wgmmas instead of
-// between the main loop and the first store round, where both consumer warpgroups wait on it with the
-// tensor cores idle (block-scaled weights without bias read nothing: the 128x128 block scales were applied
-// per K block).
+// The column terms (channel or tensor scales, bias) are read by load_fp8_terms: with block-scaled weights
+// (which read only a bias, if any) before the last K block's wait (consume_blocks' before_last_wait), so
+// their L2 round trip runs under that block's wgmmas instead of between the main loop and the first store
+// round, where both consumer warpgroups wait on it with the tensor cores idle; with token scales after the
+// K loop, from lines prefetched into L1 (prefetch_token_terms says why).
+//
+// A tile inside N (every tile column but the last) reads from one address per array, each load an
+// immediate offset from it, where an address per column pair took an IMAD.WIDE and a register pair each
+// (32 a tile with channel scales).
 template <class Traits>
 __device__ __forceinline__ void load_fp8_terms(const GemmParams& gemm, int n0, const GemmSegment& segment,
                                                Fp8ColumnPair (&terms)[Traits::block_n / 8]) {
-  load_tile_terms<Traits::block_n>(
-      n0, gemm,
-      [&](int n, bool pair) {
-        return fp8_column_pair<Traits::granularity, Traits::has_bias>(segment, n, pair);
-      },
-      terms);
+  constexpr int kBlocks = Traits::block_n / 8;
+  if (n0 + Traits::block_n > gemm.n) {
+    load_tile_terms<Traits::block_n>(
+        n0, gemm,
+        [&](int n, bool pair) {
+          return fp8_column_pair<Traits::granularity, Traits::has_bias>(segment, n, pair);
+        },
+        terms);
+    return;
+  }
+  // The thread's column pairs are column + 8 b of the segment (store_tile's layout).
+  const int column = n0 + 2 * static_cast<int>(threadIdx.x % 4) - segment.n_begin;
+#pragma unroll
+  for (int b = 0; b < kBlocks; ++b)
+    terms[b] = fp8_segment_columns<Traits::granularity, Traits::has_bias>(segment, column + 8 * b, true);
 }
 
+// Token scales: the lines the epilogue reads after the K loop (the tile's column scales and bias, the
+// warpgroup's 64 row scales), asked into L1 as the tile starts by the first lanes of the warpgroup's first
+// warp, a line each; the loads after the loop then hit L1 (nothing else this kernel does goes through L1
+// to evict them: the ring and the stores are TMA's). Loaded into registers under the last block's wgmmas,
+// as the block-scaled tiles' terms are, they spilled (20-136 bytes in the variants tried: with the
+// promotion an add, ptxas keeps more of the last block's registers live there), and prefetched there,
+// ptxas moved the last promotion past the final wait. A tile reaching past N loads its terms after the
+// loop as they come (load_fp8_terms' checked path).
+template <class Traits>
+__device__ __forceinline__ void prefetch_token_terms(const GemmSm90Fp8Params& params, int n0,
+                                                     const GemmSegment& segment, int first_row, int thread) {
+  static_assert(Traits::token_scales && Traits::block_n == 128,
+                "a tile's 128 column scales: 5 lines at most");
+  const GemmParams& gemm = params.gemm;
+  const int column = n0 - segment.n_begin;
+  const unsigned char* line = nullptr;
+  if (thread < 5) {  // 512 bytes of column scales from any 4-byte boundary
+    if (Traits::granularity == 1 && n0 + Traits::block_n <= gemm.n)
+      line = reinterpret_cast<const unsigned char*>(static_cast<const float*>(segment.scales) + column) +
+             min(128 * thread, 511);
+  } else if (thread >= 8 && thread < 11) {  // the warpgroup's 64 row scales, clamped to M
+    const int row = min(first_row + 32 * (thread - 8), gemm.m - 1);
+    line = reinterpret_cast<const unsigned char*>(params.a_scales + min(row, first_row + 63));
+  } else if (Traits::has_bias && thread >= 16 && thread < 19) {  // 256 bytes of bias
+    if (segment.bias != nullptr && n0 + Traits::block_n <= gemm.n)
+      line = reinterpret_cast<const unsigned char*>(static_cast<const bf16_bits*>(segment.bias) + column) +
+             min(128 * (thread - 16), 255);
+  }
+  if (line != nullptr) sm90::prefetch_l1(line);
+}
+
+// With token scales, `rows` holds the activation scales of the thread's two rows (read with the column
+// terms): the accumulators are multiplied by them first.
 template <class Traits>
 __device__ __forceinline__ void store_fp8_tile(const GemmSm90Fp8Params& params, unsigned staging,
                                                int warpgroup, int m0, int n0,
                                                const Fp8ColumnPair (&terms)[Traits::block_n / 8],
-                                               const float (&accumulator)[Traits::accumulators]) {
+                                               const float2& rows,
+                                               float (&accumulator)[Traits::accumulators]) {
+  if constexpr (Traits::token_scales) {
+#pragma unroll
+    for (int j = 0; j < Traits::accumulators; ++j) accumulator[j] *= (j / 2) % 2 == 0 ? rows.x : rows.y;
+  }
   store_tile<Traits::block_n>(
       params.c_map, staging, warpgroup, m0, n0, params.gemm, accumulator, preloaded_columns(n0, terms),
       [](const Fp8ColumnPair& column, float value0, float value1) { return column.apply(value0, value1); });
@@ -261,7 +408,9 @@ __global__ void __launch_bounds__(Traits::threads, 1)
   const unsigned empty_barriers = full_barriers + Traits::stages * 8;  // [stages] x 8 bytes
   const GemmParams& gemm = params.gemm;
 
-  const int warpgroup = threadIdx.x / 128;
+  // Broadcast from lane 0, so ptxas knows it is the same in every lane of the warp and keeps what is
+  // derived from it (A's offset in a slot, so A's wgmma descriptors) in uniform registers.
+  const int warpgroup = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x / 128), 0);
   if (threadIdx.x == 0) {
     for (int s = 0; s < Traits::stages; ++s) {
       sm90::mbarrier_init(full_barriers + 8 * s, 1);
@@ -330,7 +479,7 @@ __global__ void __launch_bounds__(Traits::threads, 1)
 #pragma unroll
   for (int j = 0; j < Traits::accumulators; ++j) partial_a[j] = partial_b[j] = 0.0f;
 
-  int slot_use = 0;
+  RingPosition<Traits::stages> position;
   for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
     const TileCoordinates coordinates = grouped_tile<Traits::group_m>(tile, tiles_m, tiles_n);
     const int m0 = coordinates.m * Traits::block_m;
@@ -342,26 +491,37 @@ __global__ void __launch_bounds__(Traits::threads, 1)
     // Rows past M hold zero codes; their scale is never read (and their results never stored).
     const int scale_row0 = row0 < gemm.m ? row0 : 0;
     const int scale_row1 = row1 < gemm.m ? row1 : 0;
-    // Block weight scales of the tile's 128 rows: row (n0 - n_begin) / 128 of [ceil(rows / 128), k_tiles].
-    const float* w_block_scales = w_scales + static_cast<long long>((n0 - segment.n_begin) / 128) * k_tiles;
 #pragma unroll
     for (int j = 0; j < Traits::accumulators; ++j) accumulator[j] = 0.0f;
 
-    // K block k_tile's promotion factors (a block past the last reads the last one's, unused).
-    auto load_factors = [&](int k_tile) {
-      k_tile = min(k_tile, k_tiles - 1);
-      const float* a_scales = params.a_scales + k_tile * params.a_scale_ld;
-      Fp8BlockFactors factors{__ldg(a_scales + scale_row0), __ldg(a_scales + scale_row1), 1.0f};
-      if constexpr (Traits::granularity == 2) factors.weight = __ldg(w_block_scales + k_tile);
-      return factors;
-    };
     Fp8ColumnPair terms[Traits::block_n / 8];
-    consume_blocks<Traits>(slot_use, k_tiles, ring, full_barriers, empty_barriers, a_offset, lane,
-                           accumulator, partial_a, partial_b, load_factors,
-                           [&]() { load_fp8_terms<Traits>(gemm, n0, segment, terms); });
-    slot_use += k_tiles;
+    float2 rows = make_float2(1.0f, 1.0f);
+    if constexpr (Traits::token_scales) {
+      // Group 0 of the scales: the rows' one scale each, with the column terms after the K loop, from L1.
+      prefetch_token_terms<Traits>(params, n0, segment, m0 + (warpgroup - 1) * Traits::consumer_rows, thread);
+      Fp8NoFactors factors;
+      consume_blocks<Traits>(position, k_tiles, ring, full_barriers, empty_barriers, a_offset, lane,
+                             accumulator, partial_a, partial_b, factors, []() {});
+      load_fp8_terms<Traits>(gemm, n0, segment, terms);
+      rows = make_float2(__ldg(params.a_scales + scale_row0), __ldg(params.a_scales + scale_row1));
+    } else {
+      const int scale_ld = static_cast<int>(params.a_scale_ld);
+      Fp8FactorStream<Traits::granularity> factors;
+      factors.row0 = params.a_scales + scale_row0;
+      factors.row1 = params.a_scales + scale_row1;
+      // Block weight scales of the tile's 128 rows: row (n0 - n_begin) / 128 of [ceil(rows / 128), k_tiles].
+      factors.weight = w_scales + static_cast<long long>((n0 - segment.n_begin) / 128) * k_tiles;
+      factors.offset = 0;
+      factors.step = scale_ld;
+      factors.last = (k_tiles - 1) * scale_ld;
+      factors.block = 0;
+      factors.last_block = k_tiles - 1;
+      consume_blocks<Traits>(position, k_tiles, ring, full_barriers, empty_barriers, a_offset, lane,
+                             accumulator, partial_a, partial_b, factors,
+                             [&]() { load_fp8_terms<Traits>(gemm, n0, segment, terms); });
+    }
 
-    store_fp8_tile<Traits>(params, staging, warpgroup, m0, n0, terms, accumulator);
+    store_fp8_tile<Traits>(params, staging, warpgroup, m0, n0, terms, rows, accumulator);
   }
   // The staging boxes must outlive their stores' reads (shared memory goes with the CTA).
   if (thread == 0) sm90::bulk_wait_group<0>();

@@ -2,14 +2,18 @@
 // the activation quantizer's and the sm_90a e4m3 x e4m3 GEMM's.
 //
 // Activation rounding (the contract the CPU reference repeats, reference/fp8_activation.hpp): A [M, K] is
-// cut into groups of 128 channels per token (the last group may be shorter); per group
+// cut into scale groups per token: the whole row where the weight scales are per tensor or per channel
+// (formats.md: activations quantized per token), 128 channels where they are 128x128 blocks (the last group
+// may be shorter); per group
 //   amax  = max |a| over the group (bf16 values, exact in fp32)
 //   scale = amax / 448 in fp32 (IEEE division, round to nearest), or 1 when amax is 0
 //   code  = e4m3fn(a / scale): the quotient in fp32 (IEEE division), then round to nearest even,
 //           saturating to +-448 (__NV_SATFINITE)
-// and the GEMM reads a = code * scale. One group size for every weight scale granularity: per-128-channel
-// groups are what 128x128 block weights need, and for tensor / channel weights they are at least as
-// accurate as one scale per token at the same kernel cost (one multiply per K block and accumulator).
+// and the GEMM reads a = code * scale. Block weights need a scale per 128-wide K block anyway (the
+// promotion multiplies each block's fp32 partial sums by it). With one scale per token the promotion is an
+// add and the scale a factor of the whole row, applied once in the epilogue, as `_scaled_mm`'s row-wise
+// scales are: the K loop then reads no scale (the per-group factors' loads and their index arithmetic
+// were where its "dispatch" stalls sat, docs/kernels-notes.md "Session 33").
 #pragma once
 
 #include "attnplan/gemm_params.h"
@@ -18,15 +22,18 @@
 
 namespace attnplan {
 
-inline constexpr int kFp8ActivationGroup = 128;      // channels per activation scale
-inline constexpr int kFp8QuantizeWarps = 8;          // warps per quantizer CTA
-inline constexpr int kFp8QuantizeGroupsPerWarp = 2;  // (token, group) items per warp: one per half-warp
+inline constexpr int kFp8ActivationGroup = 128;       // channels per activation scale, block weights
+inline constexpr int kFp8TokenQuantizeThreads = 256;  // the per-token quantizer's CTA: one token
+inline constexpr int kFp8QuantizeWarps = 8;           // warps per quantizer CTA
+inline constexpr int kFp8QuantizeGroupsPerWarp = 2;   // (token, group) items per warp: one per half-warp
 
 // The e4m3 activations and their scales in the caller's workspace.
 struct Fp8QuantizeParams {
   const bf16_bits* input;  // [M, K], row stride ld_input elements
   unsigned char* codes;    // [M, K] e4m3fn, row stride ld_codes bytes (a multiple of 16: TMA rows)
-  float* scales;           // [ceil(K / 128), scale_ld]: the scale of token m, group g at g * scale_ld + m
+  // [groups, scale_ld]: the scale of token m, group g at g * scale_ld + m; groups = ceil(K / 128), or 1
+  // with one scale per token
+  float* scales;
   long long ld_input;
   long long ld_codes;
   long long scale_ld;  // >= M
@@ -45,7 +52,7 @@ struct GemmSm90Fp8Params {
   TensorMap c_map;
   // Sizes, segments (weight = e4m3 codes, scales = f32 weight scales), C, bias; `a` is not read.
   GemmParams gemm;
-  const float* a_scales;  // [ceil(K / 128), a_scale_ld] (Fp8QuantizeParams::scales)
+  const float* a_scales;  // [groups, a_scale_ld] (Fp8QuantizeParams::scales)
   long long a_scale_ld;
 };
 

@@ -4,7 +4,9 @@
 // With kFp8Codes (a plan whose q|k|v projection takes fp8 activations) the kernel also rounds the
 // normalized row to the projection's e4m3 codes and scales itself (fp8_activation.cuh: the quantizer's
 // rule, of the same bf16 values), so the plan runs no separate quantizer over it: the quantizer's read
-// of the bf16 row and, when the bf16 row is not wanted (output null), its write are saved.
+// of the bf16 row and, when the bf16 row is not wanted (output null), its write are saved. The scales are
+// per 128 channels (a half-warp's amax), or with kFp8TokenScales one per token (the block's amax, over
+// the normalized row kept in registers until it is known).
 //
 // With kRotaryPairs (a plan whose q|k|v GEMM applies RoPE in its epilogue, gemm_sm90_qkv_epilogue.cuh)
 // the block also writes its token's row of the rotation table: each pair's (cos, sin), which every q and k
@@ -19,13 +21,15 @@
 
 namespace attnplan::kernels {
 
-template <int kHiddenSize, int kThreads, bool kUnitOffset, bool kFp8Codes = false, int kRotaryPairs = 0>
+template <int kHiddenSize, int kThreads, bool kUnitOffset, bool kFp8Codes = false, int kRotaryPairs = 0,
+          bool kFp8TokenScales = false>
 struct RmsNormTraits {
   using Params = RmsNormParams;
   static constexpr int hidden_size = kHiddenSize;
   static constexpr int threads = kThreads;
-  static constexpr bool unit_offset = kUnitOffset;   // Gemma: scale by (1 + w)
-  static constexpr bool fp8_codes = kFp8Codes;       // also the e4m3 codes + scales (params.codes)
+  static constexpr bool unit_offset = kUnitOffset;           // Gemma: scale by (1 + w)
+  static constexpr bool fp8_codes = kFp8Codes;               // also the e4m3 codes + scales (params.codes)
+  static constexpr bool fp8_token_scales = kFp8TokenScales;  // one scale per token, not per 128 channels
   static constexpr int rotary_pairs = kRotaryPairs;  // also the token's rotation table row (params.rotations)
   static constexpr int vector = vector_width_for(kHiddenSize);
   static constexpr int vectors_per_row = kHiddenSize / vector;
@@ -39,6 +43,7 @@ struct RmsNormTraits {
   // activation group (16 consecutive vectors) is one half-warp's.
   static_assert(!kFp8Codes || (vector == kFp8ChannelsPerLane && kThreads % kFp8GroupLanes == 0),
                 "fp8 codes need 8-channel vectors (hidden_size a multiple of 8)");
+  static_assert(kFp8Codes || !kFp8TokenScales, "token scales are a choice of the fp8 codes");
 };
 
 // grid: [num_tokens], block: [Traits::threads]
@@ -78,6 +83,10 @@ __global__ void __launch_bounds__(Traits::threads) rmsnorm_kernel(const RmsNormP
   const float total = block_sum<Traits::threads>(sum_of_squares);
   const float inverse_rms = rsqrtf(total / Traits::hidden_size + params.epsilon);
 
+  // Per-token fp8 codes: the normalized row, kept until the block knows its amax.
+  constexpr bool token_codes = Traits::fp8_codes && Traits::fp8_token_scales;
+  Vector normalized[token_codes ? Traits::vectors_per_thread : 1];
+  float amax = 0.0f;
 #pragma unroll
   for (int i = 0; i < Traits::vectors_per_thread; ++i) {
     const int v = threadIdx.x + i * Traits::threads;
@@ -93,7 +102,14 @@ __global__ void __launch_bounds__(Traits::threads) rmsnorm_kernel(const RmsNormP
       }
       if (!Traits::fp8_codes || params.output != nullptr) out.store(params.output, row + v * Traits::vector);
     }
-    if constexpr (Traits::fp8_codes) {
+    if constexpr (token_codes) {
+      normalized[i] = out;
+      if (inside) {
+#pragma unroll
+        for (int e = 0; e < kFp8ChannelsPerLane; ++e)
+          amax = fmaxf(amax, fabsf(__bfloat162float(out.values[e])));
+      }
+    } else if constexpr (Traits::fp8_codes) {
       // Every lane of the half-warp joins the amax (the row's last group may be short: lanes past it
       // count 0); params.codes is the same for the whole block.
       if (params.codes != nullptr) {
@@ -109,6 +125,24 @@ __global__ void __launch_bounds__(Traits::threads) rmsnorm_kernel(const RmsNormP
           if (v % kFp8GroupLanes == 0) params.scales[v / kFp8GroupLanes * params.scale_ld + token] = scale;
         }
       }
+    }
+  }
+  if constexpr (token_codes) {
+    // params.codes is the same for the whole block, so every thread joins block_max or none does.
+    if (params.codes != nullptr) {
+      const float scale = fp8_scale_of(block_max<Traits::threads>(amax));
+#pragma unroll
+      for (int i = 0; i < Traits::vectors_per_thread; ++i) {
+        const int v = threadIdx.x + i * Traits::threads;
+        if (v < Traits::vectors_per_row) {
+          float values[kFp8ChannelsPerLane];
+#pragma unroll
+          for (int e = 0; e < kFp8ChannelsPerLane; ++e) values[e] = __bfloat162float(normalized[i].values[e]);
+          *reinterpret_cast<uint2*>(params.codes + token * params.ld_codes + v * kFp8ChannelsPerLane) =
+              fp8_activation_codes(values, scale);
+        }
+      }
+      if (threadIdx.x == 0) params.scales[token] = scale;  // group 0: the token's one scale
     }
   }
 }

@@ -385,6 +385,12 @@ __device__ __forceinline__ void prefetch_l2(const void* source, unsigned bytes) 
 #endif
 }
 
+// Asks for the 128-byte line of global memory holding `address` in the SM's L1 (PTX prefetch.global.L1): a
+// hint that holds no register past its issue; a later load of the line (ld.global.nc included) then hits L1.
+__device__ __forceinline__ void prefetch_l1(const void* address) {
+  asm volatile("prefetch.global.L1 [%0];\n" ::"l"(reinterpret_cast<unsigned long long>(address)) : "memory");
+}
+
 // Fetches the tensor map into the TMA unit's cache ahead of the first load (one thread).
 __device__ __forceinline__ void prefetch_tensor_map(const void* map) {
 #if ATTNPLAN_SM90A_ENABLED

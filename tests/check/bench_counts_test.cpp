@@ -120,6 +120,19 @@ TEST_CASE("stage_work: fp8 activations, codes from the norm for q|k|v and a quan
   CHECK(work[6].stage == StageKind::output_projection);
 }
 
+TEST_CASE("stage_work: fp8 activations with channel weight scales have one scale per token",
+          "[check][bench][fp8_activation]") {
+  using attnplan::plan::StageKind;
+  const attnplan::config::AttentionConfig config = attnplan::config::load_file(
+      std::string(ATTNPLAN_SOURCE_DIR) + "/plans/llama-3.1-8b-fp8-dynamic.json");  // 4096, 32/8, D 128
+  const std::vector<attnplan::check::StageWork> work = attnplan::check::stage_work(config, {{0, 1000, {}}});
+  REQUIRE(work.size() == 7);
+  CHECK(work[0].stage == StageKind::input_norm);
+  CHECK(work[0].bytes == 1000.0 * 4096 * 3 + 1000.0 * 4 + 4096 * 2);
+  CHECK(work[5].stage == StageKind::output_quantize);
+  CHECK(work[5].bytes == 1000.0 * 4096 * 3 + 1000.0 * 4);
+}
+
 TEST_CASE("spread and rotation_sets", "[check][bench]") {
   using attnplan::check::rotation_sets;
   using attnplan::check::spread;

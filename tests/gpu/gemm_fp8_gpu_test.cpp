@@ -81,7 +81,9 @@ void check_fp8_gemm(plan::GemmFp8Kernel kernel, config::Fp8ScaleGranularity gran
   params.lda = k;
   params.ldc = ldc;
 
-  const reference::Fp8Activations quantized = reference::quantize_activations_fp8(a_bits, m, k);
+  // One scale per token for tensor and channel weight scales, per 128 channels for block ones.
+  const reference::Fp8Activations quantized =
+      reference::quantize_activations_fp8(a_bits, m, k, spec.activation_scales());
   const reference::Tensor expected =
       reference::linear(reference::dequantize_activations_fp8(quantized), w.weight, w.bias);
 
@@ -90,7 +92,7 @@ void check_fp8_gemm(plan::GemmFp8Kernel kernel, config::Fp8ScaleGranularity gran
   INFO("fp8 activations, " << plan::gemm_fp8_kernel_name(kernel) << ", weight scales "
                            << config::to_string(granularity) << ": M " << m << " N " << n << " K " << k);
   // Named sources: GCC 13 flags a reference returned for a temporary argument (the kernels live in a map).
-  const compiler::KernelSource quantize_source = plan::Fp8QuantizeSpec{}.source();
+  const compiler::KernelSource quantize_source = plan::Fp8QuantizeSpec{spec.activation_scales()}.source();
   const compiler::KernelSource gemm_source = spec.source();
   const driver::Function& quantize = kernel_function(quantize_source, 0);
   const driver::Function& gemm = kernel_function(gemm_source, spec.dynamic_shared_bytes());
@@ -106,7 +108,7 @@ void check_fp8_gemm(plan::GemmFp8Kernel kernel, config::Fp8ScaleGranularity gran
     code_mismatches += workspace[i] != quantized.codes[i];
   const auto* scales = reinterpret_cast<const unsigned char*>(activations.scales) -
                        reinterpret_cast<const unsigned char*>(activations.codes) + workspace.data();
-  const int groups = (k + 127) / 128;
+  const int groups = (k + quantized.group - 1) / quantized.group;
   for (int g = 0; g < groups; ++g) {
     for (int row = 0; row < m; ++row) {
       float got = 0;

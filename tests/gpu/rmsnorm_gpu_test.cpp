@@ -83,14 +83,16 @@ void check_rmsnorm(const Case& c, std::uint64_t seed) {
 // launched on its own: with the bf16 rows and without them (what execute does unobserved). The rows match
 // the reference as the plain norm's do; codes and scales are reference::quantize_activations_fp8 of those
 // rows bit for bit (the quantizer's rule, so the GEMM reads what the quantizer would have written); nothing
-// past the codes, the scales or (without rows) in the rows buffer is written.
-void check_rmsnorm_fp8_codes(const Case& c, std::uint64_t seed) {
-  INFO("fp8 codes: hidden " << c.hidden_size << ", offset " << c.weight_offset << ", tokens "
-                            << c.num_tokens);
+// past the codes, the scales or (without rows) in the rows buffer is written. Per token and group of 128
+// channels, and with one scale per token (RmsNormSpec::fp8_token_scales).
+void check_rmsnorm_fp8_codes(const Case& c, config::Fp8ActivationScales scale_mode, std::uint64_t seed) {
+  INFO("fp8 codes: hidden " << c.hidden_size << ", offset " << c.weight_offset << ", tokens " << c.num_tokens
+                            << ", scales per " << config::to_string(scale_mode));
   plan::RmsNormSpec spec;
   spec.hidden_size = c.hidden_size;
   spec.unit_offset = c.weight_offset != 0;
   spec.fp8_codes = true;
+  spec.fp8_token_scales = scale_mode == config::Fp8ActivationScales::token;
   spec.tiling = plan::choose_rmsnorm_tiling(c.hidden_size);
   const compiler::KernelSource source = spec.source();
   const driver::Function& norm = kernel_function(source);
@@ -153,12 +155,12 @@ void check_rmsnorm_fp8_codes(const Case& c, std::uint64_t seed) {
     CHECK(error < 5e-3);
 
     const reference::Fp8Activations quantized =
-        reference::quantize_activations_fp8(output, c.num_tokens, c.hidden_size);
+        reference::quantize_activations_fp8(output, c.num_tokens, c.hidden_size, scale_mode);
     std::size_t code_mismatches = 0, scale_mismatches = 0;
     for (std::size_t i = 0; i < elements; ++i) code_mismatches += workspace[i] != quantized.codes[i];
     const unsigned char* scales = workspace.data() + (reinterpret_cast<const unsigned char*>(buffers.scales) -
                                                       reinterpret_cast<const unsigned char*>(buffers.codes));
-    const int groups = (c.hidden_size + 127) / 128;
+    const int groups = (c.hidden_size + quantized.group - 1) / quantized.group;
     for (int g = 0; g < groups; ++g) {
       for (int t = 0; t < c.num_tokens; ++t) {
         float got = 0;
@@ -183,7 +185,12 @@ TEST_CASE("input RMSNorm with fp8 codes writes the quantizer's codes, bit for bi
       {208, 0.0, 1e-1, 513},   // tiny rows: one full group and one of 80 channels
   };
   std::uint64_t seed = 4321;
-  for (const Case& c : cases) check_rmsnorm_fp8_codes(c, seed++);
+  for (const Case& c : cases) {
+    for (const config::Fp8ActivationScales scale_mode :
+         {config::Fp8ActivationScales::token_group, config::Fp8ActivationScales::token}) {
+      check_rmsnorm_fp8_codes(c, scale_mode, seed++);
+    }
+  }
 }
 
 TEST_CASE("input RMSNorm matches the reference", "[gpu][rmsnorm]") {

@@ -66,7 +66,8 @@ TEST_CASE("sm_90a attention: the D 128 softmax sits between the two waits in the
 
 // The two partials (kernels-notes.md, "Session 10") pay only if each block's promotion runs while the next
 // block's wgmmas are in flight: after each `WARPGROUP.DEPBAR.LE gsb0, 0x1`, a whole partial's FFMAs (64 per
-// thread: block_n / 2 of a 64 x 128 warpgroup tile) before the next wgmma issue or wait. ptxas moved the
+// thread: block_n / 2 of a 64 x 128 warpgroup tile; FADDs with tensor and channel weight scales, whose
+// activation scales are per token) before the next wgmma issue or wait. ptxas moved the
 // attention kernel's wait without a word (attention-notes.md, "Session 29"), so this reads the SASS too.
 TEST_CASE("sm_90a fp8-activation GEMM: each promotion sits under the next block's wgmmas in the SASS",
           "[gpu][sass]") {
@@ -85,7 +86,9 @@ TEST_CASE("sm_90a fp8-activation GEMM: each promotion sits under the next block'
          at = sass.find("WARPGROUP.DEPBAR.LE gsb0, 0x1", at + 1)) {
       const std::size_t end =
           std::min(sass.find("WARPGROUP.ARRIVE", at), sass.find("WARPGROUP.DEPBAR", at + 1));
-      CHECK(plan_testing::count_in(sass, "FFMA", at, end) >= 64);
+      CHECK(plan_testing::count_in(
+                sass, spec.activation_scales() == config::Fp8ActivationScales::token ? "FADD" : "FFMA", at,
+                end) >= 64);
       ++waits;
     }
     CHECK(waits >= 2);  // the loop's two halves, and the tail's

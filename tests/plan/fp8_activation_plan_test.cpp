@@ -130,6 +130,44 @@ TEST_CASE("fp8 activations grow the workspace by the quantized rows of the large
   CHECK(wide.fp8_activation_bytes == plan::fp8_activation_bytes(300, 4096));
 }
 
+TEST_CASE("fp8 activations with channel weight scales: one activation scale per token, norm and quantizer",
+          "[plan][fp8_activation]") {
+  // Llama-3.1-8B FP8-Dynamic: fp8 weights with one scale per output channel, activations per token.
+  const config::AttentionConfig config =
+      config::load_file(std::string(ATTNPLAN_SOURCE_DIR) + "/plans/llama-3.1-8b-fp8-dynamic.json");
+  for (const config::Arch arch : {kSm89, kSm90a}) {
+    INFO(arch.name());
+    const plan::KernelPlan kernels = plan::plan_kernels(config, arch);
+    REQUIRE(kernels.qkv_projection_fp8.has_value());
+    REQUIRE(kernels.output_projection_fp8.has_value());
+    CHECK(kernels.qkv_projection_fp8->granularity == config::Fp8ScaleGranularity::channel);
+    CHECK(kernels.qkv_projection_fp8->activation_scales() == config::Fp8ActivationScales::token);
+    CHECK(kernels.input_norm.fp8_codes);
+    CHECK(kernels.input_norm.fp8_token_scales);
+    const std::string norm_stub = kernels.kernels[0].source.render_stub();
+    CHECK(contains(norm_stub, "/*fp8_codes=*/true"));
+    CHECK(contains(norm_stub, "/*rotary_pairs=*/0"));
+    CHECK(contains(norm_stub, "/*fp8_token_scales=*/true"));
+    CHECK(kernels.activation_quantize.scales == config::Fp8ActivationScales::token);
+    for (const auto& kernel : kernels.kernels) {
+      INFO(kernel.name);
+      if (kernel.stage == plan::StageKind::output_quantize) {
+        CHECK(kernel.source.family == "fp8_quantize_tokens");
+        CHECK(kernel.source.spec["scales"] == "token");
+      }
+      if (kernel.stage == plan::StageKind::output_projection)
+        CHECK(kernel.source.spec["activation_scales"] == "token");
+    }
+    CHECK(kernels.activation_quantize.launch_shape(300, 4096).grid.x == 300);  // a CTA per token
+  }
+  // Block weight scales keep a scale per 128 channels: the norm's stub as before this choice existed.
+  const plan::KernelPlan block = plan::plan_kernels(fp8act(), kSm90a);
+  CHECK_FALSE(block.input_norm.fp8_token_scales);
+  CHECK_FALSE(contains(block.kernels[0].source.render_stub(), "fp8_token_scales"));
+  CHECK(block.activation_quantize.scales == config::Fp8ActivationScales::token_group);
+  CHECK(block.output_projection_fp8->source().spec["activation_scales"] == "token_group");
+}
+
 TEST_CASE("fp8 activations: the mma.sync e4m3 GEMM from sm_89, wgmma on sm_90a, refused before sm_89",
           "[plan][fp8_activation]") {
   const config::AttentionConfig config = fp8act();

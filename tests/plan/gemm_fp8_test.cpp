@@ -16,11 +16,14 @@ using namespace attnplan;
 
 TEST_CASE("fp8-activation kernels compile for sm_80 and sm_90a", "[plan][gemm][gemm_fp8][nvrtc]") {
   const auto arch = GENERATE(testing::kSm80, testing::kSm90a);
-  const auto quantize =
-      testing::test_compiler().compile(plan::Fp8QuantizeSpec{}.source(), compiler::CompileOptions{arch});
-  INFO(quantize.log);
-  CHECK(quantize.resources.spill_bytes() == 0);
-  UNSCOPED_INFO(arch.name() << " fp8_quantize: " << quantize.resources.registers << " registers");
+  for (const auto scales : {config::Fp8ActivationScales::token_group, config::Fp8ActivationScales::token}) {
+    const auto quantize = testing::test_compiler().compile(plan::Fp8QuantizeSpec{scales}.source(),
+                                                           compiler::CompileOptions{arch});
+    INFO(quantize.log);
+    CHECK(quantize.resources.spill_bytes() == 0);
+    UNSCOPED_INFO(arch.name() << " fp8 quantize per " << config::to_string(scales) << ": "
+                              << quantize.resources.registers << " registers");
+  }
   for (auto granularity : {config::Fp8ScaleGranularity::tensor, config::Fp8ScaleGranularity::channel,
                            config::Fp8ScaleGranularity::block}) {
     plan::GemmFp8Spec spec;
@@ -73,6 +76,11 @@ TEST_CASE("fp8-activation GEMM: shapes, buffers and checks", "[plan][gemm][gemm_
   CHECK(spec.launch_shape(37, 200, 132).grid.x == 2);
   // 37 tokens x 23 groups of 128 channels, 16 (token, group) items per CTA (a half-warp each).
   CHECK(plan::Fp8QuantizeSpec{}.launch_shape(37, 2880).grid.x == (37 * 23 + 15) / 16);
+  // One CTA per token where the scales are per token.
+  const driver::LaunchShape tokens =
+      plan::Fp8QuantizeSpec{config::Fp8ActivationScales::token}.launch_shape(37, 2880);
+  CHECK(tokens.grid.x == 37);
+  CHECK(tokens.block.x == kFp8TokenQuantizeThreads);
 
   CHECK(plan::fp8_activation_bytes(37, 2880) ==
         (37 * 2880 + 255) / 256 * 256 + 23 * 40 * 4 / 256 * 256 + 256);
@@ -113,4 +121,17 @@ TEST_CASE("fp8-activation GEMM: shapes, buffers and checks", "[plan][gemm][gemm_
   params.segments[0] = {reinterpret_cast<const bf16_bits*>(memory), nullptr, 0, 100, memory, nullptr};
   params.segments[1] = {reinterpret_cast<const bf16_bits*>(memory), nullptr, 100, 200, memory, nullptr};
   CHECK(contains(expect_error([&] { spec.check(params); }).message(), "segments[0] is 100 wide"));
+
+  // The activation buffers: scale_ld >= M, and scales the sm_90a GEMM's 32-bit offsets reach (K 2880: 23
+  // groups of 128 channels, so scale_ld 2^26 fits and 2^27 does not).
+  plan::Fp8ActivationBuffers activations = plan::fp8_activation_buffers(memory, params.m, params.k);
+  plan::check_fp8_activation_buffers(params, activations);
+  activations.scale_ld = 1ll << 26;
+  plan::check_fp8_activation_buffers(params, activations);
+  activations.scale_ld = 1ll << 27;
+  CHECK(contains(expect_error([&] { plan::check_fp8_activation_buffers(params, activations); }).message(),
+                 "32-bit scale offsets"));
+  activations.scale_ld = params.m - 1;
+  CHECK(contains(expect_error([&] { plan::check_fp8_activation_buffers(params, activations); }).message(),
+                 "scale_ld < M"));
 }

@@ -16,7 +16,8 @@ TEST_CASE("fp8 activations: scale amax / 448 per token and 128 channels, codes R
   std::vector<std::uint16_t> bits(std::size_t(m) * k, core::float_to_bf16(0.0f));
   for (int c = 0; c < 128; ++c) bits[c] = core::float_to_bf16(c == 5 ? -896.0f : 1.0f);
   for (int c = 128; c < k; ++c) bits[c] = core::float_to_bf16(c == 130 ? 3.0f : 0.5f);
-  const reference::Fp8Activations quantized = reference::quantize_activations_fp8(bits, m, k);
+  const reference::Fp8Activations quantized =
+      reference::quantize_activations_fp8(bits, m, k, config::Fp8ActivationScales::token_group);
   REQUIRE(quantized.scales.size() == 4);        // [2 groups, 2 tokens]
   CHECK(quantized.scales[0] == 2.0f);           // token 0, group 0: 896 / 448
   CHECK(quantized.scales[1] == 1.0f);           // token 1, group 0: all zero
@@ -30,4 +31,38 @@ TEST_CASE("fp8 activations: scale amax / 448 per token and 128 channels, codes R
   CHECK(a.data[5] == -896.0);
   CHECK(a.data[0] == 1.0);
   CHECK(a.data[130] == 448.0 * double(3.0f / 448.0f));
+}
+
+TEST_CASE("fp8 activations: one scale per token over all its channels", "[reference][fp8_activation]") {
+  // Token 0's amax (-896) sits in its first 128 channels and scales its last 16 too; token 1 is all zeros.
+  const int m = 2, k = 144;
+  std::vector<std::uint16_t> bits(std::size_t(m) * k, core::float_to_bf16(0.0f));
+  for (int c = 0; c < 128; ++c) bits[c] = core::float_to_bf16(c == 5 ? -896.0f : 1.0f);
+  for (int c = 128; c < k; ++c) bits[c] = core::float_to_bf16(c == 130 ? 3.0f : 0.5f);
+  const reference::Fp8Activations quantized =
+      reference::quantize_activations_fp8(bits, m, k, config::Fp8ActivationScales::token);
+  CHECK(quantized.group == k);
+  REQUIRE(quantized.scales.size() == 2);  // [1 group, 2 tokens]
+  CHECK(quantized.scales[0] == 2.0f);     // token 0: 896 / 448
+  CHECK(quantized.scales[1] == 1.0f);     // token 1: all zero
+  CHECK(quantized.codes[5] == 0xFE);      // -448
+  CHECK(quantized.codes[0] == core::float_to_fp8_e4m3(0.5f));
+  CHECK(quantized.codes[130] == core::float_to_fp8_e4m3(1.5f));  // 3 / 2, not the group's 448
+  CHECK(quantized.codes[131] == core::float_to_fp8_e4m3(0.25f));
+  CHECK(quantized.codes[k] == 0x00);
+  const reference::Tensor a = reference::dequantize_activations_fp8(quantized);
+  CHECK(a.data[5] == -896.0);
+  CHECK(a.data[130] == 3.0);
+  CHECK(a.data[131] == 0.5);
+  CHECK(a.data[k + 7] == 0.0);
+}
+
+TEST_CASE("fp8 activations: the scales follow the weight scales' granularity",
+          "[reference][fp8_activation]") {
+  CHECK(config::fp8_activation_scales(config::Fp8ScaleGranularity::tensor) ==
+        config::Fp8ActivationScales::token);
+  CHECK(config::fp8_activation_scales(config::Fp8ScaleGranularity::channel) ==
+        config::Fp8ActivationScales::token);
+  CHECK(config::fp8_activation_scales(config::Fp8ScaleGranularity::block) ==
+        config::Fp8ActivationScales::token_group);
 }
