@@ -131,9 +131,7 @@ __global__ void __launch_bounds__(Traits::threads, 1)
   const unsigned empty_barriers = full_barriers + Traits::stages * 8;  // [stages] x 8 bytes
   const GemmParams& gemm = params.gemm;
 
-  // Broadcast from lane 0, so ptxas knows it is warp-uniform (what derives from it stays in uniform
-  // registers).
-  const int warpgroup = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x / 128), 0);
+  const int warpgroup = threadIdx.x / 128;
   init_ring_barriers<Traits::stages, Traits::empty_arrivals>(full_barriers, empty_barriers);
 
   // Tile (token tile, weight tile): C rows [t * block_tokens, ...), columns [w * 128, ...).
