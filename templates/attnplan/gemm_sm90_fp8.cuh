@@ -303,6 +303,13 @@ struct Fp8FactorStream {
   int block;            // k, for the weight block scale
   int last_block;       // k_tiles - 1
 
+  // The stream from K block 0 for the rows at a_scales + row0 and + row1 and the weight scales' row
+  // `weight` of [ceil(rows / 128), k_tiles].
+  static __device__ __forceinline__ Fp8FactorStream start(const float* a_scales, int row0, int row1,
+                                                          int scale_ld, const float* weight, int k_tiles) {
+    return {a_scales + row0, a_scales + row1, weight, 0, scale_ld, (k_tiles - 1) * scale_ld, 0, k_tiles - 1};
+  }
+
   __device__ __forceinline__ Fp8BlockFactors next() {
     const Fp8BlockFactors factors{__ldg(row0 + offset), __ldg(row1 + offset), __ldg(weight + block)};
     offset = min(offset + step, last);
@@ -505,17 +512,10 @@ __global__ void __launch_bounds__(Traits::threads, 1)
       load_fp8_terms<Traits>(gemm, n0, segment, terms);
       rows = make_float2(__ldg(params.a_scales + scale_row0), __ldg(params.a_scales + scale_row1));
     } else {
-      const int scale_ld = static_cast<int>(params.a_scale_ld);
-      Fp8FactorStream<Traits::granularity> factors;
-      factors.row0 = params.a_scales + scale_row0;
-      factors.row1 = params.a_scales + scale_row1;
       // Block weight scales of the tile's 128 rows: row (n0 - n_begin) / 128 of [ceil(rows / 128), k_tiles].
-      factors.weight = w_scales + static_cast<long long>((n0 - segment.n_begin) / 128) * k_tiles;
-      factors.offset = 0;
-      factors.step = scale_ld;
-      factors.last = (k_tiles - 1) * scale_ld;
-      factors.block = 0;
-      factors.last_block = k_tiles - 1;
+      auto factors = Fp8FactorStream<Traits::granularity>::start(
+          params.a_scales, scale_row0, scale_row1, static_cast<int>(params.a_scale_ld),
+          w_scales + static_cast<long long>((n0 - segment.n_begin) / 128) * k_tiles, k_tiles);
       consume_blocks<Traits>(position, k_tiles, ring, full_barriers, empty_barriers, a_offset, lane,
                              accumulator, partial_a, partial_b, factors,
                              [&]() { load_fp8_terms<Traits>(gemm, n0, segment, terms); });
