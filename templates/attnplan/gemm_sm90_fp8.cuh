@@ -136,9 +136,8 @@ struct GemmSm90Fp8Traits {
   static constexpr int segments = kSegments;
   static constexpr bool has_bias = kHasBias;
   static constexpr int granularity = kGranularity;
-  // Tensor and channel weight scales go with one activation scale per token (gemm_sm90_fp8_params.h): the
-  // promotion adds, and the row scales join the column scales in the epilogue.
-  static constexpr bool token_scales = kGranularity != 2;
+  // The promotion adds, and the row scales join the column scales in the epilogue.
+  static constexpr bool token_scales = fp8_uses_token_scales(kGranularity);
 
   static constexpr int consumers = 2;
   static constexpr int threads = 128 * (1 + consumers);
@@ -291,12 +290,10 @@ __device__ __forceinline__ void consume_blocks(RingPosition<Traits::stages>& pos
 // tile's row of [ceil(rows / 128), k_tiles]). One 32-bit offset, stepped and clamped to the last block by one
 // instruction per block, so the reads past the last block repeat its factors (unused) and the loop spends no
 // 64-bit index arithmetic on them; a_scale_ld x ceil(K / 128) < 2^31 floats (8 GiB of scales).
-template <int kGranularity>
 struct Fp8FactorStream {
-  static_assert(kGranularity == 2, "tensor and channel weight scales take Fp8NoFactors");
   const float* row0;    // a_scales + the thread's first row
   const float* row1;    // a_scales + its second row
-  const float* weight;  // block-scaled only
+  const float* weight;  // the tile's row of weight block scales
   int offset;           // k a_scale_ld for the next block k
   int step;             // a_scale_ld
   int last;             // (k_tiles - 1) a_scale_ld
@@ -513,7 +510,7 @@ __global__ void __launch_bounds__(Traits::threads, 1)
       rows = make_float2(__ldg(params.a_scales + scale_row0), __ldg(params.a_scales + scale_row1));
     } else {
       // Block weight scales of the tile's 128 rows: row (n0 - n_begin) / 128 of [ceil(rows / 128), k_tiles].
-      auto factors = Fp8FactorStream<Traits::granularity>::start(
+      auto factors = Fp8FactorStream::start(
           params.a_scales, scale_row0, scale_row1, static_cast<int>(params.a_scale_ld),
           w_scales + static_cast<long long>((n0 - segment.n_begin) / 128) * k_tiles, k_tiles);
       consume_blocks<Traits>(position, k_tiles, ring, full_barriers, empty_barriers, a_offset, lane,
