@@ -2,6 +2,8 @@
 
 #include <string>
 
+#include "config/attention_config.hpp"
+
 namespace attnplan::plan {
 
 namespace {
@@ -35,7 +37,7 @@ compiler::KernelSource RmsNormSpec::source() const {
   }
   if (fp8_token_scales) {
     source.arguments.push_back({"fp8_token_scales", "true"});
-    source.spec["fp8_scales"] = "token";
+    source.spec["fp8_scales"] = config::to_string(config::Fp8ActivationScales::token);
   }
   return source;
 }
