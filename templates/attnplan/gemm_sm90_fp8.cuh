@@ -25,6 +25,7 @@
 #include "attnplan/gemm_fp8_epilogue.cuh"
 #include "attnplan/gemm_sm90_epilogue.cuh"
 #include "attnplan/gemm_sm90_fp8_params.h"
+#include "attnplan/gemm_sm90_ring.cuh"
 #include "attnplan/wgmma.cuh"
 
 namespace attnplan::kernels {
@@ -415,14 +416,7 @@ __global__ void __launch_bounds__(Traits::threads, 1)
   // Broadcast from lane 0, so ptxas knows it is the same in every lane of the warp and keeps what is
   // derived from it (A's offset in a slot, so A's wgmma descriptors) in uniform registers.
   const int warpgroup = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x / 128), 0);
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < Traits::stages; ++s) {
-      sm90::mbarrier_init(full_barriers + 8 * s, 1);
-      sm90::mbarrier_init(empty_barriers + 8 * s, Traits::empty_arrivals);
-    }
-    sm90::fence_barrier_init();
-  }
-  __syncthreads();
+  init_ring_barriers<Traits::stages, Traits::empty_arrivals>(full_barriers, empty_barriers);
 
   const int tiles_m = (gemm.m + Traits::block_m - 1) / Traits::block_m;
   const int tiles_n = (gemm.n + Traits::block_n - 1) / Traits::block_n;
@@ -430,28 +424,19 @@ __global__ void __launch_bounds__(Traits::threads, 1)
   const int k_tiles = (gemm.k + Traits::block_k - 1) / Traits::block_k;
 
   if (warpgroup == 0) {
-    // Producer, as gemm_sm90.cuh's: slot slot_use % stages, phase (slot_use / stages) % 2. Not its
-    // produce_ring: this one picks the weight segment once per tile, produce_ring's load per slot, and the
-    // switch changes the PTX of a kernel verified on the H200 (a change to make with device time).
+    // Producer, produce_ring's walk (gemm_sm90_ring.cuh): slot slot_use % stages, phase (slot_use / stages)
+    // % 2. Not produce_ring itself: this one picks the weight segment once per tile, produce_ring's load per
+    // slot, and the switch changes the PTX of a kernel verified on the H200 (a change to make with device
+    // time).
     sm90::setmaxnreg_decrease<Traits::producer_registers>();
     if (threadIdx.x == 0) {
-      sm90::prefetch_tensor_map(&params.a_map);
-#pragma unroll
-      for (int s = 0; s < Traits::segments; ++s) sm90::prefetch_tensor_map(&params.w_maps[s]);
+      prefetch_tensor_maps<Traits::segments>(params);
       int slot_use = 0;
       for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
         const TileCoordinates coordinates = grouped_tile<Traits::group_m>(tile, tiles_m, tiles_n);
         const int m0 = coordinates.m * Traits::block_m;
         const int n0 = coordinates.n * Traits::block_n;
-        const void* w_map = &params.w_maps[0];
-        int w_row = n0;
-#pragma unroll
-        for (int s = 1; s < Traits::segments; ++s) {
-          if (n0 >= gemm.segments[s].n_begin) {
-            w_map = &params.w_maps[s];
-            w_row = n0 - gemm.segments[s].n_begin;
-          }
-        }
+        const SegmentTile w_tile = segment_tile<Traits::segments>(params, n0);
         for (int k_tile = 0; k_tile < k_tiles; ++k_tile, ++slot_use) {
           const int slot = slot_use % Traits::stages;
           const unsigned phase = (slot_use / Traits::stages) & 1u;
@@ -460,7 +445,8 @@ __global__ void __launch_bounds__(Traits::threads, 1)
           const unsigned a_slot = ring + slot * Traits::slot_bytes;
           sm90::mbarrier_arrive_expect_tx(full, Traits::slot_bytes);
           sm90::tma_load_2d(a_slot, &params.a_map, full, k_tile * Traits::block_k, m0);
-          sm90::tma_load_2d(a_slot + Traits::a_slot_bytes, w_map, full, k_tile * Traits::block_k, w_row);
+          sm90::tma_load_2d(a_slot + Traits::a_slot_bytes, w_tile.map, full, k_tile * Traits::block_k,
+                            w_tile.row);
         }
       }
     }
