@@ -13,6 +13,8 @@ std::optional<config::Arch> parse_arch_option(const std::string& text) {
     throw Error(Stage::input,
                 fmt::format("--arch {}: expected auto or a real arch such as sm_80, sm_89, sm_90a", text));
   }
+  if (const std::optional<std::string> problem = config::arch_problem(*arch))
+    throw Error(Stage::input, fmt::format("--arch {}: {}", text, *problem));
   return arch;
 }
 

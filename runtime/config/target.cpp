@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include "config/limits.hpp"
+
 namespace attnplan::config {
 
 std::string Arch::name() const {
@@ -22,6 +24,17 @@ std::optional<Arch> parse_arch(std::string_view text) {
     number = number * 10 + (c - '0');
   }
   return Arch{number / 10, number % 10, arch_specific};
+}
+
+std::optional<std::string> arch_problem(const Arch& arch) {
+  if (arch.sm() < limits::kMinArchSm)
+    return fmt::format("{} is not supported: the kernels need sm_80 or newer (cp.async, bf16 mma)",
+                       arch.name());
+  if (arch.arch_specific && arch.sm() < limits::kMinArchSpecificSm) {
+    return fmt::format("{} does not exist: architecture-specific (\"a\") variants start at sm_90a",
+                       arch.name());
+  }
+  return std::nullopt;
 }
 
 }  // namespace attnplan::config

@@ -22,6 +22,11 @@ struct Arch {
 // Parses "sm_80", "sm_89", "sm_90a", "sm_100a", ... Returns nullopt for anything else.
 std::optional<Arch> parse_arch(std::string_view text);
 
+// Why the kernels cannot be built for `arch`, or nullopt when they can: before sm_80 (they need cp.async and
+// the bf16 mma), and "a" variants before sm_90a (there are none). The one rule for target.arch, --arch,
+// RuntimeOptions::arch and the arch "auto" resolves to; the caller names the field.
+std::optional<std::string> arch_problem(const Arch& arch);
+
 // The sm_90 default when "auto" must be resolved without a device (attnplan compile on a build host).
 inline constexpr Arch kDefaultArch{9, 0, true};
 

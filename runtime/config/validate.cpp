@@ -302,13 +302,8 @@ void check_runtime(const AttentionConfig& config, Problems& problems) {
     problems.add("/max_tokens", "{} is outside 1..{}", config.max_tokens, limits::kMaxTokens);
   }
   if (const std::optional<Arch>& arch = config.target.arch) {
-    if (arch->sm() < limits::kMinArchSm) {
-      problems.add("/target/arch",
-                   "{} is not supported: the kernels need sm_80 or newer (cp.async, bf16 mma)", arch->name());
-    } else if (arch->arch_specific && arch->sm() < limits::kMinArchSpecificSm) {
-      problems.add("/target/arch",
-                   "{} does not exist: architecture-specific (\"a\") variants start at sm_90a", arch->name());
-    }
+    if (const std::optional<std::string> problem = arch_problem(*arch))
+      problems.add("/target/arch", "{}", *problem);
   }
 }
 

@@ -88,9 +88,18 @@ compiler::CompileOptions Runtime::compile_options(const config::Arch& arch) cons
 }
 
 config::Arch Runtime::resolve_arch(const config::AttentionConfig& config) const {
-  if (options_.arch) return *options_.arch;
-  if (config.target.arch) return *config.target.arch;
-  // "auto": the device's arch, remembered per machine so that a warm compile does not pay cuInit.
+  const auto checked = [](const config::Arch& arch, std::string_view source) {
+    if (const std::optional<std::string> problem = config::arch_problem(arch))
+      throw Error(Stage::input, fmt::format("{}: {}", source, *problem));
+    return arch;
+  };
+  if (options_.arch) return checked(*options_.arch, "RuntimeOptions::arch");
+  if (config.target.arch) return checked(*config.target.arch, "/target/arch");
+  return checked(auto_arch(), "/target/arch: \"auto\" (the device's arch)");
+}
+
+config::Arch Runtime::auto_arch() const {
+  // The device's arch, remembered per machine so that a warm compile does not pay cuInit.
   const std::optional<std::string> identity =
       plan::device_identity("/proc", options_.device, options_.cuda_visible_devices);
   if (identity) {

@@ -55,7 +55,8 @@ class Runtime {
   ~Runtime();
 
   // The arch a config compiles for: RuntimeOptions::arch, else the config's target.arch, else the device's
-  // (when a driver and device are present), else sm_90a.
+  // (when a driver and device are present), else sm_90a. Error(input), naming where the arch came from, for
+  // one the kernels cannot target (config::arch_problem: before sm_80, say an sm_75 device).
   config::Arch resolve_arch(const config::AttentionConfig& config) const;
 
   // Compiles (or finds in the cache) every kernel of the config's plan. Needs no GPU and no driver.
@@ -79,6 +80,8 @@ class Runtime {
   const RuntimeOptions& options() const { return options_; }
 
  private:
+  // What target.arch "auto" means here: the device's arch (remembered per machine), else sm_90a.
+  config::Arch auto_arch() const;
   // Error(compile) for JitPolicy::off: `kernel` is in no tier and may not be compiled.
   Error not_prebuilt_error(const PlannedKey& kernel) const;
 

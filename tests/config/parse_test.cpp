@@ -451,6 +451,20 @@ TEST_CASE("parse_arch and Arch::name", "[config][arch]") {
   }
 }
 
+TEST_CASE("arch_problem: the one rule for every arch a plan may be built for", "[config][arch]") {
+  for (const std::string_view fine : {"sm_80", "sm_86", "sm_89", "sm_90", "sm_90a", "sm_100a", "sm_120"}) {
+    CAPTURE(fine);
+    CHECK_FALSE(arch_problem(*parse_arch(fine)));
+  }
+  CHECK(arch_problem(*parse_arch("sm_75")) ==
+        "sm_75 is not supported: the kernels need sm_80 or newer (cp.async, bf16 mma)");
+  CHECK(arch_problem(*parse_arch("sm_70")) ==
+        "sm_70 is not supported: the kernels need sm_80 or newer (cp.async, bf16 mma)");
+  CHECK(arch_problem(*parse_arch("sm_80a")) ==
+        "sm_80a does not exist: architecture-specific (\"a\") variants start at sm_90a");
+  CHECK(arch_problem(*parse_arch("sm_89a")).has_value());
+}
+
 TEST_CASE("to_string of every enum matches its JSON spelling", "[config][enums]") {
   CHECK(to_string(RopeScalingType::none) == "none");
   CHECK(to_string(RopeScalingType::linear) == "linear");

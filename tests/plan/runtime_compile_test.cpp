@@ -3,6 +3,7 @@
 #include <set>
 
 #include "config/parse.hpp"
+#include "core/error.hpp"
 #include "plan/gemm_fp8.hpp"
 #include "plan/gemm_spec.hpp"
 #include "plan/runtime.hpp"
@@ -29,6 +30,36 @@ bool is_elf(const std::vector<std::uint8_t>& bytes) {
 }
 
 }  // namespace
+
+TEST_CASE("an arch the kernels cannot target is an input error that names where it came from",
+          "[plan][arch]") {
+  testing::TempDir dir;
+  config::AttentionConfig config = config::load_file(plans_dir() / "llama-3.1-8b.json");
+  const auto refusal = [&](Runtime& runtime) -> std::string {
+    try {
+      runtime.compile(config);
+    } catch (const Error& error) {
+      CHECK(error.is_user_error());
+      return error.message();
+    }
+    FAIL("compiled for an unsupported arch");
+    return "";
+  };
+  Runtime options_arch(options_for(dir.path(), "sm_75"));
+  CHECK(refusal(options_arch) ==
+        "RuntimeOptions::arch: sm_75 is not supported: the kernels need sm_80 or newer (cp.async, bf16 mma)");
+  CHECK_THROWS_AS(options_arch.plan_keys(config), Error);
+  // A config built in code, never validated, with an arch of its own.
+  config.target.arch = config::parse_arch("sm_80a");
+  Runtime config_arch(options_for(dir.path(), "auto"));
+  CHECK(refusal(config_arch) ==
+        "/target/arch: sm_80a does not exist: architecture-specific (\"a\") variants start at sm_90a");
+  // Nothing was compiled, so nothing was cached.
+  for (const auto& file : std::filesystem::recursive_directory_iterator(dir.path())) {
+    INFO(file.path());
+    CHECK(file.path().extension() != ".cubin");
+  }
+}
 
 TEST_CASE("a cold compile misses, a new runtime hits on disk, the same runtime hits in memory",
           "[plan][nvrtc]") {

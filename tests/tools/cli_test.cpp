@@ -51,6 +51,22 @@ TEST_CASE("every command has --help and bad usage exits 1", "[cli]") {
                               {"compile", plan("llama-3.1-8b.json"), "--arch", "sm_7x"});
   CHECK(bad_arch.exit_code == 1);
   CHECK(contains(bad_arch.err, "--arch sm_7x"));
+  // A real arch the kernels cannot target is refused by config::arch_problem's rule before anything is
+  // compiled, not by NVRTC (which failed with exit 2 and a page of ptxas errors), and so is every arch of a
+  // list when one is unsupported: nothing is compiled and nothing cached.
+  for (const std::vector<std::string>& unsupported :
+       {std::vector<std::string>{"compile", plan("llama-3.1-8b.json"), "--arch", "sm_75"},
+        std::vector<std::string>{"compile", plan("llama-3.1-8b.json"), "--arch", "sm_80,sm_80a"},
+        std::vector<std::string>{"cache", "explain", plan("llama-3.1-8b.json"), "--arch", "sm_70"}}) {
+    const Result refused = run(scratch.path(), (scratch / "cache").string(), unsupported);
+    INFO(refused.err);
+    CHECK(refused.exit_code == 1);
+    CHECK(contains(refused.err, "input error: --arch sm_"));
+    CHECK((contains(refused.err, "is not supported: the kernels need sm_80 or newer") ||
+           contains(refused.err, "sm_80a does not exist")));
+    CHECK_FALSE(contains(refused.err, "ptxas"));
+  }
+  CHECK_FALSE(std::filesystem::exists(scratch / "cache" / "v1"));
 }
 
 TEST_CASE("compile then compile again: all misses, then all hits", "[cli]") {
