@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
+
 #include "core/error.hpp"
 
 namespace attnplan::cli {
@@ -74,6 +76,21 @@ int int_option(const Arguments& args, const std::string& name, int fallback, int
     throw Error(Stage::input, fmt::format("{} {}: expected an integer >= {}", name, *text, minimum));
   }
   return static_cast<int>(value);
+}
+
+double positive_number_option(const Arguments& args, const std::string& name, double fallback) {
+  const std::optional<std::string> text = args.value(name);
+  if (!text) return fallback;
+  std::size_t used = 0;
+  double value = 0.0;
+  try {
+    value = std::stod(*text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != text->size() || !std::isfinite(value) || !(value > 0.0))
+    throw Error(Stage::input, fmt::format("{} {}: expected a number greater than 0", name, *text));
+  return value;
 }
 
 }  // namespace attnplan::cli

@@ -55,4 +55,8 @@ std::string usage(const Command& command);
 // is a whole number in [minimum, 2^30].
 int int_option(const Arguments& args, const std::string& name, int fallback, int minimum);
 
+// The number of option `name` (`fallback` when absent); Error(input) naming the option unless the whole
+// text is a finite number greater than 0.
+double positive_number_option(const Arguments& args, const std::string& name, double fallback);
+
 }  // namespace attnplan::cli

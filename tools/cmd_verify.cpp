@@ -45,14 +45,7 @@ Command verify_command() {
     scenario.seqs = int_option(args, "--seqs", 1, 1);
     scenario.prefix = int_option(args, "--prefix", 0, 0);
     scenario.seed = static_cast<std::uint64_t>(int_option(args, "--seed", 1, 0));
-    double tolerance = 1e-2;
-    if (auto text = args.value("--tolerance")) {
-      try {
-        tolerance = std::stod(*text);
-      } catch (const std::exception&) {
-        throw Error(Stage::input, fmt::format("--tolerance {}: expected a number", *text));
-      }
-    }
+    const double tolerance = positive_number_option(args, "--tolerance", 1e-2);
     check::LayerCase layer = check::random_case(config, scenario);
     if (const auto weights_path = args.value("--weights")) {
       // A checkpoint's layer replaces the random weights; its fp8 cache scales replace the config's.

@@ -111,6 +111,18 @@ LayerCase random_case(const config::AttentionConfig& config, const Scenario& sce
   }
   if (context.size() != chunk.size())
     throw Error(Stage::input, "scenario: context_lens and chunk_lens differ in length");
+  // The KV pool is built on the host and copied whole to the device, and the double-precision reference
+  // reads every position: a sequence longer than kMaxScenarioPositions is refused here rather than ending
+  // in std::bad_alloc (verify --prefix 99999999 did).
+  for (std::size_t s = 0; s < chunk.size(); ++s) {
+    const long long positions = static_cast<long long>(context[s]) + chunk[s];
+    if (positions > kMaxScenarioPositions) {
+      throw Error(Stage::input,
+                  fmt::format("scenario: sequence {} would hold {} positions (prefix {} + chunk {}), more "
+                              "than the {} a scenario's KV pool and reference are built for",
+                              s, positions, context[s], chunk[s], kMaxScenarioPositions));
+    }
+  }
   const int block_size = config.kv_cache.block_size;
   int max_blocks = 1, total_blocks = 0;
   for (std::size_t s = 0; s < chunk.size(); ++s) {

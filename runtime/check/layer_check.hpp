@@ -17,6 +17,9 @@ namespace attnplan::check {
 // bf16 0xFFFF is a NaN: a poisoned element a kernel forgot to write can never pass for a value.
 inline constexpr std::uint16_t kPoisonBits = 0xFFFF;
 
+// The most positions (cached prefix + chunk) one sequence of a scenario may hold: 1M, the max_tokens cap.
+inline constexpr long long kMaxScenarioPositions = 1 << 20;
+
 struct Scenario {
   int tokens = 256;  // chunk tokens over all sequences
   int seqs = 1;      // sequences sharing them (each gets at least one)

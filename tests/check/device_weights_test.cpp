@@ -11,24 +11,15 @@
 #include <fmt/format.h>
 
 #include "check/layer_check.hpp"
+#include "check_testing.hpp"
 #include "config/parse.hpp"
 #include "support/catch.hpp"
 #include "support/expect_error.hpp"
 
 using namespace attnplan;
+using check_testing::small_config;
 
 namespace {
-
-config::AttentionConfig small_config() {
-  return config::parse(nlohmann::json{{"schema", "attnplan/v1"},
-                                      {"hidden_size", 256},
-                                      {"query_heads", 4},
-                                      {"kv_heads", 2},
-                                      {"head_dim", 64},
-                                      {"qkv_bias", true},
-                                      {"output_bias", true},
-                                      {"sinks", true}});
-}
 
 io::HostLayerWeights random_weights(const config::AttentionConfig& config) {
   check::Scenario scenario;
