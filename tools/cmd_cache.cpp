@@ -359,13 +359,25 @@ Command cache_command() {
       fmt::print("{}\n", options.cache_dir.string());
       return kExitOk;
     }
-    if (action == "list") return list(options);
     if (action == "explain") return explain(args, options);
+    const std::uint64_t max_bytes =  // prune's size, checked first: bad input is an error either way
+        action == "prune" && args.value("--max-bytes") ? parse_bytes(*args.value("--max-bytes"))
+                                                       : options.cache_max_bytes;
+    // The other actions open the cache directory, which would create it: one that is not there (a mistyped
+    // --cache-dir, a machine that never compiled) is reported as such instead of being made, empty.
+    const bool known =
+        action == "list" || action == "show" || action == "verify" || action == "prune" || action == "clear";
+    if (known && !options.cache_dir.empty() && !std::filesystem::exists(options.cache_dir)) {
+      const std::string absent =
+          fmt::format("no cache at {} (the directory does not exist)", options.cache_dir.string());
+      if (action == "show") throw Error(Stage::input, absent);
+      fmt::print("{}\n", absent);
+      return kExitOk;
+    }
+    if (action == "list") return list(options);
     if (action == "show") return show(args, options);
     if (action == "verify") return verify(options);
     if (action == "prune") {
-      const std::uint64_t max_bytes =
-          args.value("--max-bytes") ? parse_bytes(*args.value("--max-bytes")) : options.cache_max_bytes;
       const std::uint64_t removed = open_cache(options).prune(max_bytes);
       fmt::print("removed {}\n", human_bytes(removed));
       return kExitOk;

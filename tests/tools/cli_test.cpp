@@ -129,6 +129,26 @@ TEST_CASE("bad configs exit 1 with every problem and its JSON path", "[cli]") {
   CHECK(contains(good.out, "valid"));
 }
 
+TEST_CASE("cache tools on a directory that is not there say so and create nothing", "[cli]") {
+  attnplan::testing::TempDir scratch;
+  const fs::path absent = scratch / "no-such-cache";
+  for (const std::vector<std::string>& action :
+       {std::vector<std::string>{"cache", "list"}, std::vector<std::string>{"cache", "verify"},
+        std::vector<std::string>{"cache", "prune", "--max-bytes", "0"},
+        std::vector<std::string>{"cache", "clear"}}) {
+    const Result result = run(scratch.path(), absent.string(), action);
+    INFO(action[1]);
+    CHECK(result.exit_code == 0);
+    CHECK(result.out == "no cache at " + absent.string() + " (the directory does not exist)\n");
+  }
+  const Result show = run(scratch.path(), absent.string(), {"cache", "show", "ab12"});
+  CHECK(show.exit_code == 1);
+  CHECK(contains(show.err, "input error: no cache at " + absent.string()));
+  // Bad input is still bad input there.
+  CHECK(run(scratch.path(), absent.string(), {"cache", "prune", "--max-bytes", "lots"}).exit_code == 1);
+  CHECK_FALSE(fs::exists(absent));
+}
+
 TEST_CASE("cache tools: path, list, show, verify, a corrupted entry rebuilt, prune, clear", "[cli]") {
   attnplan::testing::TempDir scratch;
   const std::string cache = (scratch / "cache").string();
