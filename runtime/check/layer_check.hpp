@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "config/attention_config.hpp"
+#include "config/limits.hpp"
 #include "io/layer_weights.hpp"
 #include "plan/prefill_plan.hpp"
 #include "reference/layer.hpp"
@@ -17,8 +18,8 @@ namespace attnplan::check {
 // bf16 0xFFFF is a NaN: a poisoned element a kernel forgot to write can never pass for a value.
 inline constexpr std::uint16_t kPoisonBits = 0xFFFF;
 
-// The most positions (cached prefix + chunk) one sequence of a scenario may hold: 1M, the max_tokens cap.
-inline constexpr long long kMaxScenarioPositions = 1 << 20;
+// The most positions (cached prefix + chunk) one sequence of a scenario may hold: the max_tokens cap.
+inline constexpr long long kMaxScenarioPositions = config::limits::kMaxTokens;
 
 struct Scenario {
   int tokens = 256;  // chunk tokens over all sequences

@@ -27,14 +27,11 @@ struct DequantizeTraits {
   static constexpr int bits = WeightPolicy::bits;
   static constexpr bool word_copied = word_copied_v<WeightPolicy>;
   static constexpr int chunks_per_row = block_k / 8;  // 8-value output vectors per tile row
-  // Row formats: 16-byte packed chunks per tile row (copy_packed_slice).
-  static constexpr int packed_chunks_per_row = block_k * bits / 8 / 16;
   // The staged tile: [block_rows, block_k * bits / 8] bytes, or the word tile of a word-copied format.
   static constexpr int packed_bytes = block_rows * block_k * bits / 8;
 
   static_assert(bits < 16, "bf16 weights need no dequantization");
   static_assert(kSegments >= 1 && kSegments <= kMaxGemmSegments, "1 to 3 weight segments");
-  static_assert(word_copied || packed_chunks_per_row >= 1, "a packed tile row is whole 16-byte chunks");
   static_assert(block_rows * chunks_per_row % threads == 0, "every thread stores the same vectors");
 
   // Which (tile row, 8-k chunk) output vector `v` (of block_rows * chunks_per_row) is. Most formats: a

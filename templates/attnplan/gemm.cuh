@@ -568,8 +568,6 @@ struct GemmTraits {
   // Quantized: the bf16 [block_n, block_k] swizzled tile the packed stage is dequantized into.
   static constexpr int dequantized_bytes = quantized ? kBlockN * kBlockK * 2 : 0;
   static constexpr int pipeline_bytes = kStages * stage_bytes + dequantized_bytes;
-  // Quantized copies: 16-byte chunks of a packed stage row (copy_packed_slice).
-  static constexpr int packed_chunks_per_row = kBlockK * weight_bits / 8 / 16;
   static constexpr int staging_row_elements = kBlockN + 8;  // +16 bytes: fragment writes hit distinct banks
   static constexpr int staging_bytes = kBlockM * staging_row_elements * 2;  // [block_m, block_n + 8] bf16
   static constexpr int dynamic_shared_bytes =
@@ -595,8 +593,6 @@ struct GemmTraits {
   static_assert(dynamic_shared_bytes <= 227 * 1024, "more shared memory than any supported SM has");
   static_assert(weight_bits == 16 || weight_bits == 8 || weight_bits == 4 || word_copied,
                 "bf16, 8-bit or 4-bit weights, or a word-copied format");
-  static_assert(!quantized || word_copied || packed_chunks_per_row >= 1,
-                "a packed stage row must be whole 16-byte chunks");
   static_assert((kBlockN * kBlockK * weight_bits / 8) % 16 == 0, "stages stay 16-byte aligned");
 };
 
@@ -709,6 +705,7 @@ __device__ __forceinline__ void copy_packed_slice(unsigned destination, const Ge
   } else {
     constexpr int kChunksPerRow = kBlockK * Weights::bits / 8 / 16;
     constexpr int kValuesPerChunk = 128 / Weights::bits;
+    static_assert(kChunksPerRow >= 1, "a packed slice row is whole 16-byte chunks");
     const long long row_bytes = static_cast<long long>(params.k) * Weights::bits / 8;
     for (int v = threadIdx.x; v < kRows * kChunksPerRow; v += kThreads) {
       const int row = v / kChunksPerRow;

@@ -1,6 +1,7 @@
 // attnplan bench's command line: bad input exits 1 naming the option before any device work, and a
 // machine without a usable CUDA device gets a clear "no CUDA device" error (exit 1).
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cli_testing.hpp"
@@ -13,8 +14,7 @@ namespace {
 using namespace attnplan::cli_testing;
 
 Result bench(const attnplan::testing::TempDir& scratch, std::vector<std::string> args) {
-  args.insert(args.begin(), {"bench", plan_path("llama-3.1-8b.json")});
-  return run_cli(scratch.path(), args, {"ATTNPLAN_CACHE_DIR=" + (scratch.path() / "cache").string()});
+  return run_on_llama(scratch.path(), "bench", std::move(args));
 }
 
 }  // namespace

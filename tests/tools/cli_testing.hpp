@@ -65,4 +65,11 @@ inline std::string plan_path(const std::string& name) {
   return std::string(ATTNPLAN_SOURCE_DIR) + "/plans/" + name;
 }
 
+// Runs `attnplan COMMAND plans/llama-3.1-8b.json ARGS...` with its cache under `scratch`.
+inline Result run_on_llama(const std::filesystem::path& scratch, const std::string& command,
+                           std::vector<std::string> args) {
+  args.insert(args.begin(), {command, plan_path("llama-3.1-8b.json")});
+  return run_cli(scratch, args, {"ATTNPLAN_CACHE_DIR=" + (scratch / "cache").string()});
+}
+
 }  // namespace attnplan::cli_testing

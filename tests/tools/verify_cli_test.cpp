@@ -1,6 +1,7 @@
 // attnplan verify's command line: bad input exits 1 naming the option or the scenario's rule, found before
 // any device work (these cases run without a GPU, where the first device step would fail with exit 2).
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cli_testing.hpp"
@@ -12,8 +13,7 @@ namespace {
 using namespace attnplan::cli_testing;
 
 Result verify(const attnplan::testing::TempDir& scratch, std::vector<std::string> args) {
-  args.insert(args.begin(), {"verify", plan_path("llama-3.1-8b.json")});
-  return run_cli(scratch.path(), args, {"ATTNPLAN_CACHE_DIR=" + (scratch.path() / "cache").string()});
+  return run_on_llama(scratch.path(), "verify", std::move(args));
 }
 
 }  // namespace
