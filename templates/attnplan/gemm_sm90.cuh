@@ -304,12 +304,8 @@ __global__ void __launch_bounds__(Traits::threads, 1)
     gemm_sm90_kernel(const __grid_constant__ GemmSm90Params params) {
 #if ATTNPLAN_SM90A_ENABLED
   extern __shared__ __align__(1024) unsigned char shared[];
-  // The ring, 1024-byte aligned (dynamic shared memory is only guaranteed 16), the epilogue's staging
-  // boxes, then the barriers.
-  const unsigned ring = (sm90::smem_address(shared) + 1023u) & ~1023u;
-  const unsigned staging = ring + Traits::ring_bytes;                  // [consumers][2] store boxes
-  const unsigned full_barriers = staging + kGemmSm90StagingBytes;      // [stages] x 8 bytes
-  const unsigned empty_barriers = full_barriers + Traits::stages * 8;  // [stages] x 8 bytes
+  const auto [ring, staging, unused, full_barriers, empty_barriers] =
+      ring_layout<Traits::ring_bytes, Traits::stages>(shared);
   const GemmParams& gemm = params.gemm;
 
   const int warpgroup = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x / 128), 0);

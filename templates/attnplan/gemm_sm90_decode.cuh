@@ -597,15 +597,11 @@ __global__ void __launch_bounds__(Traits::threads, 1)
     gemm_sm90_decode_kernel(const __grid_constant__ GemmSm90Params params) {
 #if ATTNPLAN_SM90A_ENABLED
   extern __shared__ __align__(1024) unsigned char shared[];
-  // The ring (1024-byte aligned: dynamic shared memory is only guaranteed 16), the epilogue's staging
-  // boxes (1024-byte aligned too: the ring is whole KiB), the code ring (128-byte aligned; shares of 80 or
-  // 48 rows make it no whole KiB), then the barriers.
-  const unsigned ring = (sm90::smem_address(shared) + 1023u) & ~1023u;
+  // ring_layout's pieces, with the code ring as the kernel's own (128-byte aligned; shares of 80 or 48
+  // rows make it no whole KiB), then the code barriers.
+  const auto [ring, staging, code_ring, full_barriers, empty_barriers] =
+      ring_layout<Traits::ring_bytes, Traits::stages, Traits::code_ring_bytes>(shared);
   unsigned char* const ring_pointer = shared + (ring - sm90::smem_address(shared));
-  const unsigned staging = ring + Traits::ring_bytes;  // [consumers][2] store boxes
-  const unsigned code_ring = staging + kGemmSm90StagingBytes;
-  const unsigned full_barriers = code_ring + Traits::code_ring_bytes;  // [stages] x 8 bytes
-  const unsigned empty_barriers = full_barriers + Traits::stages * 8;  // [stages] x 8 bytes
   const unsigned code_barriers = empty_barriers + Traits::stages * 8;  // [code_stages] x 8 bytes
   const GemmParams& gemm = params.gemm;
 

@@ -407,10 +407,8 @@ __global__ void __launch_bounds__(Traits::threads, 1)
     gemm_sm90_fp8_kernel(const __grid_constant__ GemmSm90Fp8Params params) {
 #if ATTNPLAN_SM90A_ENABLED
   extern __shared__ __align__(1024) unsigned char shared[];
-  const unsigned ring = (sm90::smem_address(shared) + 1023u) & ~1023u;
-  const unsigned staging = ring + Traits::ring_bytes;                  // [consumers][2] store boxes
-  const unsigned full_barriers = staging + kGemmSm90StagingBytes;      // [stages] x 8 bytes
-  const unsigned empty_barriers = full_barriers + Traits::stages * 8;  // [stages] x 8 bytes
+  const auto [ring, staging, unused, full_barriers, empty_barriers] =
+      ring_layout<Traits::ring_bytes, Traits::stages>(shared);
   const GemmParams& gemm = params.gemm;
 
   // Broadcast from lane 0, so ptxas knows it is the same in every lane of the warp and keeps what is

@@ -12,6 +12,27 @@
 
 namespace attnplan::kernels {
 
+// Where the pieces of an sm_90a GEMM's dynamic shared memory start (shared-window addresses): the ring,
+// 1024-byte aligned (dynamic shared memory is only guaranteed 16; a 128-byte swizzle atom needs 1024), the
+// epilogue's staging boxes ([consumers][2] store boxes, 1024-byte aligned too: the ring is whole KiB),
+// kExtraBytes of the kernel's own (the decoding kernel's code ring; none elsewhere), then the full and the
+// empty barriers ([kStages] x 8 bytes each). The host's *_dynamic_shared_bytes functions add up the same
+// pieces.
+struct RingLayout {
+  unsigned ring, staging, extra, full_barriers, empty_barriers;
+};
+
+template <int kRingBytes, int kStages, int kExtraBytes = 0>
+__device__ __forceinline__ RingLayout ring_layout(const unsigned char* shared) {
+  RingLayout layout;
+  layout.ring = (sm90::smem_address(shared) + 1023u) & ~1023u;
+  layout.staging = layout.ring + kRingBytes;
+  layout.extra = layout.staging + kGemmSm90StagingBytes;
+  layout.full_barriers = layout.extra + kExtraBytes;
+  layout.empty_barriers = layout.full_barriers + kStages * 8;
+  return layout;
+}
+
 // Every ring slot's "full" barrier (kFullArrivals: the producer's arrive_expect_tx, plus the TMA bytes;
 // gemm_sm90_decode.cuh adds its decoder warps) and "empty" barrier (kEmptyArrivals: one per consumer
 // warp), initialized by thread 0 and made visible to every thread and to the async proxy before anyone
