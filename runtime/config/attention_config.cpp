@@ -26,7 +26,7 @@ std::string_view to_string(KvCacheDtype value) {
   return detail::enum_name(value);
 }
 std::string_view to_string(Fp8ActivationScales value) {
-  return value == Fp8ActivationScales::token ? "token" : "token_group";
+  return detail::enum_name(value);
 }
 
 void resolve_defaults(AttentionConfig& config) {

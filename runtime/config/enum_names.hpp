@@ -60,6 +60,12 @@ inline constexpr std::array kEnumNames<PackedIntegerScheme>{
 };
 
 template <>
+inline constexpr std::array kEnumNames<Fp8ActivationScales>{
+    EnumName<Fp8ActivationScales>{Fp8ActivationScales::token, "token"},
+    EnumName<Fp8ActivationScales>{Fp8ActivationScales::token_group, "token_group"},
+};
+
+template <>
 inline constexpr std::array kEnumNames<KvCacheDtype>{
     EnumName<KvCacheDtype>{KvCacheDtype::bf16, "bf16"},
     EnumName<KvCacheDtype>{KvCacheDtype::fp8_e4m3, "fp8_e4m3"},

@@ -69,7 +69,9 @@ compiler::KernelSource Fp8QuantizeSpec::source() const {
     source.traits = "attnplan::kernels::Fp8TokenQuantizeTraits";
     source.kernel = "attnplan::kernels::fp8_quantize_tokens_kernel";
     source.arguments = {{"threads", std::to_string(kFp8TokenQuantizeThreads)}};
-    source.spec = {{"family", source.family}, {"scales", "token"}, {"threads", kFp8TokenQuantizeThreads}};
+    source.spec = {{"family", source.family},
+                   {"scales", config::to_string(scales)},
+                   {"threads", kFp8TokenQuantizeThreads}};
     return source;
   }
   source.family = "fp8_quantize";

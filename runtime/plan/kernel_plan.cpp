@@ -414,10 +414,7 @@ KernelPlan plan_kernels(const config::AttentionConfig& config, const config::Arc
   // The q|k|v projection's input is the input norm's output: the norm writes the codes itself, so no
   // quantizer reads its rows again (nor, unobserved, are they written in bf16). require_supported's
   // K % 16 rule gives the norm the 8-channel vectors the codes need (RmsNormTraits' static_assert).
-  plan.input_norm.fp8_codes = plan.qkv_projection_fp8.has_value();
-  plan.input_norm.fp8_token_scales =
-      plan.input_norm.fp8_codes &&
-      plan.qkv_projection_fp8->activation_scales() == config::Fp8ActivationScales::token;
+  if (plan.qkv_projection_fp8) plan.input_norm.fp8_codes = plan.qkv_projection_fp8->activation_scales();
   fuse_qkv_postprocess(plan);
   // An fp8-activation projection has no small-launch specialization: its GemmSpec is never the bf16 wgmma
   // or the decoding kernel (choose_projection_kernel keeps fp8 weights off both), so

@@ -2,6 +2,8 @@
 
 #include <string>
 
+#include "config/attention_config.hpp"
+
 namespace attnplan::plan {
 
 namespace {
@@ -24,18 +26,20 @@ compiler::KernelSource RmsNormSpec::source() const {
   source.spec = {{"family", source.family},    {"hidden_size", hidden_size},
                  {"unit_offset", unit_offset}, {"threads", tiling.threads},
                  {"vector", tiling.vector},    {"vectors_per_thread", tiling.vectors_per_thread}};
-  // Only when on, so the stubs and cache keys of the plain norms stay what they were.
+  // Only when on, so the stubs and cache keys of the plain norms stay what they were (and, with codes,
+  // of the per-128-channel scales, which came first: no fp8_token_scales argument or fp8_scales field).
+  const bool token_scales = fp8_codes == config::Fp8ActivationScales::token;
   if (fp8_codes || rotary_pairs > 0) {
-    source.arguments.push_back({"fp8_codes", cxx_bool(fp8_codes)});
-    source.spec["fp8_codes"] = fp8_codes;
+    source.arguments.push_back({"fp8_codes", cxx_bool(fp8_codes.has_value())});
+    source.spec["fp8_codes"] = fp8_codes.has_value();
   }
-  if (rotary_pairs > 0 || fp8_token_scales) {
+  if (rotary_pairs > 0 || token_scales) {
     source.arguments.push_back({"rotary_pairs", std::to_string(rotary_pairs)});
     if (rotary_pairs > 0) source.spec["rotary_pairs"] = rotary_pairs;
   }
-  if (fp8_token_scales) {
+  if (token_scales) {
     source.arguments.push_back({"fp8_token_scales", "true"});
-    source.spec["fp8_scales"] = "token";
+    source.spec["fp8_scales"] = config::to_string(*fp8_codes);
   }
   return source;
 }

@@ -2,9 +2,11 @@
 // instantiation stub (compiler::KernelSource) that the JIT compiles and the cache keys on.
 #pragma once
 
+#include <optional>
 #include <string>
 
 #include "compiler/kernel_source.hpp"
+#include "config/attention_config.hpp"
 #include "plan/heuristics.hpp"
 
 namespace attnplan::plan {
@@ -13,11 +15,9 @@ struct RmsNormSpec {
   int hidden_size = 0;
   bool unit_offset = false;  // weight_offset == 1 (Gemma)
   // Also the fp8 codes + scales of an fp8-activation q|k|v projection (rmsnorm.cuh; needs tiling.vector
-  // 8, which hidden_size % 16 == 0 gives), so the plan runs no quantizer before that projection.
-  bool fp8_codes = false;
-  // With fp8_codes: one scale per token (the projection's config::Fp8ActivationScales::token), not one per
-  // 128 channels.
-  bool fp8_token_scales = false;
+  // 8, which hidden_size % 16 == 0 gives), so the plan runs no quantizer before that projection: with the
+  // scales that projection reads (one per token, or one per token and 128 channels). None: bf16 rows only.
+  std::optional<config::Fp8ActivationScales> fp8_codes;
   // Also each token's row of the RoPE rotation table (R / 2 pairs; 0: none) for a q|k|v GEMM that applies
   // RoPE in its epilogue (GemmSpec::postprocess; rmsnorm.cuh).
   int rotary_pairs = 0;

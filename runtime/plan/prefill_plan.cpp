@@ -401,7 +401,7 @@ void PrefillPlan::execute(const ExecuteArgs& args, CUstream stream, const StageO
   };
   // With fp8 codes from the norm (RmsNormSpec::fp8_codes) the q|k|v projection's quantized input is
   // written here; the bf16 rows only for an observer that reads them (the GEMM reads the codes).
-  if (kernels.input_norm.fp8_codes) {
+  if (kernels.input_norm.fp8_codes.has_value()) {
     const Fp8ActivationBuffers buffers =
         fp8_activation_buffers(at<void>(args.workspace, layout.fp8_activations), tokens, hidden);
     check_fp8_activation_buffers(projection, buffers);

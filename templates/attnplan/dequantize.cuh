@@ -27,9 +27,8 @@ struct DequantizeTraits {
   static constexpr int bits = WeightPolicy::bits;
   static constexpr bool word_copied = word_copied_v<WeightPolicy>;
   static constexpr int chunks_per_row = block_k / 8;  // 8-value output vectors per tile row
-  // Row formats: 16-byte packed chunks per tile row and the K values one holds.
+  // Row formats: 16-byte packed chunks per tile row (copy_packed_slice).
   static constexpr int packed_chunks_per_row = block_k * bits / 8 / 16;
-  static constexpr int values_per_packed_chunk = 128 / bits;
   // The staged tile: [block_rows, block_k * bits / 8] bytes, or the word tile of a word-copied format.
   static constexpr int packed_bytes = block_rows * block_k * bits / 8;
 
@@ -69,44 +68,16 @@ __global__ void __launch_bounds__(Traits::threads) dequantize_kernel(const Dequa
   const unsigned packed_base = shared_address(packed);
   const void* const fallback = gemm.segments[0].weight;  // a valid address for the zero-byte copies
 
-  // The packed tile, as gemm_kernel's load_stage copies a W slice (words or chunks past N or K land as
-  // zeros and are never stored).
+  // The packed tile, as gemm_kernel's stages hold a W slice (words or chunks past N or K land as zeros
+  // and are never stored).
   if constexpr (Traits::word_copied) {
-    constexpr int kColumns = Weights::template tile_columns<Traits::block_rows, Traits::block_k>;
-    constexpr int kWords = Weights::template tile_rows<Traits::block_rows, Traits::block_k> * kColumns;
-    static_assert(kWords * 4 <= Traits::packed_bytes, "the word tile fits the staged bytes");
-    for (int v = threadIdx.x; v < kWords; v += Traits::threads) {
-      const int r = v / kColumns;
-      const int c = v % kColumns;
-      int n;
-      bool in_k;
-      Weights::template locate<Traits::block_rows, Traits::block_k>(r, c, n0, k_offset, gemm.k, n, in_k);
-      const bool copy = n < gemm.n && in_k;
-      const GemmSegment segment = segment_of<Traits::segments>(gemm, copy ? n : 0);
-      const unsigned* source =
-          reinterpret_cast<const unsigned*>(segment.weight) +
-          (copy ? Weights::template word_index<Traits::block_rows, Traits::block_k>(
-                      r, c, k_offset, n - segment.n_begin, segment.n_end - segment.n_begin, gemm.k)
-                : 0);
-      cp_async_4(packed_base + static_cast<unsigned>(v) * 4u,
-                 copy ? static_cast<const void*>(source) : fallback, copy ? 4 : 0);
-    }
-  } else {
-    constexpr int kPackedChunks = Traits::block_rows * Traits::packed_chunks_per_row;
-    const long long row_bytes = static_cast<long long>(gemm.k) * Traits::bits / 8;
-    for (int v = threadIdx.x; v < kPackedChunks; v += Traits::threads) {
-      const int row = v / Traits::packed_chunks_per_row;
-      const int chunk = v % Traits::packed_chunks_per_row;
-      const int n = n0 + row;
-      const int k = k_offset + chunk * Traits::values_per_packed_chunk;
-      const bool copy = n < gemm.n && k < gemm.k;
-      const GemmSegment segment = segment_of<Traits::segments>(gemm, copy ? n : 0);
-      const unsigned char* source = reinterpret_cast<const unsigned char*>(segment.weight) +
-                                    (copy ? (n - segment.n_begin) * row_bytes + k * Traits::bits / 8 : 0);
-      cp_async_16(packed_base + static_cast<unsigned>(v) * 16u,
-                  copy ? static_cast<const void*>(source) : fallback, copy ? 16 : 0);
-    }
+    static_assert(Weights::template tile_rows<Traits::block_rows, Traits::block_k> *
+                          Weights::template tile_columns<Traits::block_rows, Traits::block_k> * 4 <=
+                      Traits::packed_bytes,
+                  "the word tile fits the staged bytes");
   }
+  copy_packed_slice<Weights, Traits::block_rows, Traits::block_k, Traits::segments, Traits::threads>(
+      packed_base, gemm, n0, k_offset, fallback);
   cp_async_commit();
   cp_async_wait<0>();
   __syncthreads();

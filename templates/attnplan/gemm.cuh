@@ -568,9 +568,8 @@ struct GemmTraits {
   // Quantized: the bf16 [block_n, block_k] swizzled tile the packed stage is dequantized into.
   static constexpr int dequantized_bytes = quantized ? kBlockN * kBlockK * 2 : 0;
   static constexpr int pipeline_bytes = kStages * stage_bytes + dequantized_bytes;
-  // Quantized copies: 16-byte chunks of a packed stage row, and the K values one chunk holds.
+  // Quantized copies: 16-byte chunks of a packed stage row (copy_packed_slice).
   static constexpr int packed_chunks_per_row = kBlockK * weight_bits / 8 / 16;
-  static constexpr int values_per_packed_chunk = 128 / weight_bits;
   static constexpr int staging_row_elements = kBlockN + 8;  // +16 bytes: fragment writes hit distinct banks
   static constexpr int staging_bytes = kBlockM * staging_row_elements * 2;  // [block_m, block_n + 8] bf16
   static constexpr int dynamic_shared_bytes =
@@ -678,6 +677,54 @@ __device__ __forceinline__ float bias_of(const GemmParams& params, int n) {
   return __bfloat162float(reinterpret_cast<const __nv_bfloat16*>(segment.bias)[n - segment.n_begin]);
 }
 
+// Queues (cp.async, not committed) the copy of one packed W slice, weight rows [n0, n0 + kRows) by K
+// [k_offset, k_offset + kBlockK), to shared memory at `destination`, laid out as the mma.sync GEMM's stages
+// and the dequantize kernel's tile read it: a word-copied policy's [tile_rows, tile_columns] word tile, or
+// kRows rows of 16-byte chunks (chunk c of row r: bytes [16 c, 16 c + 16) of W row n0 + r's slice, i.e. K
+// values [k_offset + c * 128 / bits, ...); K is a multiple of 128 / bits (GemmSpec::check), so a chunk is
+// wholly inside K or wholly outside). Words or chunks past N or K read nothing (from `fallback`, any valid
+// global address) and land as zeros.
+template <class Weights, int kRows, int kBlockK, int kSegments, int kThreads>
+__device__ __forceinline__ void copy_packed_slice(unsigned destination, const GemmParams& params, int n0,
+                                                  int k_offset, const void* fallback) {
+  if constexpr (word_copied_v<Weights>) {
+    constexpr int kColumns = Weights::template tile_columns<kRows, kBlockK>;
+    constexpr int kWords = Weights::template tile_rows<kRows, kBlockK> * kColumns;
+    for (int v = threadIdx.x; v < kWords; v += kThreads) {
+      const int r = v / kColumns;
+      const int c = v % kColumns;
+      int n;
+      bool in_k;
+      Weights::template locate<kRows, kBlockK>(r, c, n0, k_offset, params.k, n, in_k);
+      const bool copy = n < params.n && in_k;
+      const GemmSegment segment = segment_of<kSegments>(params, copy ? n : 0);
+      const unsigned* source =
+          reinterpret_cast<const unsigned*>(segment.weight) +
+          (copy ? Weights::template word_index<kRows, kBlockK>(r, c, k_offset, n - segment.n_begin,
+                                                               segment.n_end - segment.n_begin, params.k)
+                : 0);
+      cp_async_4(destination + static_cast<unsigned>(v) * 4u,
+                 copy ? static_cast<const void*>(source) : fallback, copy ? 4 : 0);
+    }
+  } else {
+    constexpr int kChunksPerRow = kBlockK * Weights::bits / 8 / 16;
+    constexpr int kValuesPerChunk = 128 / Weights::bits;
+    const long long row_bytes = static_cast<long long>(params.k) * Weights::bits / 8;
+    for (int v = threadIdx.x; v < kRows * kChunksPerRow; v += kThreads) {
+      const int row = v / kChunksPerRow;
+      const int chunk = v % kChunksPerRow;
+      const int n = n0 + row;
+      const int k = k_offset + chunk * kValuesPerChunk;
+      const bool copy = n < params.n && k < params.k;
+      const GemmSegment segment = segment_of<kSegments>(params, copy ? n : 0);
+      const unsigned char* source = reinterpret_cast<const unsigned char*>(segment.weight) +
+                                    (copy ? (n - segment.n_begin) * row_bytes + k * Weights::bits / 8 : 0);
+      cp_async_16(destination + static_cast<unsigned>(v) * 16u,
+                  copy ? static_cast<const void*>(source) : fallback, copy ? 16 : 0);
+    }
+  }
+}
+
 struct TileCoordinates {
   int m;  // tile row: C rows [m * block_m, (m + 1) * block_m)
   int n;  // tile column
@@ -775,47 +822,10 @@ __global__ void __launch_bounds__(Traits::threads) gemm_kernel(const GemmParams 
         cp_async_16(b_stage + swizzled_offset<kChunks>(copy_row + i * Traits::rows_per_pass, copy_chunk),
                     copy ? b_source[i] + k_offset : params.a, copy ? 16 : 0);
       }
-    } else if constexpr (Traits::word_copied) {
-      // The packed slice as a [tile_rows, tile_columns] word tile (see the word-copied policies); words
-      // past N or K read nothing and land as zeros.
-      using Weights = typename Traits::Weights;
-      constexpr int kColumns = Weights::template tile_columns<Traits::block_n, Traits::block_k>;
-      constexpr int kWords = Weights::template tile_rows<Traits::block_n, Traits::block_k> * kColumns;
-      for (int v = threadIdx.x; v < kWords; v += Traits::threads) {
-        const int r = v / kColumns;
-        const int c = v % kColumns;
-        int n;
-        bool in_k;
-        Weights::template locate<Traits::block_n, Traits::block_k>(r, c, n0, k_offset, params.k, n, in_k);
-        const bool copy = n < params.n && in_k;
-        const GemmSegment segment = segment_of<Traits::segments>(params, copy ? n : 0);
-        const unsigned* source =
-            reinterpret_cast<const unsigned*>(segment.weight) +
-            (copy ? Weights::template word_index<Traits::block_n, Traits::block_k>(
-                        r, c, k_offset, n - segment.n_begin, segment.n_end - segment.n_begin, params.k)
-                  : 0);
-        cp_async_4(b_stage + static_cast<unsigned>(v) * 4u,
-                   copy ? static_cast<const void*>(source) : params.a, copy ? 4 : 0);
-      }
     } else {
-      // Packed rows: chunk c of stage row r is bytes [16 c, 16 c + 16) of W row n0 + r's slice, i.e. K
-      // values [k_offset + c * values_per_packed_chunk, ...); K is a multiple of values_per_packed_chunk
-      // (GemmSpec::check), so a chunk is wholly inside K or wholly outside (then zero-filled).
-      constexpr int kPackedChunks = Traits::block_n * Traits::packed_chunks_per_row;
-      const long long row_bytes = static_cast<long long>(params.k) * Traits::weight_bits / 8;
-      for (int v = threadIdx.x; v < kPackedChunks; v += Traits::threads) {
-        const int row = v / Traits::packed_chunks_per_row;
-        const int chunk = v % Traits::packed_chunks_per_row;
-        const int n = n0 + row;
-        const int k = k_offset + chunk * Traits::values_per_packed_chunk;
-        const bool copy = n < params.n && k < params.k;
-        const GemmSegment segment = segment_of<Traits::segments>(params, copy ? n : 0);
-        const unsigned char* source =
-            reinterpret_cast<const unsigned char*>(segment.weight) +
-            (copy ? (n - segment.n_begin) * row_bytes + k * Traits::weight_bits / 8 : 0);
-        cp_async_16(b_stage + static_cast<unsigned>(v) * 16u,
-                    copy ? static_cast<const void*>(source) : params.a, copy ? 16 : 0);
-      }
+      // The packed slice (words or 16-byte row chunks); past N or K nothing is read and zeros land.
+      copy_packed_slice<typename Traits::Weights, Traits::block_n, Traits::block_k, Traits::segments,
+                        Traits::threads>(b_stage, params, n0, k_offset, params.a);
     }
   };
 

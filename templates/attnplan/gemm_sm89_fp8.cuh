@@ -57,9 +57,9 @@ struct GemmSm89Fp8Traits {
   static constexpr int segments = kSegments;
   static constexpr bool has_bias = kHasBias;
   static constexpr int granularity = kGranularity;
-  // Tensor and channel weight scales go with one activation scale per token (gemm_sm90_fp8_params.h): each
-  // promotion multiplies by the row's one scale (the fp8 accumulation is still promoted every 128 K).
-  static constexpr bool token_scales = kGranularity != 2;
+  // Each promotion then multiplies by the row's one scale (the fp8 accumulation is still promoted every
+  // 128 K).
+  static constexpr bool token_scales = fp8_uses_token_scales(kGranularity);
 
   static constexpr int warps_m = 2;
   static constexpr int warps_n = 4;

@@ -26,6 +26,7 @@
 #include "attnplan/gemm_sm90_epilogue.cuh"
 #include "attnplan/gemm_sm90_fp8_params.h"
 #include "attnplan/gemm_sm90_qkv_epilogue.cuh"
+#include "attnplan/gemm_sm90_ring.cuh"
 #include "attnplan/wgmma.cuh"
 
 namespace attnplan::kernels {
@@ -140,9 +141,8 @@ struct GemmSm90Fp8Traits {
   static constexpr int segments = kSegments;
   static constexpr bool has_bias = kHasBias;
   static constexpr int granularity = kGranularity;
-  // Tensor and channel weight scales go with one activation scale per token (gemm_sm90_fp8_params.h): the
-  // promotion adds, and the row scales join the column scales in the epilogue.
-  static constexpr bool token_scales = kGranularity != 2;
+  // The promotion adds, and the row scales join the column scales in the epilogue.
+  static constexpr bool token_scales = fp8_uses_token_scales(kGranularity);
 
   static constexpr int consumers = 2;
   static constexpr int threads = 128 * (1 + consumers);
@@ -295,17 +295,22 @@ __device__ __forceinline__ void consume_blocks(RingPosition<Traits::stages>& pos
 // tile's row of [ceil(rows / 128), k_tiles]). One 32-bit offset, stepped and clamped to the last block by one
 // instruction per block, so the reads past the last block repeat its factors (unused) and the loop spends no
 // 64-bit index arithmetic on them; a_scale_ld x ceil(K / 128) < 2^31 floats (8 GiB of scales).
-template <int kGranularity>
 struct Fp8FactorStream {
-  static_assert(kGranularity == 2, "tensor and channel weight scales take Fp8NoFactors");
   const float* row0;    // a_scales + the thread's first row
   const float* row1;    // a_scales + its second row
-  const float* weight;  // block-scaled only
+  const float* weight;  // the tile's row of weight block scales
   int offset;           // k a_scale_ld for the next block k
   int step;             // a_scale_ld
   int last;             // (k_tiles - 1) a_scale_ld
   int block;            // k, for the weight block scale
   int last_block;       // k_tiles - 1
+
+  // The stream from K block 0 for the rows at a_scales + row0 and + row1 and the weight scales' row
+  // `weight` of [ceil(rows / 128), k_tiles].
+  static __device__ __forceinline__ Fp8FactorStream start(const float* a_scales, int row0, int row1,
+                                                          int scale_ld, const float* weight, int k_tiles) {
+    return {a_scales + row0, a_scales + row1, weight, 0, scale_ld, (k_tiles - 1) * scale_ld, 0, k_tiles - 1};
+  }
 
   __device__ __forceinline__ Fp8BlockFactors next() {
     const Fp8BlockFactors factors{__ldg(row0 + offset), __ldg(row1 + offset), __ldg(weight + block)};
@@ -446,14 +451,7 @@ __global__ void __launch_bounds__(Traits::threads, 1)
   // Broadcast from lane 0, so ptxas knows it is the same in every lane of the warp and keeps what is
   // derived from it (A's offset in a slot, so A's wgmma descriptors) in uniform registers.
   const int warpgroup = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x / 128), 0);
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < Traits::stages; ++s) {
-      sm90::mbarrier_init(full_barriers + 8 * s, 1);
-      sm90::mbarrier_init(empty_barriers + 8 * s, Traits::empty_arrivals);
-    }
-    sm90::fence_barrier_init();
-  }
-  __syncthreads();
+  init_ring_barriers<Traits::stages, Traits::empty_arrivals>(full_barriers, empty_barriers);
 
   const int tiles_m = (gemm.m + Traits::block_m - 1) / Traits::block_m;
   const int tiles_n = (gemm.n + Traits::block_n - 1) / Traits::block_n;
@@ -461,28 +459,19 @@ __global__ void __launch_bounds__(Traits::threads, 1)
   const int k_tiles = (gemm.k + Traits::block_k - 1) / Traits::block_k;
 
   if (warpgroup == 0) {
-    // Producer, as gemm_sm90.cuh's: slot slot_use % stages, phase (slot_use / stages) % 2. Not its
-    // produce_ring: this one picks the weight segment once per tile, produce_ring's load per slot, and the
-    // switch changes the PTX of a kernel verified on the H200 (a change to make with device time).
+    // Producer, produce_ring's walk (gemm_sm90_ring.cuh): slot slot_use % stages, phase (slot_use / stages)
+    // % 2. Not produce_ring itself: this one picks the weight segment once per tile, produce_ring's load per
+    // slot, and the switch changes the PTX of a kernel verified on the H200 (a change to make with device
+    // time).
     sm90::setmaxnreg_decrease<Traits::producer_registers>();
     if (threadIdx.x == 0) {
-      sm90::prefetch_tensor_map(&params.a_map);
-#pragma unroll
-      for (int s = 0; s < Traits::segments; ++s) sm90::prefetch_tensor_map(&params.w_maps[s]);
+      prefetch_tensor_maps<Traits::segments>(params);
       int slot_use = 0;
       for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
         const TileCoordinates coordinates = grouped_tile<Traits::group_m>(tile, tiles_m, tiles_n);
         const int m0 = coordinates.m * Traits::block_m;
         const int n0 = coordinates.n * Traits::block_n;
-        const void* w_map = &params.w_maps[0];
-        int w_row = n0;
-#pragma unroll
-        for (int s = 1; s < Traits::segments; ++s) {
-          if (n0 >= gemm.segments[s].n_begin) {
-            w_map = &params.w_maps[s];
-            w_row = n0 - gemm.segments[s].n_begin;
-          }
-        }
+        const SegmentTile w_tile = segment_tile<Traits::segments>(params, n0);
         for (int k_tile = 0; k_tile < k_tiles; ++k_tile, ++slot_use) {
           const int slot = slot_use % Traits::stages;
           const unsigned phase = (slot_use / Traits::stages) & 1u;
@@ -491,7 +480,8 @@ __global__ void __launch_bounds__(Traits::threads, 1)
           const unsigned a_slot = ring + slot * Traits::slot_bytes;
           sm90::mbarrier_arrive_expect_tx(full, Traits::slot_bytes);
           sm90::tma_load_2d(a_slot, &params.a_map, full, k_tile * Traits::block_k, m0);
-          sm90::tma_load_2d(a_slot + Traits::a_slot_bytes, w_map, full, k_tile * Traits::block_k, w_row);
+          sm90::tma_load_2d(a_slot + Traits::a_slot_bytes, w_tile.map, full, k_tile * Traits::block_k,
+                            w_tile.row);
         }
       }
     }
@@ -548,17 +538,10 @@ __global__ void __launch_bounds__(Traits::threads, 1)
       load_fp8_terms<Traits>(gemm, n0, segment, terms);
       rows = make_float2(__ldg(params.a_scales + scale_row0), __ldg(params.a_scales + scale_row1));
     } else {
-      const int scale_ld = static_cast<int>(params.a_scale_ld);
-      Fp8FactorStream<Traits::granularity> factors;
-      factors.row0 = params.a_scales + scale_row0;
-      factors.row1 = params.a_scales + scale_row1;
       // Block weight scales of the tile's 128 rows: row (n0 - n_begin) / 128 of [ceil(rows / 128), k_tiles].
-      factors.weight = w_scales + static_cast<long long>((n0 - segment.n_begin) / 128) * k_tiles;
-      factors.offset = 0;
-      factors.step = scale_ld;
-      factors.last = (k_tiles - 1) * scale_ld;
-      factors.block = 0;
-      factors.last_block = k_tiles - 1;
+      auto factors = Fp8FactorStream::start(
+          params.a_scales, scale_row0, scale_row1, static_cast<int>(params.a_scale_ld),
+          w_scales + static_cast<long long>((n0 - segment.n_begin) / 128) * k_tiles, k_tiles);
       consume_blocks<Traits>(position, k_tiles, ring, full_barriers, empty_barriers, a_offset, lane,
                              accumulator, partial_a, partial_b, factors,
                              [&]() { load_fp8_terms<Traits>(gemm, n0, segment, terms); });

@@ -27,6 +27,12 @@ inline constexpr int kFp8TokenQuantizeThreads = 256;  // the per-token quantizer
 inline constexpr int kFp8QuantizeWarps = 8;           // warps per quantizer CTA
 inline constexpr int kFp8QuantizeGroupsPerWarp = 2;   // (token, group) items per warp: one per half-warp
 
+// Whether a GEMM of weight scale granularity `granularity` (0 tensor, 1 channel, 2 128x128 blocks) reads
+// one activation scale per token (the rule above; config::fp8_activation_scales on the host).
+ATTNPLAN_HOST_DEVICE constexpr bool fp8_uses_token_scales(int granularity) {
+  return granularity != 2;
+}
+
 // The e4m3 activations and their scales in the caller's workspace.
 struct Fp8QuantizeParams {
   const bf16_bits* input;  // [M, K], row stride ld_input elements

@@ -26,8 +26,12 @@ std::int64_t brute_force_pairs(const SequenceShape& sequence, int window) {
   return pairs;
 }
 
+attnplan::config::AttentionConfig load_plan(const std::string& name) {
+  return attnplan::config::load_file(std::string(ATTNPLAN_SOURCE_DIR) + "/plans/" + name + ".json");
+}
+
 attnplan::config::AttentionConfig llama() {
-  return attnplan::config::load_file(std::string(ATTNPLAN_SOURCE_DIR) + "/plans/llama-3.1-8b.json");
+  return load_plan("llama-3.1-8b");
 }
 
 }  // namespace
@@ -105,32 +109,28 @@ TEST_CASE("stage_work: GEMM FLOPs 2 M N K, attention 2 (D + Dv) per allowed pair
 TEST_CASE("stage_work: fp8 activations, codes from the norm for q|k|v and a quantize stage before o",
           "[check][bench][fp8_activation]") {
   using attnplan::plan::StageKind;
-  const attnplan::config::AttentionConfig config = attnplan::config::load_file(
-      std::string(ATTNPLAN_SOURCE_DIR) + "/plans/qwen3-8b-fp8-block-fp8act.json");  // 4096, 32/8, D 128
-  const std::vector<attnplan::check::StageWork> work = attnplan::check::stage_work(config, {{0, 1000, {}}});
-  REQUIRE(work.size() == 7);
-  // The norm: bf16 read, e4m3 written, one f32 scale per token and 128 channels (and the weight).
-  CHECK(work[0].stage == StageKind::input_norm);
-  CHECK(work[0].bytes == 1000.0 * 4096 * 3 + 1000.0 * 32 * 4 + 4096 * 2);
-  CHECK(work[1].stage == StageKind::qkv_projection);
-  CHECK(work[1].flops == 2.0 * 1000 * 6144 * 4096);
-  CHECK(work[5].stage == StageKind::output_quantize);
-  CHECK(work[5].flops == 0);
-  CHECK(work[5].bytes == 1000.0 * 4096 * 3 + 1000.0 * 32 * 4);
-  CHECK(work[6].stage == StageKind::output_projection);
-}
-
-TEST_CASE("stage_work: fp8 activations with channel weight scales have one scale per token",
-          "[check][bench][fp8_activation]") {
-  using attnplan::plan::StageKind;
-  const attnplan::config::AttentionConfig config = attnplan::config::load_file(
-      std::string(ATTNPLAN_SOURCE_DIR) + "/plans/llama-3.1-8b-fp8-dynamic.json");  // 4096, 32/8, D 128
-  const std::vector<attnplan::check::StageWork> work = attnplan::check::stage_work(config, {{0, 1000, {}}});
-  REQUIRE(work.size() == 7);
-  CHECK(work[0].stage == StageKind::input_norm);
-  CHECK(work[0].bytes == 1000.0 * 4096 * 3 + 1000.0 * 4 + 4096 * 2);
-  CHECK(work[5].stage == StageKind::output_quantize);
-  CHECK(work[5].bytes == 1000.0 * 4096 * 3 + 1000.0 * 4);
+  // Both plans: 4096 wide, 32/8 heads, D 128. Activation scales as the weights' granularity asks
+  // (config::fp8_activation_scales): per token and 128 channels for block scales, per token for channel.
+  struct Row {
+    const char* plan;
+    double scales_per_token;
+  };
+  for (const Row row : {Row{"qwen3-8b-fp8-block-fp8act", 4096 / 128}, Row{"llama-3.1-8b-fp8-dynamic", 1}}) {
+    INFO(row.plan);
+    const std::vector<attnplan::check::StageWork> work =
+        attnplan::check::stage_work(load_plan(row.plan), {{0, 1000, {}}});
+    REQUIRE(work.size() == 7);
+    // The norm: bf16 read, e4m3 written, the f32 scales (and the weight).
+    CHECK(work[0].stage == StageKind::input_norm);
+    CHECK(work[0].bytes == 1000.0 * 4096 * 3 + 1000.0 * row.scales_per_token * 4 + 4096 * 2);
+    CHECK(work[1].stage == StageKind::qkv_projection);
+    CHECK(work[1].flops == 2.0 * 1000 * 6144 * 4096);
+    CHECK(work[5].stage == StageKind::output_quantize);
+    CHECK(work[5].flops == 0);
+    CHECK(work[5].bytes == 1000.0 * 4096 * 3 + 1000.0 * row.scales_per_token * 4);
+    CHECK(work[6].stage == StageKind::output_projection);
+    CHECK(work[6].flops == 2.0 * 1000 * 4096 * 4096);
+  }
 }
 
 TEST_CASE("spread and rotation_sets", "[check][bench]") {

@@ -84,15 +84,14 @@ void check_rmsnorm(const Case& c, std::uint64_t seed) {
 // the reference as the plain norm's do; codes and scales are reference::quantize_activations_fp8 of those
 // rows bit for bit (the quantizer's rule, so the GEMM reads what the quantizer would have written); nothing
 // past the codes, the scales or (without rows) in the rows buffer is written. Per token and group of 128
-// channels, and with one scale per token (RmsNormSpec::fp8_token_scales).
+// channels, and with one scale per token.
 void check_rmsnorm_fp8_codes(const Case& c, config::Fp8ActivationScales scale_mode, std::uint64_t seed) {
   INFO("fp8 codes: hidden " << c.hidden_size << ", offset " << c.weight_offset << ", tokens " << c.num_tokens
                             << ", scales per " << config::to_string(scale_mode));
   plan::RmsNormSpec spec;
   spec.hidden_size = c.hidden_size;
   spec.unit_offset = c.weight_offset != 0;
-  spec.fp8_codes = true;
-  spec.fp8_token_scales = scale_mode == config::Fp8ActivationScales::token;
+  spec.fp8_codes = scale_mode;
   spec.tiling = plan::choose_rmsnorm_tiling(c.hidden_size);
   const compiler::KernelSource source = spec.source();
   const driver::Function& norm = kernel_function(source);

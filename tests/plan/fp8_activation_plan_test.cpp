@@ -53,7 +53,7 @@ TEST_CASE("fp8 activations on sm_90a: the norm's codes or a quantize stage befor
     stages.push_back(kernel.stage);
   }
   // The norm writes the q|k|v projection's codes (8-channel vectors: hidden is a multiple of 16).
-  CHECK(kernels.input_norm.fp8_codes);
+  CHECK(kernels.input_norm.fp8_codes == config::Fp8ActivationScales::token_group);
   CHECK(kernels.input_norm.tiling.vector == 8);
   CHECK(contains(kernels.kernels[0].source.render_stub(), "/*fp8_codes=*/true"));
   // The q/k norms and RoPE run in the e4m3 GEMM's epilogue (128-wide tiles hold whole D 128 heads), the
@@ -102,7 +102,7 @@ TEST_CASE("fp8 activations on sm_90a: the norm's codes or a quantize stage befor
   const plan::KernelPlan partial = plan::plan_kernels(output_only, kSm90a);
   CHECK_FALSE(partial.qkv_projection_fp8.has_value());
   CHECK(partial.output_projection_fp8.has_value());
-  CHECK_FALSE(partial.input_norm.fp8_codes);
+  CHECK_FALSE(partial.input_norm.fp8_codes.has_value());
   CHECK_FALSE(contains(partial.kernels[0].source.render_stub(), "/*fp8_codes=*/true"));
   CHECK(partial.kernels[1].stage == plan::StageKind::qkv_projection);
   CHECK(partial.has(plan::StageKind::output_quantize));
@@ -152,8 +152,7 @@ TEST_CASE("fp8 activations with channel weight scales: one activation scale per 
     REQUIRE(kernels.output_projection_fp8.has_value());
     CHECK(kernels.qkv_projection_fp8->granularity == config::Fp8ScaleGranularity::channel);
     CHECK(kernels.qkv_projection_fp8->activation_scales() == config::Fp8ActivationScales::token);
-    CHECK(kernels.input_norm.fp8_codes);
-    CHECK(kernels.input_norm.fp8_token_scales);
+    CHECK(kernels.input_norm.fp8_codes == config::Fp8ActivationScales::token);
     const std::string norm_stub = kernels.kernels[0].source.render_stub();
     CHECK(contains(norm_stub, "/*fp8_codes=*/true"));
     // sm_90a: the rotation table for the e4m3 GEMM's fused RoPE; sm_89's GEMM leaves RoPE to the
@@ -177,7 +176,7 @@ TEST_CASE("fp8 activations with channel weight scales: one activation scale per 
   }
   // Block weight scales keep a scale per 128 channels: the norm's stub as before this choice existed.
   const plan::KernelPlan block = plan::plan_kernels(fp8act(), kSm90a);
-  CHECK_FALSE(block.input_norm.fp8_token_scales);
+  CHECK(block.input_norm.fp8_codes == config::Fp8ActivationScales::token_group);
   CHECK_FALSE(contains(block.kernels[0].source.render_stub(), "fp8_token_scales"));
   CHECK(block.activation_quantize.scales == config::Fp8ActivationScales::token_group);
   CHECK(block.output_projection_fp8->source().spec["activation_scales"] == "token_group");
@@ -194,7 +193,7 @@ TEST_CASE("fp8 activations: the mma.sync e4m3 GEMM from sm_89, wgmma on sm_90a, 
     CHECK(kernels.qkv_projection_fp8->stages == 4);
     CHECK(kernels.qkv_projection_fp8->threads() == 256);
     CHECK(kernels.qkv_projection_fp8->dynamic_shared_bytes() == 4 * 256 * 80);  // inside sm_89's 99 KiB
-    CHECK(kernels.input_norm.fp8_codes);  // the norm writes the codes on every arch
+    CHECK(kernels.input_norm.fp8_codes.has_value());  // the norm writes the codes on every arch
     CHECK(kernels.kernels[1].source.family == "gemm_sm89_fp8");
     CHECK(kernels.kernels[1].dynamic_shared_bytes == 4 * 256 * 80);
     CHECK(kernels.output_projection_fp8->kernel == plan::GemmFp8Kernel::mma_sync);

@@ -9,13 +9,26 @@
 
 using namespace attnplan;
 
+namespace {
+
+constexpr int kChannels = 144;
+
+// Two tokens of 144 channels (a 128-channel group and one of 16): token 0 is 1.0 with -896 at channel 5,
+// then 0.5 with 3.0 at channel 130; token 1 is all zeros.
+std::vector<std::uint16_t> two_tokens() {
+  std::vector<std::uint16_t> bits(std::size_t(2) * kChannels, core::float_to_bf16(0.0f));
+  for (int c = 0; c < 128; ++c) bits[c] = core::float_to_bf16(c == 5 ? -896.0f : 1.0f);
+  for (int c = 128; c < kChannels; ++c) bits[c] = core::float_to_bf16(c == 130 ? 3.0f : 0.5f);
+  return bits;
+}
+
+}  // namespace
+
 TEST_CASE("fp8 activations: scale amax / 448 per token and 128 channels, codes RNE saturating",
           "[reference][fp8_activation]") {
   // Token 0: channels 0..143 (two groups, the second 16 wide); token 1: all zeros.
-  const int m = 2, k = 144;
-  std::vector<std::uint16_t> bits(std::size_t(m) * k, core::float_to_bf16(0.0f));
-  for (int c = 0; c < 128; ++c) bits[c] = core::float_to_bf16(c == 5 ? -896.0f : 1.0f);
-  for (int c = 128; c < k; ++c) bits[c] = core::float_to_bf16(c == 130 ? 3.0f : 0.5f);
+  const int m = 2, k = kChannels;
+  const std::vector<std::uint16_t> bits = two_tokens();
   const reference::Fp8Activations quantized =
       reference::quantize_activations_fp8(bits, m, k, config::Fp8ActivationScales::token_group);
   REQUIRE(quantized.scales.size() == 4);        // [2 groups, 2 tokens]
@@ -35,10 +48,8 @@ TEST_CASE("fp8 activations: scale amax / 448 per token and 128 channels, codes R
 
 TEST_CASE("fp8 activations: one scale per token over all its channels", "[reference][fp8_activation]") {
   // Token 0's amax (-896) sits in its first 128 channels and scales its last 16 too; token 1 is all zeros.
-  const int m = 2, k = 144;
-  std::vector<std::uint16_t> bits(std::size_t(m) * k, core::float_to_bf16(0.0f));
-  for (int c = 0; c < 128; ++c) bits[c] = core::float_to_bf16(c == 5 ? -896.0f : 1.0f);
-  for (int c = 128; c < k; ++c) bits[c] = core::float_to_bf16(c == 130 ? 3.0f : 0.5f);
+  const int m = 2, k = kChannels;
+  const std::vector<std::uint16_t> bits = two_tokens();
   const reference::Fp8Activations quantized =
       reference::quantize_activations_fp8(bits, m, k, config::Fp8ActivationScales::token);
   CHECK(quantized.group == k);
