@@ -9,6 +9,7 @@
 
 #include "core/error.hpp"
 #include "plan/gemm_common.hpp"
+#include "plan/gemm_spec.hpp"
 #include "plan/tensor_map.hpp"
 
 namespace attnplan::plan {
@@ -123,6 +124,18 @@ compiler::KernelSource GemmFp8Spec::source() const {
                  {"activation_scales", config::to_string(activation_scales())},
                  {"dynamic_shared_bytes", dynamic_shared_bytes()}};
   if (!wgmma) source.spec["kernel"] = gemm_fp8_kernel_name(kernel);
+  if (postprocess) {
+    if (!wgmma || !postprocess->fits_gemm_epilogue(kGemmSm90Fp8BlockN)) {
+      throw Error(
+          Stage::input,
+          fmt::format("fp8 gemm: the q|k|v postprocess needs the wgmma kernel and must fit its {}-wide "
+                      "tiles (head dim {}, pairing dim {}, rotary offset {})",
+                      kGemmSm90Fp8BlockN, postprocess->head_dim, postprocess->pairing_dim,
+                      postprocess->rotary_offset));
+    }
+    source.arguments.push_back({"qkv_epilogue", postprocess->epilogue_traits()});
+    source.spec["qkv_epilogue"] = postprocess->epilogue_spec();
+  }
   return source;
 }
 
@@ -189,9 +202,11 @@ GemmSm89Fp8Params make_gemm_sm89_fp8_params(const GemmParams& params,
 }
 
 GemmSm90Fp8Params make_gemm_sm90_fp8_params(const GemmFp8Spec& spec, const GemmParams& params,
-                                            const Fp8ActivationBuffers& activations) {
+                                            const Fp8ActivationBuffers& activations,
+                                            const GemmQkvEpilogueParams* qkv_epilogue) {
   GemmSm90Fp8Params fp8{};
   fp8.gemm = params;
+  if (spec.postprocess) fp8.qkv_epilogue = checked_qkv_epilogue(*spec.postprocess, qkv_epilogue);
   fp8.a_scales = activations.scales;
   fp8.a_scale_ld = activations.scale_ld;
   encode_codes_map(fp8.a_map, activations.codes, params.k, params.m, params.k, "fp8 gemm activation codes");
@@ -241,7 +256,8 @@ void launch_fp8_quantize(const driver::Function& quantize, const Fp8QuantizeSpec
 }
 
 void launch_gemm_fp8_codes(const driver::Function& gemm, const GemmFp8Spec& spec, const GemmParams& params,
-                           const Fp8ActivationBuffers& activations, CUstream stream, int multiprocessors) {
+                           const Fp8ActivationBuffers& activations, CUstream stream, int multiprocessors,
+                           const GemmQkvEpilogueParams* qkv_epilogue) {
   spec.check(params);
   if (params.m == 0 || params.n == 0) return;
   check_fp8_activation_buffers(params, activations);
@@ -249,7 +265,7 @@ void launch_gemm_fp8_codes(const driver::Function& gemm, const GemmFp8Spec& spec
   if (spec.kernel == GemmFp8Kernel::mma_sync) {
     driver::launch(gemm, shape, stream, make_gemm_sm89_fp8_params(params, activations));
   } else {
-    driver::launch(gemm, shape, stream, make_gemm_sm90_fp8_params(spec, params, activations));
+    driver::launch(gemm, shape, stream, make_gemm_sm90_fp8_params(spec, params, activations, qkv_epilogue));
   }
 }
 

@@ -9,6 +9,7 @@
 #include <cuda.h>
 
 #include <cstddef>
+#include <optional>
 #include <string_view>
 
 #include "attnplan/gemm_sm89_fp8_params.h"
@@ -16,6 +17,7 @@
 #include "compiler/kernel_source.hpp"
 #include "config/attention_config.hpp"
 #include "driver/launch.hpp"
+#include "plan/qkv_postprocess_spec.hpp"
 
 namespace attnplan::plan {
 
@@ -53,6 +55,9 @@ struct GemmFp8Spec {
   int stages = 6;
   config::Fp8ScaleGranularity granularity = config::Fp8ScaleGranularity::block;
   GemmFp8Kernel kernel = GemmFp8Kernel::wgmma;
+  // wgmma only: the q|k|v postprocess in the epilogue (fits_gemm_epilogue of the 128-wide tile), as
+  // GemmSpec::postprocess for the bf16 kernel.
+  std::optional<QkvPostprocessSpec> postprocess;
 
   // The activation scales its promotion and epilogue expect (config::fp8_activation_scales).
   config::Fp8ActivationScales activation_scales() const { return config::fp8_activation_scales(granularity); }
@@ -95,8 +100,10 @@ GemmSm89Fp8Params make_gemm_sm89_fp8_params(const GemmParams& params,
 
 // The wgmma kernel's Params: `params` (checked), the A codes' and each segment's tensor map (e4m3 bytes,
 // 128-byte swizzle, zero fill), and the activation scales.
+// With spec.postprocess, `qkv_epilogue` carries its run-time values (checked_qkv_epilogue).
 GemmSm90Fp8Params make_gemm_sm90_fp8_params(const GemmFp8Spec& spec, const GemmParams& params,
-                                            const Fp8ActivationBuffers& activations);
+                                            const Fp8ActivationBuffers& activations,
+                                            const GemmQkvEpilogueParams* qkv_epilogue = nullptr);
 
 // Throws Error(input) unless `activations` can hold params.m x params.k codes: codes 16-byte aligned,
 // scales 16-byte aligned with scale_ld >= M.
@@ -108,7 +115,8 @@ void check_fp8_activation_buffers(const GemmParams& params, const Fp8ActivationB
 void launch_fp8_quantize(const driver::Function& quantize, const Fp8QuantizeSpec& spec,
                          const GemmParams& params, const Fp8ActivationBuffers& activations, CUstream stream);
 void launch_gemm_fp8_codes(const driver::Function& gemm, const GemmFp8Spec& spec, const GemmParams& params,
-                           const Fp8ActivationBuffers& activations, CUstream stream, int multiprocessors);
+                           const Fp8ActivationBuffers& activations, CUstream stream, int multiprocessors,
+                           const GemmQkvEpilogueParams* qkv_epilogue = nullptr);
 
 // Checks, then queues the quantizer (params.a -> activations; `quantize` compiled from
 // Fp8QuantizeSpec{spec.activation_scales()}) and the GEMM on `stream`. Nothing is launched when M or N is 0.

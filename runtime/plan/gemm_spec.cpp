@@ -817,27 +817,29 @@ void GemmSpec::check(const GemmParams& params) const {
   }
 }
 
+GemmQkvEpilogueParams checked_qkv_epilogue(const QkvPostprocessSpec& post,
+                                           const GemmQkvEpilogueParams* qkv_epilogue) {
+  if (qkv_epilogue == nullptr)
+    throw Error(Stage::input, "gemm qkv_epilogue: the spec fuses the q|k|v postprocess; pass its values");
+  if (post.rotary_dim > 0 && qkv_epilogue->rotations == nullptr)
+    throw Error(Stage::input, "gemm qkv_epilogue.rotations: null, but the epilogue applies RoPE");
+  if (post.rotary_dim > 0 && qkv_epilogue->rotation_stride != rope_rotation_stride(post.rotary_dim)) {
+    throw Error(Stage::input, fmt::format("gemm qkv_epilogue.rotation_stride: {} is not {} (rotary dim {})",
+                                          qkv_epilogue->rotation_stride,
+                                          rope_rotation_stride(post.rotary_dim), post.rotary_dim));
+  }
+  if (post.query_norm && qkv_epilogue->q_norm_weight == nullptr)
+    throw Error(Stage::input, "gemm qkv_epilogue.q_norm_weight: null, but the epilogue normalizes q");
+  if (post.key_norm && qkv_epilogue->k_norm_weight == nullptr)
+    throw Error(Stage::input, "gemm qkv_epilogue.k_norm_weight: null, but the epilogue normalizes k");
+  return *qkv_epilogue;
+}
+
 GemmSm90Params make_gemm_sm90_params(const GemmSpec& spec, const GemmParams& params,
                                      const GemmQkvEpilogueParams* qkv_epilogue) {
   GemmSm90Params sm90{};
   sm90.gemm = params;
-  if (spec.postprocess) {
-    const QkvPostprocessSpec& post = *spec.postprocess;
-    if (qkv_epilogue == nullptr)
-      throw Error(Stage::input, "gemm qkv_epilogue: the spec fuses the q|k|v postprocess; pass its values");
-    if (post.rotary_dim > 0 && qkv_epilogue->rotations == nullptr)
-      throw Error(Stage::input, "gemm qkv_epilogue.rotations: null, but the epilogue applies RoPE");
-    if (post.rotary_dim > 0 && qkv_epilogue->rotation_stride != rope_rotation_stride(post.rotary_dim)) {
-      throw Error(Stage::input, fmt::format("gemm qkv_epilogue.rotation_stride: {} is not {} (rotary dim {})",
-                                            qkv_epilogue->rotation_stride,
-                                            rope_rotation_stride(post.rotary_dim), post.rotary_dim));
-    }
-    if (post.query_norm && qkv_epilogue->q_norm_weight == nullptr)
-      throw Error(Stage::input, "gemm qkv_epilogue.q_norm_weight: null, but the epilogue normalizes q");
-    if (post.key_norm && qkv_epilogue->k_norm_weight == nullptr)
-      throw Error(Stage::input, "gemm qkv_epilogue.k_norm_weight: null, but the epilogue normalizes k");
-    sm90.qkv_epilogue = *qkv_epilogue;
-  }
+  if (spec.postprocess) sm90.qkv_epilogue = checked_qkv_epilogue(*spec.postprocess, qkv_epilogue);
   encode_tensor_map(sm90.a_map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, params.a, params.k, params.m, params.lda,
                     kGemmSm90BlockK, kGemmSm90BlockM, "gemm a");
   for (int s = 0; s < spec.segments; ++s) {

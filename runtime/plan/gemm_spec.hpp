@@ -243,6 +243,11 @@ struct GemmSpec {
 GemmSm90Params make_gemm_sm90_params(const GemmSpec& spec, const GemmParams& params,
                                      const GemmQkvEpilogueParams* qkv_epilogue = nullptr);
 
+// `qkv_epilogue`'s values for a GEMM whose epilogue runs `post` (the bf16 and the fp8 wgmma kernels).
+// Throws Error(input) naming the field when they are missing or what `post` reads is null.
+GemmQkvEpilogueParams checked_qkv_epilogue(const QkvPostprocessSpec& post,
+                                           const GemmQkvEpilogueParams* qkv_epilogue);
+
 // The wgmma_w4 kernel's Params (gemm_sm90_w4_params.h): `params` plus the tensor maps of X and of each
 // segment's codes.
 GemmSm90Params make_gemm_sm90_w4_params(const GemmSpec& spec, const GemmParams& params);

@@ -124,6 +124,8 @@ const GemmSpec* launched_qkv_gemm(const KernelPlan& kernels, int num_tokens, int
 }
 
 bool qkv_postprocess_fused(const KernelPlan& kernels, int num_tokens, int n, int multiprocessors) {
+  // fp8 activations: every launch runs the one fp8 GEMM.
+  if (kernels.qkv_projection_fp8) return kernels.qkv_projection_fp8->postprocess.has_value();
   const GemmSpec* gemm = launched_qkv_gemm(kernels, num_tokens, n, multiprocessors);
   return gemm != nullptr && gemm->postprocess.has_value();
 }
@@ -281,14 +283,21 @@ std::optional<KernelPlan::Dequantized> dequantized_path(const GemmSpec& planned,
   return path;
 }
 
-// The QKV postprocess in the epilogue of every bf16 wgmma q|k|v GEMM whose tiles it fits (issue #6: at 8k
-// tokens of Llama-3.1-8B the postprocess pass took 0.057 of the layer's 2.1 ms; docs/kernels-notes.md,
+// The QKV postprocess in the epilogue of every bf16 or fp8 wgmma q|k|v GEMM whose tiles it fits (issue #6:
+// at 8k tokens of Llama-3.1-8B the postprocess pass took 0.057 of the layer's 2.1 ms; docs/kernels-notes.md,
 // "Session 25"), with the rotation table from the input norm where it applies RoPE. The other kernels
-// (mma.sync, the 4-bit kernels, the fp8-activation GEMM) and tiles that split heads (160 and 192 wide at
-// D 128) keep the postprocess kernel.
+// (mma.sync, the sm_89 fp8 GEMM, the 4-bit kernels) and tiles that split heads (160 and 192 wide at D 128)
+// keep the postprocess kernel.
 void fuse_qkv_postprocess(KernelPlan& plan) {
   const QkvPostprocessSpec& post = plan.qkv_postprocess;
-  if (!post.has_work() || plan.qkv_projection_fp8) return;
+  if (!post.has_work()) return;
+  if (plan.qkv_projection_fp8) {
+    GemmFp8Spec& fp8 = *plan.qkv_projection_fp8;
+    if (fp8.kernel != GemmFp8Kernel::wgmma || !post.fits_gemm_epilogue(kGemmSm90Fp8BlockN)) return;
+    fp8.postprocess = post;
+    if (post.rotary_dim > 0) plan.input_norm.rotary_pairs = post.rotary_dim / 2;
+    return;
+  }
   bool fused = false;
   const auto fuse = [&](GemmSpec& spec) {
     if (spec.kernel != GemmKernel::wgmma || !post.fits_gemm_epilogue(spec.sm90.block_n)) return;
@@ -318,7 +327,8 @@ bool needs_qkv_postprocess_kernel(const KernelPlan& plan) {
   const auto unfused = [](const std::optional<GemmSpec>& spec) { return spec && !spec->postprocess; };
   const std::optional<KernelPlan::Dequantized>& dequantized = plan.qkv_projection_dequantized;
   if (planned_gemm_runs(dequantized)) {
-    if (plan.qkv_projection_fp8 || !plan.qkv_projection.postprocess) return true;
+    if (plan.qkv_projection_fp8) return !plan.qkv_projection_fp8->postprocess;
+    if (!plan.qkv_projection.postprocess) return true;
     if (unfused(plan.qkv_projection_small) || unfused(plan.qkv_projection_tiny)) return true;
   }
   return dequantized && (!dequantized->gemm.postprocess || unfused(dequantized->gemm_small));

@@ -407,7 +407,7 @@ void PrefillPlan::execute(const ExecuteArgs& args, CUstream stream, const StageO
     check_fp8_activation_buffers(projection, buffers);
     InputNormArgs quantizing = norm;
     if (!observer || observation == Observation::timing) quantizing.output = nullptr;
-    enqueue_input_norm(quantizing, stream, &buffers);
+    enqueue_input_norm(quantizing, stream, &buffers, rotations, &batch);
   } else {
     enqueue_input_norm(norm, stream, nullptr, rotations, &batch);
   }
@@ -421,7 +421,8 @@ void PrefillPlan::execute(const ExecuteArgs& args, CUstream stream, const StageO
                      const std::optional<Dequantized>& dequantized, const driver::Function& dequantize,
                      const driver::Function& dequantized_gemm,
                      const driver::Function& dequantized_small_gemm) {
-    // The q|k|v GEMM's fused postprocess reads these where its spec has one (GemmSpec::postprocess).
+    // The q|k|v GEMM's fused postprocess reads these where its spec has one (GemmSpec::postprocess,
+    // GemmFp8Spec::postprocess).
     const GemmQkvEpilogueParams* epilogue = stage == StageKind::qkv_projection ? &qkv_epilogue : nullptr;
     if (dequantized) {
       launch_dequantize(dequantize, dequantized->path->dequantize, dequantized->dequantize, stream);
@@ -434,7 +435,7 @@ void PrefillPlan::execute(const ExecuteArgs& args, CUstream stream, const StageO
         launch_fp8_quantize(*quantize, kernels.activation_quantize, params, buffers, stream);
         notify(StageKind::output_quantize);
       }
-      launch_gemm_fp8_codes(gemm, *fp8, params, buffers, stream, loaded.multiprocessors);
+      launch_gemm_fp8_codes(gemm, *fp8, params, buffers, stream, loaded.multiprocessors, epilogue);
     } else {
       launch_gemm(gemm, spec, params, stream, loaded.multiprocessors, epilogue);
     }

@@ -25,6 +25,7 @@
 #include "attnplan/gemm_fp8_epilogue.cuh"
 #include "attnplan/gemm_sm90_epilogue.cuh"
 #include "attnplan/gemm_sm90_fp8_params.h"
+#include "attnplan/gemm_sm90_qkv_epilogue.cuh"
 #include "attnplan/gemm_sm90_ring.cuh"
 #include "attnplan/wgmma.cuh"
 
@@ -127,9 +128,12 @@ __global__ void __launch_bounds__(Traits::threads)
 
 // kGranularity: the weight scales, as gemm.cuh's Fp8Weights: 0 one f32 per tensor, 1 one f32 per row of W,
 // 2 one f32 per 128x128 block ([ceil(rows / 128), ceil(K / 128)] per segment).
-template <int kStages, int kSegments, bool kHasBias, int kGranularity>
+// kQkvEpilogue: NoQkvEpilogue, or QkvEpilogueTraits<...> for a q|k|v projection whose epilogue applies the
+// QKV postprocess (gemm_sm90_qkv_epilogue.cuh), as gemm_sm90.cuh's.
+template <int kStages, int kSegments, bool kHasBias, int kGranularity, class kQkvEpilogue = NoQkvEpilogue>
 struct GemmSm90Fp8Traits {
   using Params = GemmSm90Fp8Params;
+  using QkvEpilogue = kQkvEpilogue;
   static constexpr int block_m = kGemmSm90Fp8BlockM;
   static constexpr int block_n = kGemmSm90Fp8BlockN;
   static constexpr int block_k = kGemmSm90Fp8BlockK;  // codes per slot row = one scale block
@@ -385,19 +389,50 @@ __device__ __forceinline__ void prefetch_token_terms(const GemmSm90Fp8Params& pa
 
 // With token scales, `rows` holds the activation scales of the thread's two rows (read with the column
 // terms): the accumulators are multiplied by them first.
+//
+// With the fused QKV postprocess the column scales are applied first, everywhere; apply_qkv_epilogue adds
+// the bias of the heads it changes before their norm and RoPE, and the store adds the others' bias only.
 template <class Traits>
 __device__ __forceinline__ void store_fp8_tile(const GemmSm90Fp8Params& params, unsigned staging,
                                                int warpgroup, int m0, int n0,
                                                const Fp8ColumnPair (&terms)[Traits::block_n / 8],
                                                const float2& rows,
+                                               const QkvTurns<typename Traits::QkvEpilogue>& turns,
                                                float (&accumulator)[Traits::accumulators]) {
+  using QkvEpilogue = typename Traits::QkvEpilogue;
   if constexpr (Traits::token_scales) {
 #pragma unroll
     for (int j = 0; j < Traits::accumulators; ++j) accumulator[j] *= (j / 2) % 2 == 0 ? rows.x : rows.y;
   }
-  store_tile<Traits::block_n>(
-      params.c_map, staging, warpgroup, m0, n0, params.gemm, accumulator, preloaded_columns(n0, terms),
-      [](const Fp8ColumnPair& column, float value0, float value1) { return column.apply(value0, value1); });
+  if constexpr (QkvEpilogue::enabled) {
+    // Accumulator j: 8-column block j / 4, column pair element j % 2 (wgmma.cuh).
+#pragma unroll
+    for (int j = 0; j < Traits::accumulators; ++j)
+      accumulator[j] *= j % 2 == 0 ? terms[j / 4].scale0 : terms[j / 4].scale1;
+    apply_qkv_epilogue<QkvEpilogue, Traits::block_n, Traits::has_bias>(
+        accumulator, turns, params.qkv_epilogue, n0, params.gemm.n, [&](int n) {
+          const Fp8ColumnPair& column = terms[(n - n0) / 8];
+          return make_float2(column.bias0, column.bias1);
+        });
+    const auto columns = preloaded_columns(n0, terms);
+    store_tile<Traits::block_n>(
+        params.c_map, staging, warpgroup, m0, n0, params.gemm, accumulator,
+        [&](int n, bool pair) {
+          const bool postprocessed = n < QkvEpilogue::key_column     ? QkvEpilogue::query_work
+                                     : n < QkvEpilogue::value_column ? QkvEpilogue::key_work
+                                                                     : QkvEpilogue::value_work;
+          const Fp8ColumnPair column = columns(n, pair);
+          return postprocessed ? make_float2(0.0f, 0.0f) : make_float2(column.bias0, column.bias1);
+        },
+        [](float2 bias, float value0, float value1) {
+          return make_float2(value0 + bias.x, value1 + bias.y);
+        });
+  } else {
+    (void)turns;
+    store_tile<Traits::block_n>(
+        params.c_map, staging, warpgroup, m0, n0, params.gemm, accumulator, preloaded_columns(n0, terms),
+        [](const Fp8ColumnPair& column, float value0, float value1) { return column.apply(value0, value1); });
+  }
 }
 
 // grid: [min(tiles, SMs)] persistent CTAs, block: [Traits::threads], dynamic shared memory:
@@ -482,6 +517,14 @@ __global__ void __launch_bounds__(Traits::threads, 1)
 #pragma unroll
     for (int j = 0; j < Traits::accumulators; ++j) accumulator[j] = 0.0f;
 
+    // The fused QKV postprocess: this warpgroup's rotation-table rows into L2 now, into registers after the
+    // K loop (gemm_sm90_qkv_epilogue.cuh).
+    using QkvEpilogue = typename Traits::QkvEpilogue;
+    if constexpr (QkvEpilogue::enabled) {
+      if (thread == 0)
+        prefetch_qkv_table<QkvEpilogue>(params.qkv_epilogue, m0 + (warpgroup - 1) * Traits::consumer_rows,
+                                        gemm.m);
+    }
     Fp8ColumnPair terms[Traits::block_n / 8];
     float2 rows = make_float2(1.0f, 1.0f);
     if constexpr (Traits::token_scales) {
@@ -502,7 +545,10 @@ __global__ void __launch_bounds__(Traits::threads, 1)
                              [&]() { load_fp8_terms<Traits>(gemm, n0, segment, terms); });
     }
 
-    store_fp8_tile<Traits>(params, staging, warpgroup, m0, n0, terms, rows, accumulator);
+    QkvTurns<QkvEpilogue> turns;
+    if constexpr (QkvEpilogue::enabled)
+      turns = load_qkv_turns<QkvEpilogue>(params.qkv_epilogue, row0, gemm.m);
+    store_fp8_tile<Traits>(params, staging, warpgroup, m0, n0, terms, rows, turns, accumulator);
   }
   // The staging boxes must outlive their stores' reads (shared memory goes with the CTA).
   if (thread == 0) sm90::bulk_wait_group<0>();

@@ -60,6 +60,7 @@ struct GemmSm90Fp8Params {
   GemmParams gemm;
   const float* a_scales;  // [groups, a_scale_ld] (Fp8QuantizeParams::scales)
   long long a_scale_ld;
+  GemmQkvEpilogueParams qkv_epilogue;  // the fused q|k|v postprocess only (QkvEpilogue traits)
 };
 
 // The fp8 kernel's tile: [128, 128] of C, K blocks of 128 codes (one 128-byte swizzled row, and exactly

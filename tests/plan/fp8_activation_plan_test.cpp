@@ -56,18 +56,28 @@ TEST_CASE("fp8 activations on sm_90a: the norm's codes or a quantize stage befor
   CHECK(kernels.input_norm.fp8_codes == config::Fp8ActivationScales::token_group);
   CHECK(kernels.input_norm.tiling.vector == 8);
   CHECK(contains(kernels.kernels[0].source.render_stub(), "/*fp8_codes=*/true"));
-  CHECK(names == std::vector<std::string>{"input_rmsnorm", "qkv_projection", "qkv_postprocess", "kv_store",
-                                          "attention", "output_quantize", "output_projection"});
+  // The q/k norms and RoPE run in the e4m3 GEMM's epilogue (128-wide tiles hold whole D 128 heads), the
+  // rotation table from the norm beside its codes: no qkv_postprocess stage.
+  CHECK(names == std::vector<std::string>{"input_rmsnorm", "qkv_projection", "kv_store", "attention",
+                                          "output_quantize", "output_projection"});
   CHECK(stages == std::vector<plan::StageKind>{plan::StageKind::input_norm, plan::StageKind::qkv_projection,
-                                               plan::StageKind::qkv_postprocess, plan::StageKind::kv_store,
-                                               plan::StageKind::attention, plan::StageKind::output_quantize,
+                                               plan::StageKind::kv_store, plan::StageKind::attention,
+                                               plan::StageKind::output_quantize,
                                                plan::StageKind::output_projection});
   REQUIRE(kernels.qkv_projection_fp8.has_value());
+  REQUIRE(kernels.qkv_projection_fp8->postprocess.has_value());
+  CHECK(kernels.qkv_projection_fp8->postprocess->query_norm);
+  CHECK(kernels.input_norm.rotary_pairs == 64);
+  CHECK(contains(kernels.kernels[0].source.render_stub(), "/*rotary_pairs=*/64"));
+  CHECK(contains(kernels.kernels[1].source.render_stub(),
+                 "/*qkv_epilogue=*/attnplan::kernels::QkvEpilogueTraits"));
+  CHECK(plan::qkv_postprocess_fused(kernels, 8192, int(plan::qkv_row_width(config)), 132));
   REQUIRE(kernels.output_projection_fp8.has_value());
   CHECK(kernels.qkv_projection_fp8->segments == 3);
   CHECK_FALSE(kernels.qkv_projection_fp8->has_bias);
   CHECK(kernels.qkv_projection_fp8->granularity == config::Fp8ScaleGranularity::block);
   CHECK(kernels.output_projection_fp8->segments == 1);
+  CHECK_FALSE(kernels.output_projection_fp8->postprocess.has_value());
   // The e4m3 GEMM replaces the bf16 one and never comes with a 512-token specialization.
   CHECK_FALSE(kernels.qkv_projection_small.has_value());
   CHECK_FALSE(kernels.output_projection_small.has_value());
@@ -145,7 +155,12 @@ TEST_CASE("fp8 activations with channel weight scales: one activation scale per 
     CHECK(kernels.input_norm.fp8_codes == config::Fp8ActivationScales::token);
     const std::string norm_stub = kernels.kernels[0].source.render_stub();
     CHECK(contains(norm_stub, "/*fp8_codes=*/true"));
-    CHECK(contains(norm_stub, "/*rotary_pairs=*/0"));
+    // sm_90a: the rotation table for the e4m3 GEMM's fused RoPE; sm_89's GEMM leaves RoPE to the
+    // postprocess kernel.
+    const bool fused = arch.arch_specific;
+    CHECK(contains(norm_stub, fused ? "/*rotary_pairs=*/64" : "/*rotary_pairs=*/0"));
+    CHECK(kernels.qkv_projection_fp8->postprocess.has_value() == fused);
+    CHECK(kernels.has(plan::StageKind::qkv_postprocess) == !fused);
     CHECK(contains(norm_stub, "/*fp8_token_scales=*/true"));
     CHECK(kernels.activation_quantize.scales == config::Fp8ActivationScales::token);
     for (const auto& kernel : kernels.kernels) {

@@ -6,8 +6,10 @@
 
 #include "../compiler/test_kernels.hpp"
 #include "compiler/compiler.hpp"
+#include "config/parse.hpp"
 #include "core/error.hpp"
 #include "plan/gemm_fp8.hpp"
+#include "plan/gemm_spec.hpp"
 #include "plan_testing.hpp"
 #include "support/catch.hpp"
 #include "support/expect_error.hpp"
@@ -134,4 +136,79 @@ TEST_CASE("fp8-activation GEMM: shapes, buffers and checks", "[plan][gemm][gemm_
   activations.scale_ld = params.m - 1;
   CHECK(contains(expect_error([&] { plan::check_fp8_activation_buffers(params, activations); }).message(),
                  "scale_ld < M"));
+}
+
+namespace {
+
+// Llama-3.1-8B's postprocess (RoPE, rotate_half, D 128) and Qwen3-8B's (RoPE and q/k norms).
+plan::QkvPostprocessSpec fused_postprocess(bool norms) {
+  config::AttentionConfig config =
+      config::load_file(std::string(ATTNPLAN_SOURCE_DIR) + "/plans/llama-3.1-8b.json");
+  config.qkv_norm.query = norms;
+  config.qkv_norm.key = norms;
+  return plan::QkvPostprocessSpec::from_config(config);
+}
+
+}  // namespace
+
+TEST_CASE("the q|k|v postprocess in the sm_90a fp8 GEMM's epilogue compiles with no spills",
+          "[plan][gemm][gemm_fp8][nvrtc]") {
+  for (const bool norms : {false, true}) {
+    for (auto granularity : {config::Fp8ScaleGranularity::channel, config::Fp8ScaleGranularity::block}) {
+      plan::GemmFp8Spec spec;
+      spec.segments = 3;
+      spec.has_bias = !norms;
+      spec.granularity = granularity;
+      spec.postprocess = fused_postprocess(norms);
+      REQUIRE(spec.postprocess->fits_gemm_epilogue(kGemmSm90Fp8BlockN));
+      const auto source = spec.source();
+      INFO(source.render_stub());
+      CHECK(contains(source.render_stub(), "/*qkv_epilogue=*/attnplan::kernels::QkvEpilogueTraits"));
+      CHECK(source.spec.contains("qkv_epilogue"));
+      const auto kernel = testing::test_compiler().compile(source, compiler::CompileOptions{testing::kSm90a});
+      INFO(kernel.log);
+      CHECK(kernel.resources.spill_bytes() == 0);
+      CHECK(kernel.resources.registers <= 168);
+      plan_testing::check_wgmma_asynchronous(kernel);
+    }
+  }
+}
+
+TEST_CASE("the fp8 GEMM's fused postprocess: the kernel it needs and the values it reads",
+          "[plan][gemm][gemm_fp8]") {
+  plan::GemmFp8Spec spec = plan::choose_fp8_gemm(config::Arch{8, 9, false});
+  spec.postprocess = fused_postprocess(true);
+  const Error mma_sync = expect_error([&] { (void)spec.source(); });
+  CHECK(mma_sync.stage() == Stage::input);
+  CHECK(contains(mma_sync.what(), "needs the wgmma kernel"));
+
+  const plan::QkvPostprocessSpec post = fused_postprocess(true);
+  const auto message = [&](const GemmQkvEpilogueParams* values) {
+    return std::string(expect_error([&] { (void)plan::checked_qkv_epilogue(post, values); }).what());
+  };
+  CHECK(contains(message(nullptr), "gemm qkv_epilogue: the spec fuses the q|k|v postprocess"));
+  static const float table[1] = {};
+  static const bf16_bits weight[1] = {};
+  GemmQkvEpilogueParams values{};
+  CHECK(contains(message(&values), "qkv_epilogue.rotations: null"));
+  values.rotations = table;
+  values.rotation_stride = rope_rotation_stride(post.rotary_dim) + 1;
+  CHECK(contains(message(&values), "qkv_epilogue.rotation_stride"));
+  values.rotation_stride = rope_rotation_stride(post.rotary_dim);
+  CHECK(contains(message(&values), "qkv_epilogue.q_norm_weight: null"));
+  values.q_norm_weight = weight;
+  CHECK(contains(message(&values), "qkv_epilogue.k_norm_weight: null"));
+  values.k_norm_weight = weight;
+  values.epsilon = 1e-6f;
+  const GemmQkvEpilogueParams checked = plan::checked_qkv_epilogue(post, &values);
+  CHECK(checked.rotations == table);
+  CHECK(checked.epsilon == 1e-6f);
+
+  // The params check it before any tensor map is encoded.
+  plan::GemmFp8Spec wgmma;
+  wgmma.postprocess = post;
+  const plan::Fp8ActivationBuffers buffers{};
+  CHECK(contains(
+      expect_error([&] { (void)plan::make_gemm_sm90_fp8_params(wgmma, GemmParams{}, buffers); }).what(),
+      "gemm qkv_epilogue"));
 }

@@ -328,18 +328,30 @@ TEST_CASE("the q|k|v GEMM normalizes and rotates in its epilogue where its tiles
   CHECK(plan::qkv_postprocess_fused(quantized, 8192, qkv_n, 132));
   CHECK_FALSE(plan::qkv_postprocess_fused(quantized, 256, qkv_n, 132));
 
-  // mma.sync (sm_80) and fp8 activations (the e4m3 GEMM) never fuse; nor does a norm write a table then.
+  // mma.sync (sm_80) and the sm_89 e4m3 GEMM never fuse; nor does a norm write a table then.
   const plan::KernelPlan ampere = plan::plan_kernels(config, config::Arch{8, 0, false});
   CHECK_FALSE(ampere.qkv_projection.postprocess);
   CHECK(ampere.input_norm.rotary_pairs == 0);
   CHECK_FALSE(plan::qkv_postprocess_fused(ampere, 8192, qkv_n, 108));
   const config::AttentionConfig fp8 =
       config::load_file(std::string(ATTNPLAN_SOURCE_DIR) + "/plans/llama-3.1-8b-fp8-dynamic.json");
+  const plan::KernelPlan ada = plan::plan_kernels(fp8, config::Arch{8, 9, false});
+  REQUIRE(ada.qkv_projection_fp8);
+  CHECK_FALSE(ada.qkv_projection_fp8->postprocess);
+  CHECK(ada.input_norm.rotary_pairs == 0);
+  CHECK_FALSE(plan::qkv_postprocess_fused(ada, 8192, qkv_n, 128));
+  CHECK(ada.has(plan::StageKind::qkv_postprocess));
+  // The sm_90a e4m3 GEMM fuses it as the bf16 wgmma GEMM does (its 128-wide tiles hold whole heads), at
+  // every launch length: it has no short-launch specializations.
   const plan::KernelPlan fp8_kernels = plan::plan_kernels(fp8, hopper);
+  REQUIRE(fp8_kernels.qkv_projection_fp8);
+  CHECK(fp8_kernels.qkv_projection_fp8->postprocess);
   CHECK_FALSE(fp8_kernels.qkv_projection.postprocess);
-  CHECK(fp8_kernels.input_norm.rotary_pairs == 0);
+  CHECK(fp8_kernels.input_norm.rotary_pairs == 64);
   CHECK(plan::launched_qkv_gemm(fp8_kernels, 8192, qkv_n, 132) == nullptr);
-  CHECK(fp8_kernels.has(plan::StageKind::qkv_postprocess));
+  CHECK(plan::qkv_postprocess_fused(fp8_kernels, 8192, qkv_n, 132));
+  CHECK(plan::qkv_postprocess_fused(fp8_kernels, 1, qkv_n, 132));
+  CHECK_FALSE(fp8_kernels.has(plan::StageKind::qkv_postprocess));
 }
 
 TEST_CASE("a config with nothing to postprocess skips that kernel", "[plan]") {
