@@ -127,7 +127,9 @@ __global__ void __launch_bounds__(Traits::threads, 1)
   const unsigned char* ring_pointer = shared + (ring - sm90::smem_address(shared));
   const GemmParams& gemm = params.gemm;
 
-  const int warpgroup = threadIdx.x / 128;
+  // Broadcast from lane 0, so ptxas knows it is warp-uniform (what derives from it stays in uniform
+  // registers).
+  const int warpgroup = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x / 128), 0);
   init_ring_barriers<Traits::stages, Traits::empty_arrivals>(full_barriers, empty_barriers);
 
   // Tile (token tile, weight tile): C rows [t * block_tokens, ...), columns [w * 128, ...).
