@@ -46,8 +46,9 @@ QUANTIZED_MODELS = {"Qwen3-8B-fp8-block": "qwen3-8b-fp8-block.json",
 QUANTIZED_TOKENS = (256, 512, 8192)
 REFUSAL = "not supported by the kernels yet"  # runtime/plan/kernel_plan.cpp's words for a format without kernel
 FUSED_POSTPROCESS = "(qkv_postprocess in its epilogue)"  # tools/cmd_bench.cpp's mark on such a q|k|v stage
-# At these token counts the q|k|v stage of PROJECTION_MODELS runs the q/k norms and RoPE in its GEMM's
-# epilogue, which the peers' GEMM does not: a "bare" row beside it runs a copy of the plan with RoPE off
+# At these token counts the q|k|v stage of PROJECTION_MODELS and QUANTIZED_MODELS (the 4-bit formats' dequantized
+# path ends in the bf16 GEMM; the fp8-activation GEMM fuses since session 38) runs the q/k norms and RoPE in its
+# GEMM's epilogue, which the peers' GEMM does not: a "bare" row beside it runs a copy of the plan with RoPE off
 # (rotary.dim 0) and no q/k norms, so our GEMM alone faces theirs (gpt-oss's q|k|v bias stays, in the GEMM's
 # own epilogue; the peers' torch.matmul adds none).
 BARE_TOKENS = (8192,)
@@ -217,6 +218,9 @@ def make_rows(directory, full, only):
         path, config = model_config(directory, plan)
         for tokens in QUANTIZED_TOKENS:
             rows.extend(projection_rows(model, path, config, tokens))
+            if tokens in BARE_TOKENS:  # the dequantized path's and the fp8 GEMM's epilogues fuse too
+                qkv = projection_rows(model, bare_config(directory, plan, config), config, tokens)[0]
+                rows.append(dict(qkv, id=f"proj-{model}-qkv-bare-{tokens}", bare=True))
 
     path, config = model_config(directory, "llama-3.1-8b.json")
     rows.append({"id": "layer-Llama-3.1-8B-8k", "kind": "layer", "config": path, "tokens": 8192, "seqs": 1,

@@ -74,13 +74,14 @@ class Rows(unittest.TestCase):
         with tempfile.TemporaryDirectory() as directory:
             rows, runs = make_rows(directory, "proj-.*-qkv-(bare-)?8192")
             ids = {row["id"]: row for row in rows}
-            for model in bench_matrix.PROJECTION_MODELS:
+            for model in [*bench_matrix.PROJECTION_MODELS, *bench_matrix.QUANTIZED_MODELS]:
                 fused, bare = ids[f"proj-{model}-qkv-8192"], ids[f"proj-{model}-qkv-bare-8192"]
                 self.assertTrue(bare["bare"])
                 self.assertNotIn("bare", fused)
                 self.assertEqual((bare["m"], bare["n"], bare["k"], bare["stage"]),
                                  (fused["m"], fused["n"], fused["k"], fused["stage"]))
                 self.assertNotEqual(bare["config"], fused["config"])
+                self.assertEqual(bare["format"], fused["format"])
                 with open(bare["config"]) as f:
                     config = json.load(f)
                 with open(fused["config"]) as f:
