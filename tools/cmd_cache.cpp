@@ -360,14 +360,17 @@ Command cache_command() {
       return kExitOk;
     }
     if (action == "explain") return explain(args, options);
+    if (action != "list" && action != "show" && action != "verify" && action != "prune" &&
+        action != "clear") {
+      throw UsageError{
+          fmt::format("unknown action '{}' (path, list, show, verify, prune, clear, explain)", action)};
+    }
     const std::uint64_t max_bytes =  // prune's size, checked first: bad input is an error either way
         action == "prune" && args.value("--max-bytes") ? parse_bytes(*args.value("--max-bytes"))
                                                        : options.cache_max_bytes;
-    // The other actions open the cache directory, which would create it: one that is not there (a mistyped
+    // These actions open the cache directory, which would create it: one that is not there (a mistyped
     // --cache-dir, a machine that never compiled) is reported as such instead of being made, empty.
-    const bool known =
-        action == "list" || action == "show" || action == "verify" || action == "prune" || action == "clear";
-    if (known && !options.cache_dir.empty() && !std::filesystem::exists(options.cache_dir)) {
+    if (!options.cache_dir.empty() && !std::filesystem::exists(options.cache_dir)) {
       const std::string absent =
           fmt::format("no cache at {} (the directory does not exist)", options.cache_dir.string());
       if (action == "show") throw Error(Stage::input, absent);
@@ -382,13 +385,9 @@ Command cache_command() {
       fmt::print("removed {}\n", human_bytes(removed));
       return kExitOk;
     }
-    if (action == "clear") {
-      open_cache(options).clear();
-      fmt::print("cleared {}\n", options.cache_dir.string());
-      return kExitOk;
-    }
-    throw UsageError{
-        fmt::format("unknown action '{}' (path, list, show, verify, prune, clear, explain)", action)};
+    open_cache(options).clear();  // action == "clear"
+    fmt::print("cleared {}\n", options.cache_dir.string());
+    return kExitOk;
   };
   return command;
 }

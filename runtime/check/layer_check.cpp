@@ -111,10 +111,12 @@ LayerCase random_case(const config::AttentionConfig& config, const Scenario& sce
   }
   if (context.size() != chunk.size())
     throw Error(Stage::input, "scenario: context_lens and chunk_lens differ in length");
-  // The KV pool is built on the host and copied whole to the device, and the double-precision reference
-  // reads every position: a sequence longer than kMaxScenarioPositions is refused here rather than ending
-  // in std::bad_alloc (verify --prefix 99999999 did).
+  const int block_size = config.kv_cache.block_size;
+  int max_blocks = 1, total_blocks = 0;
   for (std::size_t s = 0; s < chunk.size(); ++s) {
+    // The KV pool is built on the host and copied whole to the device, and the double-precision reference
+    // reads every position: a sequence longer than kMaxScenarioPositions is refused before anything is
+    // built rather than ending in std::bad_alloc (verify --prefix 99999999 did).
     const long long positions = static_cast<long long>(context[s]) + chunk[s];
     if (positions > kMaxScenarioPositions) {
       throw Error(Stage::input,
@@ -122,11 +124,7 @@ LayerCase random_case(const config::AttentionConfig& config, const Scenario& sce
                               "than the {} a scenario's KV pool and reference are built for",
                               s, positions, context[s], chunk[s], kMaxScenarioPositions));
     }
-  }
-  const int block_size = config.kv_cache.block_size;
-  int max_blocks = 1, total_blocks = 0;
-  for (std::size_t s = 0; s < chunk.size(); ++s) {
-    const int blocks = (context[s] + chunk[s] + block_size - 1) / block_size;
+    const int blocks = static_cast<int>((positions + block_size - 1) / block_size);
     max_blocks = std::max(max_blocks, blocks);
     total_blocks += blocks;
   }
