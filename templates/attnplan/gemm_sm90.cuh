@@ -268,21 +268,10 @@ __device__ __forceinline__ void consume_tiles(const GemmSm90Params& params, unsi
           accumulator, turns, params.qkv_epilogue, n0, gemm.n,
           [&](int n) { return bias_float2(bias_terms(n, true)); });
     }
-    // Whether column n's head went through apply_qkv_epilogue (its bias already added).
-    const auto postprocessed = [](int n) {
-      if constexpr (QkvEpilogue::enabled) {
-        return n < QkvEpilogue::key_column     ? QkvEpilogue::query_work
-               : n < QkvEpilogue::value_column ? QkvEpilogue::key_work
-                                               : QkvEpilogue::value_work;
-      } else {
-        (void)n;
-        return false;
-      }
-    };
     store_tile<Traits::block_n>(
         params.c_map, staging, warpgroup, m0, n0, gemm, accumulator,
-        // Without the fused epilogue postprocessed(n) is a constant false: no branch around the loads.
-        [&](int n, bool pair) { return postprocessed(n) ? BiasTerms{} : bias_terms(n, pair); },
+        // Without the fused epilogue changes(n) is a constant false: no branch around the loads.
+        [&](int n, bool pair) { return QkvEpilogue::changes(n) ? BiasTerms{} : bias_terms(n, pair); },
         [](BiasTerms terms, float value0, float value1) {
           if constexpr (Traits::has_bias) {
             const float2 bias = bias_float2(terms);

@@ -418,11 +418,8 @@ __device__ __forceinline__ void store_fp8_tile(const GemmSm90Fp8Params& params, 
     store_tile<Traits::block_n>(
         params.c_map, staging, warpgroup, m0, n0, params.gemm, accumulator,
         [&](int n, bool pair) {
-          const bool postprocessed = n < QkvEpilogue::key_column     ? QkvEpilogue::query_work
-                                     : n < QkvEpilogue::value_column ? QkvEpilogue::key_work
-                                                                     : QkvEpilogue::value_work;
           const Fp8ColumnPair column = columns(n, pair);
-          return postprocessed ? make_float2(0.0f, 0.0f) : make_float2(column.bias0, column.bias1);
+          return QkvEpilogue::changes(n) ? make_float2(0.0f, 0.0f) : make_float2(column.bias0, column.bias1);
         },
         [](float2 bias, float value0, float value1) {
           return make_float2(value0 + bias.x, value1 + bias.y);

@@ -31,6 +31,7 @@ namespace attnplan::kernels {
 struct NoQkvEpilogue {
   static constexpr bool enabled = false;
   static constexpr int blocks = 1;  // QkvTurns' size: a consume_tiles local that nothing then uses
+  __device__ static constexpr bool changes(long long) { return false; }
 };
 
 // Shapes and flags as QkvPostprocessTraits' (qkv_postprocess.cuh), for a row [q: Hq * D | k: Hkv * D | v:
@@ -64,6 +65,11 @@ struct QkvEpilogueTraits {
   static constexpr bool query_work = kQueryNorm || rope;
   static constexpr bool key_work = kKeyNorm || rope;
   static constexpr bool value_work = kValueNorm;
+
+  // Whether column n's head goes through apply_qkv_epilogue (which adds its bias: the store must not).
+  __device__ static constexpr bool changes(long long n) {
+    return n < key_column ? query_work : n < value_column ? key_work : value_work;
+  }
 
   // Half split: the first of the 8 consecutive pairs whose a's are head block `block`'s 8 dims (spec
   // section 4: pair i = (blk, j) has a = o + P2 blk + j, b = a + half), or -1 when the block holds no
