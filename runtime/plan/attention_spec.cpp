@@ -326,6 +326,8 @@ void AttentionSpec::check(const AttentionParams& params, int query_heads) const 
   require(params.kv_heads == query_heads / group_size,
           fmt::format("kv_heads = {} but query_heads / group_size = {}", params.kv_heads,
                       query_heads / group_size));
+  require(!dynamic_items() || params.item_counter != nullptr,
+          "item_counter: null, but this kernel claims its work items from it (a zeroed int)");
   require(params.query != nullptr && aligned(params.query, 16), "query: null or not 16-byte aligned");
   require(params.key_cache != nullptr && aligned(params.key_cache, 16),
           "key_cache: null or not 16-byte aligned");

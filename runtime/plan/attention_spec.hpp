@@ -141,6 +141,10 @@ struct AttentionSpec {
   // and there are at most 2^30 items.
   driver::LaunchShape launch_shape(int num_seqs, int max_query_len, int query_heads,
                                    int multiprocessors = 0) const;
+  // Whether the kernel claims its work items from AttentionParams::item_counter, which its launches must
+  // set (the sm_90a kernel without ping-pong turns, AttentionSm90Traits::dynamic_items): the CTAs share
+  // the items greedily instead of walking the static snake.
+  bool dynamic_items() const { return kernel == AttentionKernel::wgmma_sm90 && !tiling.ping_pong; }
 
   // Throws Error(input) naming the field when `params` breaks what the kernel assumes and the host can see
   // without reading device memory: null or non-16-byte-aligned query, caches or output; row strides not
@@ -156,6 +160,8 @@ struct AttentionSpec {
 // with kv_tma gets AttentionSm90Params, its two tensor maps encoded here over the caches
 // ([num_blocks * block_size slots, kv_heads * head_dim]); every other kernel the AttentionParams as they are.
 // `multiprocessors`: the device's SMs, the sm_90a kernel's persistent grid (0: one CTA per work item).
+// params.item_counter (set for spec.dynamic_items() only) must hold 0 when the kernel starts (execute's KV
+// store kernel zeroes it); a launch in flight on another stream needs its own.
 void launch_attention(const driver::Function& function, const AttentionSpec& spec,
                       const AttentionParams& params, int query_heads, CUstream stream,
                       int multiprocessors = 0);

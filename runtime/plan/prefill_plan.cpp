@@ -172,7 +172,8 @@ WorkspaceLayout plan_workspace(const config::AttentionConfig& config, const Kern
     layout.dequantized_weight_bytes =
         std::max(layout.dequantized_weight_bytes, std::size_t(config.hidden_size) * attention_width * 2);
   }
-  layout.bytes = layout.dequantized_weights + layout.dequantized_weight_bytes;
+  layout.attention_items = align_up(layout.dequantized_weights + layout.dequantized_weight_bytes, 256);
+  layout.bytes = layout.attention_items + 256;
   return layout;
 }
 
@@ -353,6 +354,8 @@ void PrefillPlan::execute(const ExecuteArgs& args, CUstream stream, const StageO
   attend.span_offsets = batch.span_offsets;
   attend.span_bounds = batch.span_bounds;
   attend.sinks = w.sinks;
+  if (kernels.attention.dynamic_items())
+    attend.item_counter = at<int>(args.workspace, layout.attention_items);
   attend.query_row_stride = layout.qkv_row_width;
   attend.output_row_stride = attention_width;
   attend.scale =
@@ -451,7 +454,7 @@ void PrefillPlan::execute(const ExecuteArgs& args, CUstream stream, const StageO
                    stream, post);
     notify(StageKind::qkv_postprocess);
   }
-  enqueue_kv_store(store, stream);
+  enqueue_kv_store(store, stream, attend.item_counter);  // which it zeroes for the attention launch
   notify(StageKind::kv_store);
   launch_attention(loaded.attention, kernels.attention, attend, config.query_heads, stream,
                    loaded.multiprocessors);
@@ -566,7 +569,7 @@ void PrefillPlan::launch_kv_store(const KvStoreArgs& args, CUstream stream) cons
   enqueue_kv_store(resolved, stream);
 }
 
-void PrefillPlan::enqueue_kv_store(const KvStoreArgs& args, CUstream stream) const {
+void PrefillPlan::enqueue_kv_store(const KvStoreArgs& args, CUstream stream, int* attention_items) const {
   const BatchDescription& batch = args.batch;
   KvStoreParams params{};
   params.key = static_cast<const bf16_bits*>(args.key);
@@ -584,6 +587,7 @@ void PrefillPlan::enqueue_kv_store(const KvStoreArgs& args, CUstream stream) con
   params.num_blocks = args.cache.num_blocks;
   params.k_scale = args.cache.k_scale;
   params.v_scale = args.cache.v_scale;
+  params.attention_items = attention_items;
   // A block stores tokens_per_block whole token rows.
   const auto& tiling = compiled_.kernels_planned.kv_store.tiling;
   const unsigned blocks = unsigned(ceil_div(batch.num_tokens, tiling.tokens_per_block));

@@ -93,6 +93,9 @@ struct WorkspaceLayout {
   // GEMM has read it). rotation_stride is 0 without it.
   std::size_t rotations = 0;
   int rotation_stride = 0;
+  // Byte offset of the attention kernel's work-item counter (AttentionParams::item_counter: 4 bytes, zeroed
+  // by the KV store kernel before each attention launch whose kernel claims its items); 256 bytes kept.
+  std::size_t attention_items = 0;
   std::size_t bytes = 0;  // total
   long long qkv_row_width = 0;
 };
@@ -184,7 +187,8 @@ class PrefillPlan {
   void enqueue_input_norm(const InputNormArgs& args, CUstream stream,
                           const Fp8ActivationBuffers* codes = nullptr, float* rotations = nullptr,
                           const BatchDescription* batch = nullptr) const;
-  void enqueue_kv_store(const KvStoreArgs& args, CUstream stream) const;
+  // With `attention_items` the store's kernel also zeroes that counter for the attention launch after it.
+  void enqueue_kv_store(const KvStoreArgs& args, CUstream stream, int* attention_items = nullptr) const;
   CompiledPlan compiled_;
   std::unique_ptr<Loaded> loaded_;
 };

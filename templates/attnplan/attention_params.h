@@ -26,6 +26,11 @@ struct AttentionParams {
   const int* span_offsets;       // [num_seqs + 1] CSR into span_bounds; read only when the traits have spans
   const int* span_bounds;  // [num_spans, 2] {start, end} absolute positions, sorted and disjoint per sequence
   const float* sinks;      // [query_heads] sink logits (natural log units, unscaled); only with sinks
+  // The sm_90a kernel without ping-pong turns (AttentionSpec::dynamic_items; null for every other kernel):
+  // a counter that must be 0 when the launch starts (execute's KV store kernel zeroes it: KvStoreParams),
+  // from which the CTAs claim their work items after their first one (atomicAdd), so a CTA that ends an
+  // item early takes the heaviest one left.
+  int* item_counter;
   long long query_row_stride;   // elements between consecutive query rows
   long long output_row_stride;  // elements between consecutive output rows
   float scale;                  // multiplies q . k (spec default 1 / sqrt(head_dim))
@@ -52,13 +57,13 @@ ATTNPLAN_HOST_DEVICE constexpr bool attention_sm90_kv_tma_only(int head_dim, boo
 
 // Dynamic shared memory of the sm_90a kernel (attention_sm90.cuh), bytes: 1024 of alignment slack, Q
 // [block_m, D], `stages` stages of K and V [block_n, D] bf16, with an fp8 cache two staging buffers of K and
-// V codes [block_n, D], two mbarriers per stage, Q's empty mbarrier and, TMA only, the landing mbarrier. One
-// formula for the traits and the host.
+// V codes [block_n, D], two mbarriers per stage, Q's empty mbarrier, TMA only the landing mbarrier, then
+// the item schedule's mbarrier and three item slots (24 bytes). One formula for the traits and the host.
 ATTNPLAN_HOST_DEVICE constexpr int attention_sm90_shared_bytes(int head_dim, int block_n, int stages,
                                                                bool kv_fp8, bool kv_tma = false,
                                                                int block_m = 128) {
   return 1024 + 2 * head_dim * (block_m + stages * 2 * block_n) + (kv_fp8 ? 2 * 2 * block_n * head_dim : 0) +
-         2 * stages * 8 + 8 + (attention_sm90_kv_tma_only(head_dim, kv_tma) ? 8 : 0);
+         2 * stages * 8 + 8 + (attention_sm90_kv_tma_only(head_dim, kv_tma) ? 8 : 0) + 24;
 }
 
 // Threads of the sm_90a kernel's CTA: a producer warpgroup and one consumer warpgroup per 64 query rows

@@ -55,6 +55,11 @@ __device__ __forceinline__ void named_barrier_arrive(int id) {
   asm volatile("bar.arrive %0, 256;\n" ::"r"(id) : "memory");
 }
 
+// Named barrier 4: the producer warpgroup's 128 threads alone (the dynamic item schedule's hand-over).
+__device__ __forceinline__ void producer_barrier_sync() {
+  asm volatile("bar.sync 4, 128;\n" ::: "memory");
+}
+
 template <bool kCondition, class IfTrue, class IfFalse>
 struct Select {
   using type = IfTrue;
@@ -126,6 +131,11 @@ struct AttentionSm90Traits {
   // for the serial schedule only: with overlap_softmax a warpgroup's softmax runs under its own P V, and
   // the turns cost more than they keep (choose_sm90_attention_tiling).
   static constexpr bool ping_pong = kPingPong;
+  // Whether the CTAs claim their items from params.item_counter (which must then be set) rather than walk
+  // the static snake. Not with ping-pong: its turns need to know which item is a CTA's last before it ends.
+  // Fixed per specialization, not switched by the launch: the consumers of the span kernels have no
+  // register for both walks (ptxas spilled 120-300 bytes with a run-time switch).
+  static constexpr bool dynamic_items = !kPingPong;
   // Of every 8 n8 column tiles of S, how many take their exponentials from polynomial_exp2 on the FMA
   // pipe rather than the MUFU unit: at D 64 the MUFU's 16 ex2 per SM and clock match the tensor cores'
   // rate exactly (one per 4 D FLOPs), so the softmax waits on it (Nsight Compute: MIO throttle). Measured
@@ -187,7 +197,7 @@ struct AttentionSm90Traits {
   // Shared memory, bytes from a 1024-byte aligned base (the 128-byte swizzle is a function of address
   // bits): Q [block_m, head_dim], per stage K [block_n, head_dim] and V [block_n, head_dim], each stored as
   // head_dim / 64 column blocks of 128-byte swizzled rows; then the full and empty mbarriers of each stage,
-  // Q's empty mbarrier and, TMA only, the landing mbarrier.
+  // Q's empty mbarrier, TMA only the landing mbarrier, and the item schedule's mbarrier and slots.
   static constexpr int q_bytes = kHeadDim * block_m * 2;
   static constexpr int k_bytes = kHeadDim * kBlockN * 2;
   static constexpr int v_bytes = kHeadDim * kBlockN * 2;
@@ -201,7 +211,13 @@ struct AttentionSm90Traits {
   static constexpr int alignment_slack = 1024;  // dynamic shared memory is only 16-byte aligned
   static constexpr int q_empty_barrier_offset = barrier_offset + 2 * stages * 8;
   static constexpr int landing_barrier_offset = q_empty_barrier_offset + 8;
-  static constexpr int shared_bytes = alignment_slack + landing_barrier_offset + (kv_tma_only ? 8 : 0);
+  // The dynamic item schedule (AttentionParams::item_counter): the item mbarrier (one producer arrival per
+  // item after the CTA's first, and one at the end), the consumers' slot (int: the item they take next) and
+  // the producers' two (int [2], alternating per item: the item after the current one).
+  static constexpr int item_barrier_offset = landing_barrier_offset + (kv_tma_only ? 8 : 0);
+  static constexpr int consumer_slot_offset = item_barrier_offset + 8;
+  static constexpr int producer_slots_offset = consumer_slot_offset + 4;
+  static constexpr int shared_bytes = alignment_slack + producer_slots_offset + 12;  // 8-byte multiple
   static_assert(shared_bytes ==
                     attention_sm90_shared_bytes(kHeadDim, kBlockN, kStages, kKvFp8, kKvTma, block_m),
                 "the layout above and the host's formula (attention_params.h) must agree");
@@ -297,6 +313,23 @@ __global__ void __launch_bounds__(Traits::threads, 1)
     while (round < rounds && !item_has_rows(item_of_round(round))) ++round;
     return round;
   };
+  // The static walk's item of `round` (`items`: none left).
+  auto item_at = [&](int round) { return round < rounds ? item_of_round(round) : items; };
+  // The dynamic schedule (Traits::dynamic_items; params.item_counter holds 0 at the launch): a CTA's first
+  // item is its own index, as in the snake's first round; after it, producer thread 0 claims the next item
+  // from the counter (items gridDim.x, gridDim.x + 1, ... in the heaviest-first order), so the CTAs that end
+  // early take the heavy items left and the makespan is the greedy one. A load-balance model of item cost
+  // (its key tiles plus one for its start and end) puts the snake 3.3% over the mean load on the 4 x 16k
+  // varlen batch at D 128 and 32% on the 4 x 4k bidirectional batch at D 64, the greedy claims 0.2% and 15%
+  // (attention-notes.md, "Session 39"). Items without rows are claimed and passed over.
+  constexpr bool dynamic = Traits::dynamic_items;
+  // `item` or, if it has no rows, the next claimed one that has (`items`: none left). Compared unsigned: a
+  // counter that was not zeroed ends the CTA's walk rather than sending it to negative items.
+  auto claim_from = [&](int item) {
+    while (static_cast<unsigned>(item) < static_cast<unsigned>(items) && !item_has_rows(item))
+      item = static_cast<int>(gridDim.x) + atomicAdd(params.item_counter, 1);
+    return static_cast<unsigned>(item) < static_cast<unsigned>(items) ? item : items;
+  };
 
   // The current item, set by begin_item: what the producer and consumers read of it.
   int first_head, kv_head, query_start, row_begin, rows, kv_len, q_first, q_last;
@@ -354,7 +387,7 @@ __global__ void __launch_bounds__(Traits::threads, 1)
       return tile + 1;
     }
   };
-  if (next_round(0) >= rounds) return;  // no item with rows: leave before any barrier exists
+  if (!dynamic && next_round(0) >= rounds) return;  // no item with rows: leave before any barrier exists
 
   extern __shared__ uint4 shared_storage[];
   const unsigned raw_address = sm90::smem_address(shared_storage);
@@ -363,6 +396,15 @@ __global__ void __launch_bounds__(Traits::threads, 1)
   const unsigned full_barriers = base_address + Traits::barrier_offset;
   const unsigned empty_barriers = full_barriers + kStages * 8;
   const unsigned q_empty_barrier = base_address + Traits::q_empty_barrier_offset;
+  // The dynamic schedule's hand-over (Traits: item_barrier_offset): producer thread 0 writes the item the
+  // consumers take next into consumer_slot after Q's empty barrier of the item before it (they have read
+  // the slot then) and arrives on item_barrier; the producers read the item after the current one from
+  // producer_slots[items begun % 2] after named barrier 4.
+  const unsigned item_barrier = base_address + Traits::item_barrier_offset;
+  unsigned char* const aligned_storage =
+      reinterpret_cast<unsigned char*>(shared_storage) + (base_address - raw_address);
+  int* const consumer_slot = reinterpret_cast<int*>(aligned_storage + Traits::consumer_slot_offset);
+  int* const producer_slots = reinterpret_cast<int*>(aligned_storage + Traits::producer_slots_offset);
   if (threadIdx.x == 0) {
     for (int stage = 0; stage < kStages; ++stage) {
       // full: one hardware arrival per producer thread once its copies of the tile have landed
@@ -374,9 +416,14 @@ __global__ void __launch_bounds__(Traits::threads, 1)
     mbarrier_init(q_empty_barrier, Traits::consumer_threads);
     // TMA only: the boxes of the tile past the keys land here (thread 0's arrival plus their bytes).
     if constexpr (Traits::kv_tma_only) mbarrier_init(base_address + Traits::landing_barrier_offset, 1);
+    mbarrier_init(item_barrier, 1);
     fence_barrier_init();
+    if (dynamic) *consumer_slot = claim_from(static_cast<int>(blockIdx.x));
   }
   __syncthreads();
+  // The CTA's first item: the dynamic schedule's from thread 0 (the __syncthreads above publishes it).
+  const int first_item = dynamic ? *consumer_slot : item_at(next_round(0));
+  if (first_item >= items) return;  // nothing claimed: no barrier is in use yet
 
   if (threadIdx.x < Traits::producer_threads) {
     // ---- producer: gathers, then hands them to the stage's full barrier ------------------------------
@@ -463,13 +510,18 @@ __global__ void __launch_bounds__(Traits::threads, 1)
     };
 
     int base = 0;  // tiles of the CTA's earlier items: tile i of this one uses stage (base + i) % stages
-    int items_begun = 0;    // the CTA's items so far
-    int landing_phase = 0;  // TMA only: the landing barrier's next phase
-    for (int round = next_round(0); round < rounds; round = next_round(round + 1)) {
-      begin_item(item_of_round(round));
+    int items_begun = 0;                      // the CTA's items so far
+    int landing_phase = 0;                    // TMA only: the landing barrier's next phase
+    int round = dynamic ? 0 : next_round(0);  // the static walk's round
+    for (int item = first_item; item < items;) {
+      begin_item(item);
       // Q's buffer: wait until the consumers have read the previous item's, then copy this one's, before
       // the tile loop (inside it, the Q copy's operands would stay live through every tile).
       if (items_begun > 0) mbarrier_wait_parity(q_empty_barrier, (items_begun - 1) & 1);
+      if (dynamic && items_begun > 0 && threadIdx.x == 0) {
+        *consumer_slot = item;  // the consumers read the previous item's before releasing its Q
+        mbarrier_arrive(item_barrier);
+      }
       copy_q();
       int pages[kPageRegisters];
       int tile = first_tile;
@@ -668,12 +720,27 @@ __global__ void __launch_bounds__(Traits::threads, 1)
           tile = following;
         }
       }
-      // The next item's Q into L2, now that this item's tiles are all issued and the producer would only
-      // wait for the consumers to finish with Q: at the item boundary its copy then starts from L2 rather
-      // than device memory. A token's kHeads rows are contiguous: one bulk prefetch each. TMA K/V only: the
-      // gathering producer has no register left for it at 56 (ptxas spills).
-      if (const int upcoming = Traits::kv_tma ? next_round(round + 1) : rounds; upcoming < rounds) {
-        const Place next = locate(item_of_round(upcoming));
+      // The next item. Dynamic: claimed now, with this item's last tiles still ahead of the consumers (their
+      // run covers the atomic's round trip), not at its start: claimed an item ahead, the CTAs would take
+      // items in the order they began their previous ones rather than the order they become free (the
+      // model's 4 x 4k bidirectional batch: 1.23 over the mean load instead of 1.15).
+      int upcoming;
+      if (dynamic) {
+        if (threadIdx.x == 0)
+          producer_slots[items_begun % 2] =
+              claim_from(static_cast<int>(gridDim.x) + atomicAdd(params.item_counter, 1));
+        producer_barrier_sync();
+        upcoming = producer_slots[items_begun % 2];
+      } else {
+        round = next_round(round + 1);
+        upcoming = item_at(round);
+      }
+      // Its Q into L2, now that this item's tiles are all issued and the producer would only wait for the
+      // consumers to finish with Q: at the item boundary its copy then starts from L2 rather than device
+      // memory. A token's kHeads rows are contiguous: one bulk prefetch each. TMA K/V only: the gathering
+      // producer has no register left for it at 56 (ptxas spills).
+      if (Traits::kv_tma && upcoming < items) {
+        const Place next = locate(upcoming);
         const int next_rows = min(kTokens, next.query_len - next.row_begin);
         for (int t = threadIdx.x; t < next_rows; t += Traits::producer_threads) {
           const long long token = next.query_start + next.row_begin + t;
@@ -683,6 +750,14 @@ __global__ void __launch_bounds__(Traits::threads, 1)
       }
       base += tile_count;
       ++items_begun;
+      item = upcoming;
+    }
+    if (dynamic) {  // the end marker, once the consumers have read the last item's slot
+      mbarrier_wait_parity(q_empty_barrier, (items_begun - 1) & 1);
+      if (threadIdx.x == 0) {
+        *consumer_slot = items;
+        mbarrier_arrive(item_barrier);
+      }
     }
     cp_async_wait<0>();  // no copy outlives its thread
     return;
@@ -932,10 +1007,13 @@ __global__ void __launch_bounds__(Traits::threads, 1)
   float score[kScoreRegisters];
   unsigned p[kPSteps][4];
   float correction[2];
-  for (int round = next_round(0), following; round < rounds; round = following) {
-    following = next_round(round + 1);
-    const bool last_item = following >= rounds;
-    begin_item(item_of_round(round));
+  int round = dynamic ? 0 : next_round(0);  // the static walk's round
+  for (int item = first_item, items_done = 0; item < items; ++items_done) {
+    // The static walk knows its next item now (ping-pong needs to know the last); the dynamic schedule
+    // learns it after this one, from the producer.
+    const int following = dynamic ? rounds : next_round(round + 1);
+    const bool last_item = !dynamic && following >= rounds;
+    begin_item(item);
     begin_rows();
     int tile = first_tile;  // the key tile of iteration i
     if constexpr (!Traits::overlap_softmax) {
@@ -1017,7 +1095,7 @@ __global__ void __launch_bounds__(Traits::threads, 1)
     // ---- epilogue: normalize and store bf16 pairs ------------------------------------------------------
     // output: [num_tokens, query_heads * head_dim], rows output_row_stride apart. The item's place is
     // looked up again rather than kept through the loop in registers the consumers do not have.
-    const Place place = locate(item_of_round(round));
+    const Place place = locate(item);
     const int out_rows = min(kTokens, place.query_len - place.row_begin);
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
@@ -1038,6 +1116,13 @@ __global__ void __launch_bounds__(Traits::threads, 1)
       }
     }
     base += tile_count;
+    if (dynamic) {
+      mbarrier_wait_parity(item_barrier, items_done & 1);
+      item = *consumer_slot;
+    } else {
+      round = following;
+      item = item_at(round);
+    }
   }
 #else
   // Not an sm_90a target: the plan never picks this kernel there (choose_attention_kernel).

@@ -71,6 +71,10 @@ struct KvStoreParams {
   int num_blocks;  // pages in the pool; a block table entry outside [0, num_blocks) is never written
   float k_scale;   // fp8 cache only: finite, > 0 (checked by the host)
   float v_scale;
+  // Set by execute: the item counter of the attention launch that follows on the stream
+  // (AttentionParams::item_counter), which block 0 zeroes; a separate memset would add a node and its gap
+  // to every layer. Null: nothing else is written.
+  int* attention_items;
 };
 
 }  // namespace attnplan

@@ -284,6 +284,11 @@ KernelOutput run_kernel(const plan::AttentionSpec& spec, const Problem& p, int t
   params.span_offsets = d_span_offsets.data<const int>();
   params.span_bounds = d_span_bounds.data<const int>();
   params.sinks = d_sinks.data<const float>();
+  driver::DeviceBuffer d_item_counter;
+  if (spec.dynamic_items()) {                            // the kernel claims its items from a counter
+    d_item_counter = driver::DeviceBuffer(sizeof(int));  // zeroed before each launch, as execute's store does
+    params.item_counter = d_item_counter.data<int>();
+  }
   params.query_row_stride = p.query_row_stride;
   params.output_row_stride = p.output_row_stride;
   params.scale = static_cast<float>(*p.config.attention_scale);
@@ -300,6 +305,7 @@ KernelOutput run_kernel(const plan::AttentionSpec& spec, const Problem& p, int t
 
   const driver::Function& function = kernels().function(spec);
   gpu().context.synchronize();  // uploads from pageable memory may still be in flight on the legacy stream
+  d_item_counter.fill_bytes_async(0, stream.handle());
   plan::launch_attention(function, spec, params, query_heads, stream.handle(), multiprocessors);
   stream.synchronize();
 
@@ -308,6 +314,8 @@ KernelOutput run_kernel(const plan::AttentionSpec& spec, const Problem& p, int t
     std::vector<float> times;
     for (int i = 0; i < timed_launches; ++i) {
       const driver::Event start = driver::Event::create(), stop = driver::Event::create();
+      d_item_counter.fill_bytes_async(0,
+                                      stream.handle());  // outside the timed span (execute's store zeroes it)
       start.record(stream.handle());
       plan::launch_attention(function, spec, params, query_heads, stream.handle(), multiprocessors);
       stop.record(stream.handle());
@@ -423,9 +431,10 @@ void check_case(const Case& c, std::uint64_t seed, const plan::AttentionSpec& sp
   CHECK(errors.worst_block < 1e-2);
   if (spec.kernel == plan::AttentionKernel::wgmma_sm90) {
     // The persistent grid on 3 CTAs (the test problems have a few dozen items at most): each CTA walks
-    // several items in both directions of the snake order, skips the query tiles past short chunks, and
-    // carries its stage phases, Q buffer and ping-pong turns from item to item. The same items computed
-    // the same way: bit-identical to one CTA per item.
+    // several items, claimed from the counter (dynamic_items) or in both directions of the snake order
+    // (ping-pong), skips the query tiles past short chunks, and carries its stage phases, Q buffer and
+    // ping-pong turns from item to item. The same items computed the same way: bit-identical to one CTA
+    // per item.
     REQUIRE(spec.tiling.persistent);
     const KernelOutput persistent = run_kernel(spec, p, 0, 3);
     CHECK(persistent.unwritten == 0);

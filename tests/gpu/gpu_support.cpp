@@ -215,6 +215,10 @@ DeviceCase::DeviceCase(const plan::PrefillPlan& plan, const check::LayerCase& la
   args.batch = batch.description();
   args.workspace = workspace.data<void>();
   args.workspace_bytes = workspace.size_bytes();
+  // Poisoned, as an engine's reused memory would be: every stage must write what it reads (the attention
+  // kernel's item counter, zeroed by the KV store kernel, among them; a counter left at the poison would
+  // end every CTA's walk after its first item, and the checks of unwritten output rows catch that).
+  workspace.fill_bytes(0xA5);
   driver::check(driver::api().cuCtxSynchronize(), "cuCtxSynchronize");  // pageable uploads are done
 }
 

@@ -14,6 +14,7 @@
 #include "plan/attention_spec.hpp"
 #include "plan_testing.hpp"
 #include "support/catch.hpp"
+#include "support/expect_error.hpp"
 
 using namespace attnplan;
 using namespace attnplan::plan_testing;
@@ -44,6 +45,7 @@ AttentionParams llama_params() {
   params.query_starts = fake_pointer<const int>(0x400000);
   params.context_lens = fake_pointer<const int>(0x400100);
   params.block_tables = fake_pointer<const int>(0x400200);
+  params.item_counter = fake_pointer<int>(0x400300);  // read by the sm_90a kernel without ping-pong only
   params.query_row_stride = (32 + 2 * 8) * 128;
   params.output_row_stride = 32 * 128;
   params.scale = 0.08838834764f;
@@ -234,6 +236,20 @@ TEST_CASE("attention Params checks name the broken field", "[plan][attention]") 
   AttentionParams bare = llama_params();
   CHECK_NOTHROW(plain.check(bare, 32));
 
+  // The sm_90a kernel without ping-pong turns claims its work items from item_counter: a launch must set
+  // it. mma.sync and the turns' snake ignore it.
+  AttentionSpec claims = plain;
+  claims.kernel = AttentionKernel::wgmma_sm90;
+  claims.tiling = choose_sm90_attention_tiling(128, 4);
+  REQUIRE(claims.dynamic_items());
+  CHECK_NOTHROW(claims.check(bare, 32));
+  bare.item_counter = nullptr;
+  CHECK(expect_error([&] { claims.check(bare, 32); }).message().find("item_counter") != std::string::npos);
+  claims.tiling.ping_pong = true;
+  CHECK_FALSE(claims.dynamic_items());
+  CHECK_NOTHROW(claims.check(bare, 32));
+  CHECK_NOTHROW(plain.check(bare, 32));
+
   // An fp8 cache needs finite positive scales.
   spec.kv_fp8 = true;
   good.k_scale = 0.05f;
@@ -343,17 +359,19 @@ TEST_CASE("sm_90a attention tiling: 128 query rows (192 at D 64), 128-key tiles 
           sm90_attention_shared_bytes(d, tiling.block_n, tiling.stages, false, false, tiling.block_m));
     CHECK(tiling.shared_bytes <= max_shared_bytes_per_block(kSm90a));
   }
-  // D 64 with 192 rows: Q [192, 64] + 3 x (K + V) [128, 64] bf16 = 120 KiB, plus slack and seven mbarriers.
-  CHECK(sm90_attention_shared_bytes(64, 128, 3, false, false, 192) == 1024 + 120 * 1024 + 48 + 8);
-  // Q [128, 128] + 2 x (K + V) [128, 128] bf16 = 160 KiB, plus alignment slack, four stage mbarriers and Q's.
-  CHECK(sm90_attention_shared_bytes(128, 128, 2) == 1024 + 160 * 1024 + 32 + 8);
-  // Three stages: 224 KiB + slack + seven mbarriers, just under the 227 KiB opt-in limit; D 256 would not
-  // fit.
-  CHECK(sm90_attention_shared_bytes(128, 128, 3) == 1024 + 224 * 1024 + 48 + 8);
+  // D 64 with 192 rows: Q [192, 64] + 3 x (K + V) [128, 64] bf16 = 120 KiB, plus slack, seven mbarriers and
+  // the item schedule's mbarrier and slots (24 bytes).
+  CHECK(sm90_attention_shared_bytes(64, 128, 3, false, false, 192) == 1024 + 120 * 1024 + 48 + 8 + 24);
+  // Q [128, 128] + 2 x (K + V) [128, 128] bf16 = 160 KiB, plus alignment slack, four stage mbarriers, Q's
+  // and the item schedule's 24 bytes.
+  CHECK(sm90_attention_shared_bytes(128, 128, 2) == 1024 + 160 * 1024 + 32 + 8 + 24);
+  // Three stages: 224 KiB + slack + seven mbarriers + the item schedule's, just under the 227 KiB opt-in
+  // limit; D 256 would not fit.
+  CHECK(sm90_attention_shared_bytes(128, 128, 3) == 1024 + 224 * 1024 + 48 + 8 + 24);
   CHECK(sm90_attention_shared_bytes(256, 64, 3) > max_shared_bytes_per_block(kSm90a));
   // An fp8 cache adds two staging buffers of K and V codes: D 128 keeps two stages (224 KiB + slack), in
   // series; D 64 keeps three and the overlapped schedule.
-  CHECK(sm90_attention_shared_bytes(128, 128, 2, true) == 1024 + 224 * 1024 + 32 + 8);
+  CHECK(sm90_attention_shared_bytes(128, 128, 2, true) == 1024 + 224 * 1024 + 32 + 8 + 24);
   const AttentionTiling fp8_128 = choose_sm90_attention_tiling(128, 4, /*kv_fp8=*/true);
   CHECK(fp8_128.stages == 2);
   CHECK_FALSE(fp8_128.overlap_softmax);
