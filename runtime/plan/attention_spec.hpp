@@ -88,8 +88,9 @@ bool sm90_kv_tma_supported(int head_dim, int block_size, int block_n);
 
 // Dynamic shared memory of the sm_90a kernel, bytes: 1024 of alignment slack, Q [block_m, D], `stages`
 // stages of K and V [block_n, D], bf16, with an fp8 cache two staging buffers of K and V codes [block_n, D],
-// and two mbarriers per stage (and the landing mbarrier of the TMA-only path): attention_params.h's
-// attention_sm90_shared_bytes, which the traits check their layout against.
+// two mbarriers per stage and Q's (and the landing mbarrier of the TMA-only path), and the item schedule's
+// mbarrier and slots: attention_params.h's attention_sm90_shared_bytes, which the traits check their
+// layout against.
 int sm90_attention_shared_bytes(int head_dim, int block_n, int stages, bool kv_fp8 = false,
                                 bool kv_tma = false, int block_m = 128);
 
