@@ -319,9 +319,9 @@ __global__ void __launch_bounds__(Traits::threads, 1)
   // item is its own index, as in the snake's first round; after it, producer thread 0 claims the next item
   // from the counter (items gridDim.x, gridDim.x + 1, ... in the heaviest-first order), so the CTAs that end
   // early take the heavy items left and the makespan is the greedy one. A load-balance model of item cost
-  // (its key tiles plus one for its start and end) puts the snake 3.3% over the mean load on the 4 x 16k
-  // varlen batch at D 128 and 32% on the 4 x 4k bidirectional batch at D 64, the greedy claims 0.2% and 15%
-  // (attention-notes.md, "Session 39"). Items without rows are claimed and passed over.
+  // (its key tiles plus one for its start and end; tools/attention_balance.py) puts the snake 3.3% over the
+  // mean load on the 4 x 16k varlen batch at D 128 and 32% on the 4 x 4k bidirectional batch at D 64, the
+  // claims 0.2% and 15% (attention-notes.md, "Session 39"). Items without rows are claimed and passed over.
   constexpr bool dynamic = Traits::dynamic_items;
   // `item` or, if it has no rows, the next claimed one that has (`items`: none left). Compared unsigned: a
   // counter that was not zeroed ends the CTA's walk rather than sending it to negative items.
@@ -723,7 +723,7 @@ __global__ void __launch_bounds__(Traits::threads, 1)
       // The next item. Dynamic: claimed now, with this item's last tiles still ahead of the consumers (their
       // run covers the atomic's round trip), not at its start: claimed an item ahead, the CTAs would take
       // items in the order they began their previous ones rather than the order they become free (the
-      // model's 4 x 4k bidirectional batch: 1.23 over the mean load instead of 1.15).
+      // model's 4 x 4k bidirectional batch: 1.18 over the mean load instead of 1.15).
       int upcoming;
       if (dynamic) {
         if (threadIdx.x == 0)

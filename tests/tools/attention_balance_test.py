@@ -1,0 +1,67 @@
+#!/usr/bin/env python3
+"""Host tests of tools/attention_balance.py (pure Python): the item numbering and costs follow the kernel's
+(heaviest query tile first, items past a short chunk empty), each walk's load is what a hand count gives on a
+small case, and the figures attention-notes.md "Session 39" quotes come out.
+
+  python3 tests/tools/attention_balance_test.py
+"""
+import io
+import os
+import sys
+import unittest
+from contextlib import redirect_stdout
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
+import attention_balance  # noqa: E402
+
+
+class ItemCostsTest(unittest.TestCase):
+    def test_heaviest_query_tile_first_and_empty_items_past_a_short_chunk(self):
+        # Two sequences of 300 and 100 tokens, 100 tokens per item, one head group, 128-key tiles: query
+        # tiles [200, 300), [100, 200), [0, 100) of the long one; only [0, 100) of the short one.
+        costs = attention_balance.item_costs([300, 100], 100, head_groups=1, overhead=0)
+        self.assertEqual(costs, [3, None, 2, None, 1, 1])  # rows 299, -, 199, -, 99, 99: tiles 3, 2, 1, 1
+
+    def test_bidirectional_items_cost_their_whole_sequence(self):
+        costs = attention_balance.item_costs([300, 100], 100, head_groups=1, bidirectional=True, overhead=1)
+        self.assertEqual(costs, [4, None, 4, None, 4, 2])
+
+
+class WalkTest(unittest.TestCase):
+    def test_snake_mirrors_odd_rounds(self):
+        # Two CTAs, costs 5 4 | 3 1: round 0 gives CTA 0 item 0 and CTA 1 item 1, round 1 CTA 0 item 3.
+        self.assertEqual(attention_balance.snake([5, 4, 3, 1], 2), 7)  # CTA 1: 4 + 3
+
+    def test_claims_go_to_the_cta_that_frees_up_first(self):
+        # Items 5 and 4 first; the one that ends first (CTA 1 at 4) takes 3, then CTA 0 (at 5) takes 1.
+        self.assertEqual(attention_balance.claimed([5, 4, 3, 1], 2, ahead=0), 7)
+        # Claiming a whole item ahead: CTA 1 claims at 0 as well, in CTA order after CTA 0's claim.
+        self.assertEqual(attention_balance.claimed([5, 4, 3, 1], 2, ahead=100), 8)
+
+    def test_a_cta_whose_own_item_is_empty_claims_at_once(self):
+        self.assertEqual(attention_balance.claimed([5, None, 4], 2, ahead=0), 5)
+
+
+class NotesFiguresTest(unittest.TestCase):
+    def test_the_session_39_model(self):
+        varlen = attention_balance.balance([1638, 3277, 4915, 6554], 32)
+        self.assertAlmostEqual(varlen["snake"], 1.033, places=3)
+        self.assertAlmostEqual(varlen["claimed"], 1.002, places=3)
+        bidirectional = attention_balance.balance([410, 819, 1229, 1638], 48, bidirectional=True)
+        self.assertAlmostEqual(bidirectional["snake"], 1.317, places=3)
+        self.assertAlmostEqual(bidirectional["claimed"], 1.146, places=3)
+        self.assertAlmostEqual(bidirectional["longest"], 1.026, places=3)
+        ahead = attention_balance.balance([410, 819, 1229, 1638], 48, bidirectional=True, ahead=1e9)
+        self.assertAlmostEqual(ahead["claimed"], 1.180, places=3)
+
+    def test_cli_prints_each_walk(self):
+        out = io.StringIO()
+        with redirect_stdout(out):
+            status = attention_balance.main(["--lengths", "4096", "--tokens-per-item", "32"])
+        self.assertEqual(status, 0)
+        walks = [line.split()[0] for line in out.getvalue().splitlines()]
+        self.assertEqual(walks, ["snake", "claimed", "longest"])
+
+
+if __name__ == "__main__":
+    unittest.main()

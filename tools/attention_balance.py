@@ -1,0 +1,117 @@
+#!/usr/bin/env python3
+"""How evenly the sm_90a attention kernel's persistent grid shares its work items: a load-balance model of
+the item walks in templates/attnplan/attention_sm90.cuh, for choosing between them before a GPU is spent.
+
+An item is (query tile, sequence, head group), numbered as the kernel numbers them: heaviest query tile
+first (counted down from max_query_len), then sequence, then head group; an item whose query tile lies past
+its sequence's chunk has no rows and costs nothing. Its cost is the key tiles it visits (causal: through its
+last row; bidirectional, one span over the chunk: every tile of the sequence) plus `overhead` tiles for its
+start and end. Prints, per walk, the largest CTA load over the mean load (1.000: perfectly even):
+
+  snake     the static walk (ping-pong kernels): CTA b takes item r * G + b in even rounds r, its mirror
+            r * G + G - 1 - b in odd ones
+  claimed   the dynamic schedule: a CTA's first item is its own index, each next one is claimed from a
+            counter when `ahead` tiles of the current one remain (the kernel claims once its producer has
+            issued the item's last tile: about the pipeline's depth)
+  longest   claimed, in longest-item-first order (a bound: the kernel cannot sort by cost on the device)
+
+    tools/attention_balance.py --lengths 1638,3277,4915,6554 --tokens-per-item 32
+    tools/attention_balance.py --lengths 410,819,1229,1638 --tokens-per-item 48 --bidirectional
+
+Defaults: GQA 32/8 (8 head groups of 4 heads), 128-key tiles, 132 CTAs (an H100 / H200), overhead 1,
+ahead 2.5.
+Standard library only.
+"""
+import argparse
+import heapq
+import math
+import sys
+
+
+def item_costs(lengths, tokens_per_item, block_n=128, head_groups=8, bidirectional=False, overhead=1.0):
+    """Each item's cost in the kernel's numbering; None for an item without rows."""
+    query_tiles = math.ceil(max(lengths) / tokens_per_item)
+    costs = []
+    for item in range(query_tiles * len(lengths) * head_groups):
+        sequence = (item % (len(lengths) * head_groups)) // head_groups
+        row_begin = (query_tiles - 1 - item // (len(lengths) * head_groups)) * tokens_per_item
+        length = lengths[sequence]
+        if row_begin >= length:
+            costs.append(None)
+            continue
+        last_row = min(row_begin + tokens_per_item, length) - 1
+        tiles = math.ceil(length / block_n) if bidirectional else last_row // block_n + 1
+        costs.append(tiles + overhead)
+    return costs
+
+
+def snake(costs, ctas):
+    """Largest CTA load of the static walk."""
+    loads = [0.0] * ctas
+    for round_ in range(math.ceil(len(costs) / ctas)):
+        for cta in range(ctas):
+            item = round_ * ctas + (cta if round_ % 2 == 0 else ctas - 1 - cta)
+            if item < len(costs) and costs[item] is not None:
+                loads[cta] += costs[item]
+    return max(loads)
+
+
+def claimed(costs, ctas, ahead):
+    """Largest CTA load when each CTA claims its next item `ahead` tiles before the current one ends (the
+    first item: its own index, passing over items without rows by claiming as the kernel does)."""
+    work = [cost for cost in costs[ctas:] if cost is not None]
+    firsts = [cost for cost in costs[:ctas] if cost is not None]
+    # A CTA whose own item has no rows claims at once; model it as a CTA that starts idle.
+    events = []  # (claim time, cta, end time of its current item)
+    finish = [0.0] * ctas
+    for cta in range(ctas):
+        end = firsts[cta] if cta < len(firsts) else 0.0
+        events.append((max(0.0, end - ahead), cta, end))
+    heapq.heapify(events)
+    next_item = 0
+    while events:
+        _, cta, end = heapq.heappop(events)
+        finish[cta] = end
+        if next_item < len(work):
+            new_end = end + work[next_item]
+            next_item += 1
+            heapq.heappush(events, (max(end, new_end - ahead), cta, new_end))
+    return max(finish)
+
+
+def balance(lengths, tokens_per_item, ctas=132, bidirectional=False, overhead=1.0, ahead=2.5, **shape):
+    """{walk: largest load / mean load} for the three walks."""
+    costs = item_costs(lengths, tokens_per_item, bidirectional=bidirectional, overhead=overhead, **shape)
+    mean = sum(cost for cost in costs if cost is not None) / ctas
+    longest = sorted((cost for cost in costs if cost is not None), reverse=True)
+    return {
+        "snake": snake(costs, ctas) / mean,
+        "claimed": claimed(costs, ctas, ahead) / mean,
+        "longest": claimed(longest, ctas, ahead) / mean,
+    }
+
+
+def main(argv):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--lengths", required=True, help="chunk lengths, comma-separated")
+    parser.add_argument("--tokens-per-item", type=int, required=True,
+                        help="block_m / heads_per_cta (GQA 4: 32 at D 128, 48 at D 64)")
+    parser.add_argument("--block-n", type=int, default=128)
+    parser.add_argument("--head-groups", type=int, default=8)
+    parser.add_argument("--ctas", type=int, default=132)
+    parser.add_argument("--bidirectional", action="store_true")
+    parser.add_argument("--overhead", type=float, default=1.0)
+    parser.add_argument("--ahead", type=float, default=2.5)
+    args = parser.parse_args(argv)
+    lengths = [int(length) for length in args.lengths.split(",")]
+    if not lengths or min(lengths) < 1 or args.tokens_per_item < 1 or args.ctas < 1:
+        parser.error("lengths, --tokens-per-item and --ctas must be positive")
+    result = balance(lengths, args.tokens_per_item, args.ctas, args.bidirectional, args.overhead, args.ahead,
+                     block_n=args.block_n, head_groups=args.head_groups)
+    for walk, ratio in result.items():
+        print(f"{walk:8s} {ratio:.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
