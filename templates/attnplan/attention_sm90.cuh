@@ -323,11 +323,12 @@ __global__ void __launch_bounds__(Traits::threads, 1)
   // mean load on the 4 x 16k varlen batch at D 128 and 32% on the 4 x 4k bidirectional batch at D 64, the
   // claims 0.2% and 15% (attention-notes.md, "Session 39"). Items without rows are claimed and passed over.
   constexpr bool dynamic = Traits::dynamic_items;
+  // The next unclaimed item (the counter hands out those after each CTA's first).
+  auto claim = [&]() { return static_cast<int>(gridDim.x) + atomicAdd(params.item_counter, 1); };
   // `item` or, if it has no rows, the next claimed one that has (`items`: none left). Compared unsigned: a
   // counter that was not zeroed ends the CTA's walk rather than sending it to negative items.
   auto claim_from = [&](int item) {
-    while (static_cast<unsigned>(item) < static_cast<unsigned>(items) && !item_has_rows(item))
-      item = static_cast<int>(gridDim.x) + atomicAdd(params.item_counter, 1);
+    while (static_cast<unsigned>(item) < static_cast<unsigned>(items) && !item_has_rows(item)) item = claim();
     return static_cast<unsigned>(item) < static_cast<unsigned>(items) ? item : items;
   };
 
@@ -387,7 +388,9 @@ __global__ void __launch_bounds__(Traits::threads, 1)
       return tile + 1;
     }
   };
-  if (!dynamic && next_round(0) >= rounds) return;  // no item with rows: leave before any barrier exists
+  // The static walk's first round (the dynamic schedule's first item comes from thread 0, below).
+  const int first_round = dynamic ? 0 : next_round(0);
+  if (!dynamic && first_round >= rounds) return;  // no item with rows: leave before any barrier exists
 
   extern __shared__ uint4 shared_storage[];
   const unsigned raw_address = sm90::smem_address(shared_storage);
@@ -422,7 +425,7 @@ __global__ void __launch_bounds__(Traits::threads, 1)
   }
   __syncthreads();
   // The CTA's first item: the dynamic schedule's from thread 0 (the __syncthreads above publishes it).
-  const int first_item = dynamic ? *consumer_slot : item_at(next_round(0));
+  const int first_item = dynamic ? *consumer_slot : item_at(first_round);
   if (first_item >= items) return;  // nothing claimed: no barrier is in use yet
 
   if (threadIdx.x < Traits::producer_threads) {
@@ -510,9 +513,9 @@ __global__ void __launch_bounds__(Traits::threads, 1)
     };
 
     int base = 0;  // tiles of the CTA's earlier items: tile i of this one uses stage (base + i) % stages
-    int items_begun = 0;                      // the CTA's items so far
-    int landing_phase = 0;                    // TMA only: the landing barrier's next phase
-    int round = dynamic ? 0 : next_round(0);  // the static walk's round
+    int items_begun = 0;      // the CTA's items so far
+    int landing_phase = 0;    // TMA only: the landing barrier's next phase
+    int round = first_round;  // the static walk's round
     for (int item = first_item; item < items;) {
       begin_item(item);
       // Q's buffer: wait until the consumers have read the previous item's, then copy this one's, before
@@ -726,9 +729,7 @@ __global__ void __launch_bounds__(Traits::threads, 1)
       // model's 4 x 4k bidirectional batch: 1.18 over the mean load instead of 1.15).
       int upcoming;
       if (dynamic) {
-        if (threadIdx.x == 0)
-          producer_slots[items_begun % 2] =
-              claim_from(static_cast<int>(gridDim.x) + atomicAdd(params.item_counter, 1));
+        if (threadIdx.x == 0) producer_slots[items_begun % 2] = claim_from(claim());
         producer_barrier_sync();
         upcoming = producer_slots[items_begun % 2];
       } else {
@@ -1007,7 +1008,7 @@ __global__ void __launch_bounds__(Traits::threads, 1)
   float score[kScoreRegisters];
   unsigned p[kPSteps][4];
   float correction[2];
-  int round = dynamic ? 0 : next_round(0);  // the static walk's round
+  int round = first_round;  // the static walk's round
   for (int item = first_item, items_done = 0; item < items; ++items_done) {
     // The static walk knows its next item now (ping-pong needs to know the last); the dynamic schedule
     // learns it after this one, from the producer.
