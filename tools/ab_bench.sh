@@ -21,8 +21,10 @@
 # launches: nothing here can tell (e.g. attention trees from before the persistent grid of 9b52ccc would run
 # under the persistent launch and leave work items undone).
 #
-# --only (required) picks rows by id as tools/bench_suite.sh does (tools/bench_matrix.py). Default: 2 rounds of
-# 30 runs each. Exit status: non-zero when the build fails or a variant has no result for a row.
+# --only (required) picks rows by id as tools/bench_suite.sh does (tools/bench_matrix.py), from the default
+# subset or, with --full, from the whole matrix (the varlen and bidirectional rows at every head dim, the
+# projections at every token count). Default: 2 rounds of 30 runs each. Exit status: non-zero when the
+# build fails or a variant has no result for a row.
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # shellcheck source=tools/bench_common.sh
@@ -30,13 +32,15 @@ source "$ROOT/tools/bench_common.sh"  # OUT, BUILD, ATTNPLAN_CACHE_DIR
 ROUNDS=2
 ITERATIONS=30
 ONLY=""
+FULL=""
 variants=()
-usage="usage: tools/ab_bench.sh --only REGEX [--rounds R] [--iterations I] NAME[=TEMPLATE_DIR|BUILD|TREE]..."
+usage="usage: tools/ab_bench.sh --only REGEX [--full] [--rounds R] [--iterations I] NAME[=TEMPLATE_DIR|BUILD|TREE]..."
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --rounds) ROUNDS="$2"; shift ;;
     --iterations) ITERATIONS="$2"; shift ;;
     --only) ONLY="$2"; shift ;;
+    --full) FULL="--full" ;;
     -*) echo "$usage" >&2; exit 1 ;;
     *) variants+=("$1") ;;
   esac
@@ -73,7 +77,7 @@ for i in "${!variants[@]}"; do
     variants[i]="$name=$tree/build-gpu"
   fi
 done
-python3 "$ROOT/tools/bench_matrix.py" rows "$WORK" --only "$ONLY" >"$WORK/runs.txt" || exit 1
+python3 "$ROOT/tools/bench_matrix.py" rows "$WORK" ${FULL:+"$FULL"} --only "$ONLY" >"$WORK/runs.txt" || exit 1
 echo "== $(wc -l <"$WORK/runs.txt") runs x ${#variants[@]} variants x $ROUNDS rounds"
 
 start_clock_log "$WORK/clocks.csv"

@@ -8,8 +8,8 @@ its sequence's chunk has no rows and costs nothing. Its cost is the key tiles it
 last row; bidirectional, one span over the chunk: every tile of the sequence) plus `overhead` tiles for its
 start and end. Prints, per walk, the largest CTA load over the mean load (1.000: perfectly even):
 
-  snake     the static walk (ping-pong kernels): CTA b takes item r * G + b in even rounds r, its mirror
-            r * G + G - 1 - b in odd ones
+  snake     the static walk (the kernel's before sessions 39-40): CTA b takes item r * G + b in even
+            rounds r, its mirror r * G + G - 1 - b in odd ones
   claimed   the dynamic schedule: a CTA's first item is its own index, each next one is claimed from a
             counter when `ahead` tiles of the current one remain (the kernel claims once its producer has
             issued the item's last tile: about the pipeline's depth)

@@ -143,9 +143,9 @@ struct AttentionSpec {
   driver::LaunchShape launch_shape(int num_seqs, int max_query_len, int query_heads,
                                    int multiprocessors = 0) const;
   // Whether the kernel claims its work items from AttentionParams::item_counter, which its launches must
-  // set (the sm_90a kernel without ping-pong turns, AttentionSm90Traits::dynamic_items): the CTAs share
-  // the items greedily instead of walking the static snake.
-  bool dynamic_items() const { return kernel == AttentionKernel::wgmma_sm90 && !tiling.ping_pong; }
+  // set: the sm_90a kernel, whose CTAs share the items greedily (attention_sm90.cuh). mma.sync launches a
+  // CTA per item.
+  bool dynamic_items() const { return kernel == AttentionKernel::wgmma_sm90; }
 
   // Throws Error(input) naming the field when `params` breaks what the kernel assumes and the host can see
   // without reading device memory: null or non-16-byte-aligned query, caches or output; row strides not

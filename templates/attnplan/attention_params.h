@@ -26,7 +26,7 @@ struct AttentionParams {
   const int* span_offsets;       // [num_seqs + 1] CSR into span_bounds; read only when the traits have spans
   const int* span_bounds;  // [num_spans, 2] {start, end} absolute positions, sorted and disjoint per sequence
   const float* sinks;      // [query_heads] sink logits (natural log units, unscaled); only with sinks
-  // The sm_90a kernel without ping-pong turns (AttentionSpec::dynamic_items; null for every other kernel):
+  // The sm_90a kernel (AttentionSpec::dynamic_items; null for the mma.sync one):
   // a counter that must be 0 when the launch starts (execute's KV store kernel zeroes it: KvStoreParams),
   // from which the CTAs claim their work items after their first one (atomicAdd), so a CTA that ends an
   // item early takes the heaviest one left.

@@ -55,7 +55,7 @@ __device__ __forceinline__ void named_barrier_arrive(int id) {
   asm volatile("bar.arrive %0, 256;\n" ::"r"(id) : "memory");
 }
 
-// Named barrier 4: the producer warpgroup's 128 threads alone (the dynamic item schedule's hand-over).
+// Named barrier 4: the producer warpgroup's 128 threads alone (the item schedule's hand-over).
 __device__ __forceinline__ void producer_barrier_sync() {
   asm volatile("bar.sync 4, 128;\n" ::: "memory");
 }
@@ -131,11 +131,6 @@ struct AttentionSm90Traits {
   // for the serial schedule only: with overlap_softmax a warpgroup's softmax runs under its own P V, and
   // the turns cost more than they keep (choose_sm90_attention_tiling).
   static constexpr bool ping_pong = kPingPong;
-  // Whether the CTAs claim their items from params.item_counter (which must then be set) rather than walk
-  // the static snake. Not with ping-pong: its turns need to know which item is a CTA's last before it ends.
-  // Fixed per specialization, not switched by the launch: the consumers of the span kernels have no
-  // register for both walks (ptxas spilled 120-300 bytes with a run-time switch).
-  static constexpr bool dynamic_items = !kPingPong;
   // Of every 8 n8 column tiles of S, how many take their exponentials from polynomial_exp2 on the FMA
   // pipe rather than the MUFU unit: at D 64 the MUFU's 16 ex2 per SM and clock match the tensor cores'
   // rate exactly (one per 4 D FLOPs), so the softmax waits on it (Nsight Compute: MIO throttle). Measured
@@ -211,7 +206,7 @@ struct AttentionSm90Traits {
   static constexpr int alignment_slack = 1024;  // dynamic shared memory is only 16-byte aligned
   static constexpr int q_empty_barrier_offset = barrier_offset + 2 * stages * 8;
   static constexpr int landing_barrier_offset = q_empty_barrier_offset + 8;
-  // The dynamic item schedule (AttentionParams::item_counter): the item mbarrier (one producer arrival per
+  // The item schedule (AttentionParams::item_counter): the item mbarrier (one producer arrival per
   // item after the CTA's first, and one at the end), the consumers' slot (int: the item they take next) and
   // the producers' two (int [2], alternating per item: the item after the current one).
   static constexpr int item_barrier_offset = landing_barrier_offset + (kv_tma_only ? 8 : 0);
@@ -277,19 +272,19 @@ __global__ void __launch_bounds__(Traits::threads, 1)
   // Work items: (query tile, sequence, group of kHeads query heads of one kv head), numbered heaviest query
   // tile first (the latest tokens see the most keys under a causal mask), then sequence, then head group, so
   // neighbouring items share their K/V in L2. The grid is 1-D: one CTA per item, or persistent (fewer
-  // CTAs than items, one per SM): CTA b takes item r * gridDim.x + b in even rounds r and its mirror
-  // r * gridDim.x + gridDim.x - 1 - b in odd ones, so the CTAs that took the heaviest item of one round take
-  // the lightest of the next and the sums even out. Producer and consumers walk the same items; the
+  // CTAs than items, one per SM). A CTA's first item is its own index; after it, producer thread 0 claims
+  // the next from params.item_counter (0 at the launch: execute's KV store kernel zeroes it), items
+  // gridDim.x, gridDim.x + 1, ... in the heaviest-first order, so the CTAs that end early take the heavy
+  // items left and the makespan is the greedy one. A load-balance model of item cost (its key tiles plus
+  // one for its start and end; tools/attention_balance.py) put the static snake the kernel walked before
+  // (CTA b took item r * gridDim.x + b in even rounds r, its mirror in odd ones) 3.3% over the
+  // mean load on the 4 x 16k varlen batch at D 128 and 32% on the 4 x 4k bidirectional batch at D 64, the
+  // claims 0.2% and 15% (attention-notes.md, "Session 39"). Producer and consumers walk the same items; the
   // stages' barrier phases run on across them (`base`: the tiles of earlier items). Items whose query tile
-  // lies past their sequence's chunk (varlen batches) are skipped by both.
+  // lies past their sequence's chunk (varlen batches) are claimed and passed over.
   const int q_tiles = (params.max_query_len + kTokens - 1) / kTokens;
   const int head_groups = params.kv_heads * (Traits::group_size / kHeads);
   const int items = q_tiles * params.num_seqs * head_groups;
-  const int rounds = (items + static_cast<int>(gridDim.x) - 1) / static_cast<int>(gridDim.x);
-  auto item_of_round = [&](int round) {
-    const int in_round = round % 2 == 0 ? blockIdx.x : gridDim.x - 1 - blockIdx.x;
-    return round * static_cast<int>(gridDim.x) + in_round;
-  };
   // Where item `item` lies: its sequence, first head, chunk (query_start, query_len) and first chunk token.
   struct Place {
     int seq, first_head, query_start, query_len, row_begin;
@@ -308,21 +303,6 @@ __global__ void __launch_bounds__(Traits::threads, 1)
     const Place place = locate(item);
     return place.row_begin < place.query_len;
   };
-  // The first round at or after `round` whose item has rows (`rounds` when none is left).
-  auto next_round = [&](int round) {
-    while (round < rounds && !item_has_rows(item_of_round(round))) ++round;
-    return round;
-  };
-  // The static walk's item of `round` (`items`: none left).
-  auto item_at = [&](int round) { return round < rounds ? item_of_round(round) : items; };
-  // The dynamic schedule (Traits::dynamic_items; params.item_counter holds 0 at the launch): a CTA's first
-  // item is its own index, as in the snake's first round; after it, producer thread 0 claims the next item
-  // from the counter (items gridDim.x, gridDim.x + 1, ... in the heaviest-first order), so the CTAs that end
-  // early take the heavy items left and the makespan is the greedy one. A load-balance model of item cost
-  // (its key tiles plus one for its start and end; tools/attention_balance.py) puts the snake 3.3% over the
-  // mean load on the 4 x 16k varlen batch at D 128 and 32% on the 4 x 4k bidirectional batch at D 64, the
-  // claims 0.2% and 15% (attention-notes.md, "Session 39"). Items without rows are claimed and passed over.
-  constexpr bool dynamic = Traits::dynamic_items;
   // The next unclaimed item (the counter hands out those after each CTA's first).
   auto claim = [&]() { return static_cast<int>(gridDim.x) + atomicAdd(params.item_counter, 1); };
   // `item` or, if it has no rows, the next claimed one that has (`items`: none left). Compared unsigned: a
@@ -388,10 +368,6 @@ __global__ void __launch_bounds__(Traits::threads, 1)
       return tile + 1;
     }
   };
-  // The static walk's first round (the dynamic schedule's first item comes from thread 0, below).
-  const int first_round = dynamic ? 0 : next_round(0);
-  if (!dynamic && first_round >= rounds) return;  // no item with rows: leave before any barrier exists
-
   extern __shared__ uint4 shared_storage[];
   const unsigned raw_address = sm90::smem_address(shared_storage);
   const unsigned base_address = (raw_address + 1023u) & ~1023u;
@@ -399,7 +375,7 @@ __global__ void __launch_bounds__(Traits::threads, 1)
   const unsigned full_barriers = base_address + Traits::barrier_offset;
   const unsigned empty_barriers = full_barriers + kStages * 8;
   const unsigned q_empty_barrier = base_address + Traits::q_empty_barrier_offset;
-  // The dynamic schedule's hand-over (Traits: item_barrier_offset): producer thread 0 writes the item the
+  // The item schedule's hand-over (Traits: item_barrier_offset): producer thread 0 writes the item the
   // consumers take next into consumer_slot after Q's empty barrier of the item before it (they have read
   // the slot then) and arrives on item_barrier; the producers read the item after the current one from
   // producer_slots[items begun % 2] after named barrier 4.
@@ -421,11 +397,11 @@ __global__ void __launch_bounds__(Traits::threads, 1)
     if constexpr (Traits::kv_tma_only) mbarrier_init(base_address + Traits::landing_barrier_offset, 1);
     mbarrier_init(item_barrier, 1);
     fence_barrier_init();
-    if (dynamic) *consumer_slot = claim_from(static_cast<int>(blockIdx.x));
+    *consumer_slot = claim_from(static_cast<int>(blockIdx.x));
   }
   __syncthreads();
-  // The CTA's first item: the dynamic schedule's from thread 0 (the __syncthreads above publishes it).
-  const int first_item = dynamic ? *consumer_slot : item_at(first_round);
+  // The CTA's first item, from thread 0 (the __syncthreads above publishes it).
+  const int first_item = *consumer_slot;
   if (first_item >= items) return;  // nothing claimed: no barrier is in use yet
 
   if (threadIdx.x < Traits::producer_threads) {
@@ -513,15 +489,14 @@ __global__ void __launch_bounds__(Traits::threads, 1)
     };
 
     int base = 0;  // tiles of the CTA's earlier items: tile i of this one uses stage (base + i) % stages
-    int items_begun = 0;      // the CTA's items so far
-    int landing_phase = 0;    // TMA only: the landing barrier's next phase
-    int round = first_round;  // the static walk's round
+    int items_begun = 0;    // the CTA's items so far
+    int landing_phase = 0;  // TMA only: the landing barrier's next phase
     for (int item = first_item; item < items;) {
       begin_item(item);
       // Q's buffer: wait until the consumers have read the previous item's, then copy this one's, before
       // the tile loop (inside it, the Q copy's operands would stay live through every tile).
       if (items_begun > 0) mbarrier_wait_parity(q_empty_barrier, (items_begun - 1) & 1);
-      if (dynamic && items_begun > 0 && threadIdx.x == 0) {
+      if (items_begun > 0 && threadIdx.x == 0) {
         *consumer_slot = item;  // the consumers read the previous item's before releasing its Q
         mbarrier_arrive(item_barrier);
       }
@@ -723,19 +698,13 @@ __global__ void __launch_bounds__(Traits::threads, 1)
           tile = following;
         }
       }
-      // The next item. Dynamic: claimed now, with this item's last tiles still ahead of the consumers (their
-      // run covers the atomic's round trip), not at its start: claimed an item ahead, the CTAs would take
-      // items in the order they began their previous ones rather than the order they become free (the
-      // model's 4 x 4k bidirectional batch: 1.18 over the mean load instead of 1.15).
-      int upcoming;
-      if (dynamic) {
-        if (threadIdx.x == 0) producer_slots[items_begun % 2] = claim_from(claim());
-        producer_barrier_sync();
-        upcoming = producer_slots[items_begun % 2];
-      } else {
-        round = next_round(round + 1);
-        upcoming = item_at(round);
-      }
+      // The next item, claimed now, with this item's last tiles still ahead of the consumers (their run
+      // covers the atomic's round trip), not at its start: claimed an item ahead, the CTAs would take items
+      // in the order they began their previous ones rather than the order they become free (the model's 4 x
+      // 4k bidirectional batch: 1.18 over the mean load instead of 1.15).
+      if (threadIdx.x == 0) producer_slots[items_begun % 2] = claim_from(claim());
+      producer_barrier_sync();
+      const int upcoming = producer_slots[items_begun % 2];
       // Its Q into L2, now that this item's tiles are all issued and the producer would only wait for the
       // consumers to finish with Q: at the item boundary its copy then starts from L2 rather than device
       // memory. A token's kHeads rows are contiguous: one bulk prefetch each. TMA K/V only: the gathering
@@ -753,12 +722,11 @@ __global__ void __launch_bounds__(Traits::threads, 1)
       ++items_begun;
       item = upcoming;
     }
-    if (dynamic) {  // the end marker, once the consumers have read the last item's slot
-      mbarrier_wait_parity(q_empty_barrier, (items_begun - 1) & 1);
-      if (threadIdx.x == 0) {
-        *consumer_slot = items;
-        mbarrier_arrive(item_barrier);
-      }
+    // The end marker, once the consumers have read the last item's slot.
+    mbarrier_wait_parity(q_empty_barrier, (items_begun - 1) & 1);
+    if (threadIdx.x == 0) {
+      *consumer_slot = items;
+      mbarrier_arrive(item_barrier);
     }
     cp_async_wait<0>();  // no copy outlives its thread
     return;
@@ -986,8 +954,10 @@ __global__ void __launch_bounds__(Traits::threads, 1)
 
   // Ping-pong turns around each point where a warpgroup issues wgmmas, round-robin: every warpgroup has
   // the same number of such points (the same items and tiles), warpgroup 0 goes first (the last warpgroup
-  // arrives for it once at the start), each hands its turn to the next, and the last does not hand a turn
-  // back after its last (the last item's last), so every bar.arrive is matched.
+  // arrives for it once at the start) and each hands its turn to the next. The last warpgroup's hand-back
+  // after its last point is taken by warpgroup 0 once the walk has ended (end_turns), so every bar.arrive
+  // is matched without knowing, at that point, which item is the CTA's last (the claimed walk learns it
+  // only after the item).
   constexpr int kLastConsumer = Traits::consumer_warpgroups - 1;
   if constexpr (Traits::ping_pong) {
     if (consumer == kLastConsumer) named_barrier_arrive(1);
@@ -995,10 +965,12 @@ __global__ void __launch_bounds__(Traits::threads, 1)
   auto begin_turn = [&]() {
     if constexpr (Traits::ping_pong) named_barrier_sync(1 + consumer);
   };
-  auto end_turn = [&](bool last) {
+  auto end_turn = [&]() {
+    if constexpr (Traits::ping_pong) named_barrier_arrive(consumer == kLastConsumer ? 1 : 2 + consumer);
+  };
+  auto end_turns = [&]() {
     if constexpr (Traits::ping_pong) {
-      if (consumer != kLastConsumer || !last)
-        named_barrier_arrive(consumer == kLastConsumer ? 1 : 2 + consumer);
+      if (consumer == 0) named_barrier_sync(1);
     }
   };
 
@@ -1008,12 +980,7 @@ __global__ void __launch_bounds__(Traits::threads, 1)
   float score[kScoreRegisters];
   unsigned p[kPSteps][4];
   float correction[2];
-  int round = first_round;  // the static walk's round
   for (int item = first_item, items_done = 0; item < items; ++items_done) {
-    // The static walk knows its next item now (ping-pong needs to know the last); the dynamic schedule
-    // learns it after this one, from the producer.
-    const int following = dynamic ? rounds : next_round(round + 1);
-    const bool last_item = !dynamic && following >= rounds;
     begin_item(item);
     begin_rows();
     int tile = first_tile;  // the key tile of iteration i
@@ -1023,7 +990,7 @@ __global__ void __launch_bounds__(Traits::threads, 1)
         begin_turn();
         wgmma_fence();
         issue_scores(score, i);
-        end_turn(false);
+        end_turn();
         wgmma_wait_group<0>();
         fence_registers(score);
         if (softmax(score, tile, correction)) rescale(correction);
@@ -1032,7 +999,7 @@ __global__ void __launch_bounds__(Traits::threads, 1)
         begin_turn();
         wgmma_fence();
         issue_pv(p, i);
-        end_turn(last_item && i == tile_count - 1);
+        end_turn();
         wgmma_wait_group<0>();
         fence_registers(output);
         release(i);  // this thread is done reading the stage
@@ -1054,7 +1021,7 @@ __global__ void __launch_bounds__(Traits::threads, 1)
       begin_turn();
       wgmma_fence();
       issue_scores(score, 0);
-      end_turn(false);
+      end_turn();
       wgmma_wait_group<0>();
       fence_registers(score);
       // O is still zero: its rescale by this correction keeps it zero.
@@ -1073,7 +1040,7 @@ __global__ void __launch_bounds__(Traits::threads, 1)
         if (moved) rescale(correction);
         wgmma_fence();  // O's registers written: fence before P V reads them as its accumulator
         issue_pv(p, i - 1);
-        end_turn(false);
+        end_turn();
         wgmma_wait_group<1>();  // S(i) has landed; P V (i - 1) may still run
         fence_registers(score);
         moved = softmax(score, tile, correction);
@@ -1087,7 +1054,7 @@ __global__ void __launch_bounds__(Traits::threads, 1)
       begin_turn();
       wgmma_fence();
       issue_pv(p, tile_count - 1);
-      end_turn(last_item);
+      end_turn();
       wgmma_wait_group<0>();
       fence_registers(output);
       release(tile_count - 1);
@@ -1117,14 +1084,10 @@ __global__ void __launch_bounds__(Traits::threads, 1)
       }
     }
     base += tile_count;
-    if (dynamic) {
-      mbarrier_wait_parity(item_barrier, items_done & 1);
-      item = *consumer_slot;
-    } else {
-      round = following;
-      item = item_at(round);
-    }
+    mbarrier_wait_parity(item_barrier, items_done & 1);
+    item = *consumer_slot;
   }
+  end_turns();
 #else
   // Not an sm_90a target: the plan never picks this kernel there (choose_attention_kernel).
   __trap();

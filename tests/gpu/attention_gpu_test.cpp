@@ -431,10 +431,9 @@ void check_case(const Case& c, std::uint64_t seed, const plan::AttentionSpec& sp
   CHECK(errors.worst_block < 1e-2);
   if (spec.kernel == plan::AttentionKernel::wgmma_sm90) {
     // The persistent grid on 3 CTAs (the test problems have a few dozen items at most): each CTA walks
-    // several items, claimed from the counter (dynamic_items) or in both directions of the snake order
-    // (ping-pong), skips the query tiles past short chunks, and carries its stage phases, Q buffer and
-    // ping-pong turns from item to item. The same items computed the same way: bit-identical to one CTA
-    // per item.
+    // several items, claimed from the counter, skips the query tiles past short chunks, and carries its stage
+    // phases, Q buffer and ping-pong turns from item to item. The same items computed the same way:
+    // bit-identical to one CTA per item.
     REQUIRE(spec.tiling.persistent);
     const KernelOutput persistent = run_kernel(spec, p, 0, 3);
     CHECK(persistent.unwritten == 0);

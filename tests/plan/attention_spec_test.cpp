@@ -236,8 +236,8 @@ TEST_CASE("attention Params checks name the broken field", "[plan][attention]") 
   AttentionParams bare = llama_params();
   CHECK_NOTHROW(plain.check(bare, 32));
 
-  // The sm_90a kernel without ping-pong turns claims its work items from item_counter: a launch must set
-  // it. mma.sync and the turns' snake ignore it.
+  // The sm_90a kernel claims its work items from item_counter, with ping-pong turns or without: a launch
+  // must set it. mma.sync ignores it.
   AttentionSpec claims = plain;
   claims.kernel = AttentionKernel::wgmma_sm90;
   claims.tiling = choose_sm90_attention_tiling(128, 4);
@@ -245,9 +245,10 @@ TEST_CASE("attention Params checks name the broken field", "[plan][attention]") 
   CHECK_NOTHROW(claims.check(bare, 32));
   bare.item_counter = nullptr;
   CHECK(expect_error([&] { claims.check(bare, 32); }).message().find("item_counter") != std::string::npos);
-  claims.tiling.ping_pong = true;
-  CHECK_FALSE(claims.dynamic_items());
-  CHECK_NOTHROW(claims.check(bare, 32));
+  claims.tiling = choose_sm90_attention_tiling(256, 4);
+  REQUIRE(claims.tiling.ping_pong);
+  CHECK(claims.dynamic_items());
+  CHECK(expect_error([&] { claims.check(bare, 32); }).message().find("item_counter") != std::string::npos);
   CHECK_NOTHROW(plain.check(bare, 32));
 
   // An fp8 cache needs finite positive scales.
