@@ -45,7 +45,7 @@ AttentionParams llama_params() {
   params.query_starts = fake_pointer<const int>(0x400000);
   params.context_lens = fake_pointer<const int>(0x400100);
   params.block_tables = fake_pointer<const int>(0x400200);
-  params.item_counter = fake_pointer<int>(0x400300);  // read by the sm_90a kernel without ping-pong only
+  params.item_counter = fake_pointer<int>(0x400300);  // read by the sm_90a kernel only
   params.query_row_stride = (32 + 2 * 8) * 128;
   params.output_row_stride = 32 * 128;
   params.scale = 0.08838834764f;
