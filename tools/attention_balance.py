@@ -13,7 +13,11 @@ start and end. Prints, per walk, the largest CTA load over the mean load (1.000:
   claimed   the dynamic schedule: a CTA's first item is its own index, each next one is claimed from a
             counter when `ahead` tiles of the current one remain (the kernel claims once its producer has
             issued the item's last tile: about the pipeline's depth)
-  longest   claimed, in longest-item-first order (a bound: the kernel cannot sort by cost on the device)
+  sequences (--bidirectional) claimed, numbered sequence-major with the sequences longest first, then
+            head group, then query tile (the kernel's walk since session 41 when every chunk is one span:
+            plan::longest_first_sequences)
+  longest   claimed, in longest-item-first order (a bound: the kernel cannot sort items by cost on the
+            device)
 
     tools/attention_balance.py --lengths 1638,3277,4915,6554 --tokens-per-item 32
     tools/attention_balance.py --lengths 410,819,1229,1638 --tokens-per-item 48 --bidirectional
@@ -42,6 +46,20 @@ def item_costs(lengths, tokens_per_item, block_n=128, head_groups=8, bidirection
         last_row = min(row_begin + tokens_per_item, length) - 1
         tiles = math.ceil(length / block_n) if bidirectional else last_row // block_n + 1
         costs.append(tiles + overhead)
+    return costs
+
+
+def sequence_major_costs(lengths, tokens_per_item, block_n=128, head_groups=8, overhead=1.0):
+    """Each item's cost in the kernel's sequence-major numbering of a bidirectional batch (one span per
+    chunk): the sequences longest first, then head group, then query tile from the last."""
+    query_tiles = math.ceil(max(lengths) / tokens_per_item)
+    costs = []
+    for sequence in sorted(range(len(lengths)), key=lambda s: -lengths[s]):
+        length = lengths[sequence]
+        for _ in range(head_groups):
+            for tile in range(query_tiles):
+                row_begin = (query_tiles - 1 - tile) * tokens_per_item
+                costs.append(None if row_begin >= length else math.ceil(length / block_n) + overhead)
     return costs
 
 
@@ -80,15 +98,16 @@ def claimed(costs, ctas, ahead):
 
 
 def balance(lengths, tokens_per_item, ctas=132, bidirectional=False, overhead=1.0, ahead=2.5, **shape):
-    """{walk: largest load / mean load} for the three walks."""
+    """{walk: largest load / mean load} for each walk."""
     costs = item_costs(lengths, tokens_per_item, bidirectional=bidirectional, overhead=overhead, **shape)
     mean = sum(cost for cost in costs if cost is not None) / ctas
     longest = sorted((cost for cost in costs if cost is not None), reverse=True)
-    return {
-        "snake": snake(costs, ctas) / mean,
-        "claimed": claimed(costs, ctas, ahead) / mean,
-        "longest": claimed(longest, ctas, ahead) / mean,
-    }
+    result = {"snake": snake(costs, ctas) / mean, "claimed": claimed(costs, ctas, ahead) / mean}
+    if bidirectional:
+        by_sequence = sequence_major_costs(lengths, tokens_per_item, overhead=overhead, **shape)
+        result["sequences"] = claimed(by_sequence, ctas, ahead) / mean
+    result["longest"] = claimed(longest, ctas, ahead) / mean
+    return result
 
 
 def main(argv):

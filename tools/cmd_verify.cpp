@@ -18,7 +18,7 @@ Command verify_command() {
   Command command;
   command.name = "verify";
   command.synopsis =
-      "verify CONFIG [--tokens N] [--seqs S] [--prefix P] [--seed X] [--weights W [--layer L]] "
+      "verify CONFIG [--tokens N] [--seqs S] [--prefix P] [--mask M] [--seed X] [--weights W [--layer L]] "
       "[--cache-dir D] [--json]";
   command.description =
       "Runs the config's whole prefill plan on the GPU with random weights and inputs, and compares every\n"
@@ -29,6 +29,9 @@ Command verify_command() {
   command.options = {{"--tokens", "N", "chunk tokens over all sequences (default 256)"},
                      {"--seqs", "S", "sequences sharing the chunk (default 1)"},
                      {"--prefix", "P", "tokens already cached per sequence (default 0)"},
+                     {"--mask", "M",
+                      "causal (default) or bidirectional (one span over each sequence's chunk, which sees "
+                      "all of it)"},
                      {"--seed", "X", "random seed (default 1)"},
                      {"--tolerance", "T", "relative L2 bound per stage (default 1e-2)"},
                      {"--weights", "W", "checkpoint with the layer's weights (default: random)"},
@@ -39,8 +42,16 @@ Command verify_command() {
                      kJitOption,
                      {"--json", "", "print the report as JSON"}};
   command.run = [](const Arguments& args) {
-    const config::AttentionConfig config = config::load_file(args.only_positional("CONFIG"));
+    config::AttentionConfig config = config::load_file(args.only_positional("CONFIG"));
     check::Scenario scenario;
+    const std::string mask = args.value("--mask").value_or("causal");
+    if (mask != "causal" && mask != "bidirectional") {
+      throw Error(Stage::input, fmt::format("--mask {}: expected causal or bidirectional", mask));
+    }
+    // As in bench: the runtime is causal, and a span over the whole chunk is how a batch asks for
+    // bidirectional attention (the plan then needs bidirectional_spans).
+    scenario.bidirectional = mask == "bidirectional";
+    if (scenario.bidirectional) config.bidirectional_spans = true;
     scenario.tokens = int_option(args, "--tokens", 256, 1);
     scenario.seqs = int_option(args, "--seqs", 1, 1);
     scenario.prefix = int_option(args, "--prefix", 0, 0);
@@ -75,6 +86,7 @@ Command verify_command() {
                                     {"tokens", scenario.tokens},
                                     {"seqs", scenario.seqs},
                                     {"prefix", scenario.prefix},
+                                    {"mask", mask},
                                     {"seed", scenario.seed},
                                     {"tolerance", tolerance},
                                     {"stages", stages},
@@ -84,9 +96,9 @@ Command verify_command() {
                                     {"passed", report.passed()}};
       fmt::print("{}\n", out.dump(2));
     } else {
-      fmt::print("{}: {} tokens, {} sequences, prefix {}, seed {}\n\n",
+      fmt::print("{}: {} tokens, {} sequences, prefix {}, {}, seed {}\n\n",
                  config.name.empty() ? "config" : config.name, scenario.tokens, scenario.seqs,
-                 scenario.prefix, scenario.seed);
+                 scenario.prefix, mask, scenario.seed);
       fmt::print("{:<12} {:>12}  {}\n", "stage", "rel. L2", "");
       for (const auto& stage : report.stages) {
         fmt::print("{:<12} {:>12.3e}  {}\n", stage.stage, stage.relative_l2, stage.passed() ? "ok" : "FAIL");

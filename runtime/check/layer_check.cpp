@@ -83,6 +83,10 @@ LayerCase random_case(const config::AttentionConfig& config, const Scenario& sce
     throw Error(Stage::input, fmt::format("--tokens {}: more than the config's max_tokens {}",
                                           scenario.tokens, config.max_tokens));
   }
+  if (scenario.bidirectional && !config.bidirectional_spans) {
+    throw Error(Stage::input,
+                "scenario: bidirectional needs the config's bidirectional_spans (a span over each chunk)");
+  }
   std::mt19937_64 rng(scenario.seed);
   LayerCase layer;
   layer.config = config;
@@ -143,10 +147,14 @@ LayerCase random_case(const config::AttentionConfig& config, const Scenario& sce
     layer.max_query_len = std::max(layer.max_query_len, chunk[s]);
   }
   if (config.bidirectional_spans) {
-    // One span per sequence inside its chunk (Gemma 3 image tokens), where the chunk is long enough.
+    // One span per sequence inside its chunk (Gemma 3 image tokens), where the chunk is long enough; or
+    // one over each whole chunk (scenario.bidirectional).
     layer.spans.offsets = {0};
     for (std::size_t s = 0; s < chunk.size(); ++s) {
-      if (chunk[s] >= 4) layer.spans.bounds.push_back({context[s] + chunk[s] / 4, context[s] + chunk[s] / 2});
+      if (scenario.bidirectional && chunk[s] > 0)
+        layer.spans.bounds.push_back({context[s], context[s] + chunk[s]});
+      else if (!scenario.bidirectional && chunk[s] >= 4)
+        layer.spans.bounds.push_back({context[s] + chunk[s] / 4, context[s] + chunk[s] / 2});
       layer.spans.offsets.push_back(static_cast<int>(layer.spans.bounds.size()));
     }
   }

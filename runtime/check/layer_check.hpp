@@ -28,6 +28,10 @@ struct Scenario {
   std::uint64_t seed = 1;
   std::vector<int> chunk_lens;    // explicit split of `tokens` (overrides the random split)
   std::vector<int> context_lens;  // explicit prefixes (override `prefix`)
+  // With the config's bidirectional_spans: one span over each sequence's whole chunk (its rows see all of
+  // the chunk and the cached prefix: non-causal attention) rather than one inside it (Gemma 3's image
+  // tokens). Refused without bidirectional_spans.
+  bool bidirectional = false;
 };
 
 // Everything one run needs, on the host: weights and input as bf16 bits, the batch, the spans and the

@@ -362,6 +362,15 @@ void AttentionSpec::check(const AttentionParams& params, int query_heads) const 
             "span_offsets must be set: the kernel was specialized with spans");
   }
   if (has_sinks) require(params.sinks != nullptr, "sinks must be set: the kernel was specialized with sinks");
+  require(params.ordered_seqs >= 0 && params.ordered_seqs <= kAttentionOrderedSeqs,
+          fmt::format("ordered_seqs = {} is outside [0, {}]", params.ordered_seqs, kAttentionOrderedSeqs));
+  require(params.ordered_seqs == 0 || kernel == AttentionKernel::wgmma_sm90,
+          "ordered_seqs: only the sm_90a kernel walks its items in a given order (0 for mma.sync)");
+  for (int i = 0; i < params.ordered_seqs; ++i) {
+    require(params.seq_order[i] < params.num_seqs,
+            fmt::format("seq_order[{}] = {} is outside [0, num_seqs = {})", i, params.seq_order[i],
+                        params.num_seqs));
+  }
   if (kv_fp8) {
     for (const auto& [name, scale] :
          {std::pair{"k_scale", params.k_scale}, std::pair{"v_scale", params.v_scale}}) {
@@ -369,6 +378,36 @@ void AttentionSpec::check(const AttentionParams& params, int query_heads) const 
               fmt::format("{} = {} must be finite and > 0 (fp8 KV cache)", name, scale));
     }
   }
+}
+
+std::vector<int> longest_first_sequences(std::span<const int> query_starts, std::span<const int> context_lens,
+                                         std::span<const int> span_offsets,
+                                         std::span<const int> span_bounds) {
+  const int seqs = static_cast<int>(context_lens.size());
+  if (span_offsets.empty()) return {};  // no spans: every chunk is causal
+  std::vector<int> sequences;
+  for (int s = 0; s < seqs; ++s) {
+    const int chunk = query_starts[s + 1] - query_starts[s];
+    if (chunk == 0) continue;
+    const int begin = context_lens[s], end = begin + chunk;
+    bool whole = false;
+    for (int i = span_offsets[s]; i < span_offsets[s + 1] && !whole; ++i)
+      whole = span_bounds[2 * i] == begin && span_bounds[2 * i + 1] == end;
+    if (!whole) return {};
+    sequences.push_back(s);
+  }
+  if (sequences.size() > std::size_t(kAttentionOrderedSeqs)) return {};
+  const auto keys = [&](int s) { return context_lens[s] + query_starts[s + 1] - query_starts[s]; };
+  std::stable_sort(sequences.begin(), sequences.end(), [&](int a, int b) { return keys(a) > keys(b); });
+  return sequences;
+}
+
+void set_item_order(AttentionParams& params, std::span<const int> sequences) {
+  require(sequences.size() <= std::size_t(kAttentionOrderedSeqs),
+          fmt::format("seq_order: {} sequences, at most {}", sequences.size(), kAttentionOrderedSeqs));
+  params.ordered_seqs = static_cast<int>(sequences.size());
+  for (std::size_t i = 0; i < sequences.size(); ++i)
+    params.seq_order[i] = static_cast<unsigned short>(sequences[i]);
 }
 
 void launch_attention(const driver::Function& function, const AttentionSpec& spec,

@@ -2,6 +2,9 @@
 // pure tile heuristic, its typed kernel spec, and the host-side checks of its Params.
 #pragma once
 
+#include <span>
+#include <vector>
+
 #include "attnplan/attention_params.h"
 #include "compiler/kernel_source.hpp"
 #include "config/attention_config.hpp"
@@ -153,9 +156,28 @@ struct AttentionSpec {
   // null batch arrays; num_seqs, max_query_len, kv_heads, max_blocks_per_seq, num_blocks not positive or
   // num_blocks * block_size slots beyond 2^31 - 1 (slots are 32-bit in the kernel);
   // window < 1 or softcap <= 0 (when the spec has them); null span_offsets or sinks when the spec has them;
-  // k_scale or v_scale not finite and > 0 (kv_fp8).
+  // k_scale or v_scale not finite and > 0 (kv_fp8); ordered_seqs outside [0, kAttentionOrderedSeqs], not 0
+  // for the mma.sync kernel, or a seq_order entry outside [0, num_seqs).
   void check(const AttentionParams& params, int query_heads) const;
 };
+
+// The order in which the sm_90a kernel walks a batch's work items (AttentionParams::seq_order), from the
+// batch's host arrays (BatchDescription's host_*; span arrays empty: no spans). When every chunk with
+// tokens is one bidirectional span ([context_len, context_len + chunk_len): spans cannot straddle the
+// cached prefix, so no other span holds a whole chunk), each of its items sees all of its sequence's keys
+// whatever its query tile: an item costs its sequence's length, the heaviest-first order the claims want
+// is the longest sequence's items first, and within a sequence the kernel is free to take one kv head's
+// query tiles after another, so the CTAs running at once share their keys in L2. Returns those sequences
+// by decreasing keys (context_len + chunk_len; ties by index; chunks without tokens left out: they have no
+// items), for the kernel's sequence-major walk. Empty, the tile-major walk, otherwise (a causal item's cost
+// grows with its query tile, which that walk counts down) and when more than kAttentionOrderedSeqs
+// sequences have tokens. Pure.
+std::vector<int> longest_first_sequences(std::span<const int> query_starts, std::span<const int> context_lens,
+                                         std::span<const int> span_offsets, std::span<const int> span_bounds);
+
+// Writes `sequences` (longest_first_sequences: at most kAttentionOrderedSeqs) into params.seq_order and
+// params.ordered_seqs; empty sets the tile-major walk.
+void set_item_order(AttentionParams& params, std::span<const int> sequences);
 
 // Launches the attention kernel of `spec` on `stream` over `params` (already checked): the sm_90a kernel
 // with kv_tma gets AttentionSm90Params, its two tensor maps encoded here over the caches

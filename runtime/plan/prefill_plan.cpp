@@ -369,6 +369,10 @@ void PrefillPlan::execute(const ExecuteArgs& args, CUstream stream, const StageO
   attend.num_blocks = args.cache.num_blocks;
   attend.k_scale = args.cache.k_scale;
   attend.v_scale = args.cache.v_scale;
+  if (kernels.attention.kernel == AttentionKernel::wgmma_sm90) {  // the heaviest items first
+    set_item_order(attend, longest_first_sequences(batch.host_query_starts, batch.host_context_lens,
+                                                   batch.host_span_offsets, batch.host_span_bounds));
+  }
   // A plan built for spans reads span_offsets on the device: a batch without spans passes an all-zero
   // [num_seqs + 1] table (validate_batch has checked its host copy).
   require(!kernels.attention.has_spans || batch.span_offsets != nullptr,

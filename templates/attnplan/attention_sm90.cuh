@@ -282,20 +282,39 @@ __global__ void __launch_bounds__(Traits::threads, 1)
   // claims 0.2% and 15% (attention-notes.md, "Session 39"). Producer and consumers walk the same items; the
   // stages' barrier phases run on across them (`base`: the tiles of earlier items). Items whose query tile
   // lies past their sequence's chunk (varlen batches) are claimed and passed over.
+  //
+  // When every chunk is one bidirectional span, an item sees all of its sequence's keys whatever its query
+  // tile, so the items of a long sequence are the heavy ones: the host then orders the sequences longest
+  // first (params.seq_order) and the items are numbered sequence-major: sequence, head group, then query
+  // tile from its last. On the 4 x 4k bidirectional batch the model puts the claims' largest load 1.5-2.6%
+  // over the mean rather than 8.5-14.6%, and the CTAs running at once read the keys of one sequence's
+  // one kv head, which L2 holds, rather than of every kv head of every sequence (attention-notes.md,
+  // "Session 41").
   const int q_tiles = (params.max_query_len + kTokens - 1) / kTokens;
   const int head_groups = params.kv_heads * (Traits::group_size / kHeads);
-  const int items = q_tiles * params.num_seqs * head_groups;
+  const bool sequence_major = Traits::has_spans && params.ordered_seqs > 0;  // no order without spans
+  const int walked_seqs = sequence_major ? params.ordered_seqs : params.num_seqs;
+  const int items = q_tiles * walked_seqs * head_groups;
   // Where item `item` lies: its sequence, first head, chunk (query_start, query_len) and first chunk token.
   struct Place {
     int seq, first_head, query_start, query_len, row_begin;
   };
   auto locate = [&](int item) {
     Place place;
-    place.seq = (item % (params.num_seqs * head_groups)) / head_groups;
-    place.first_head = (item % head_groups) * kHeads;
+    int tile, group;  // the item's query tile (counted down from the last) and head group
+    if (sequence_major) {
+      place.seq = params.seq_order[item / (q_tiles * head_groups)];
+      group = (item % (q_tiles * head_groups)) / q_tiles;
+      tile = item % q_tiles;
+    } else {
+      place.seq = (item % (params.num_seqs * head_groups)) / head_groups;
+      group = item % head_groups;
+      tile = item / (params.num_seqs * head_groups);
+    }
+    place.first_head = group * kHeads;
     place.query_start = params.query_starts[place.seq];
     place.query_len = params.query_starts[place.seq + 1] - place.query_start;
-    place.row_begin = (q_tiles - 1 - item / (params.num_seqs * head_groups)) * kTokens;
+    place.row_begin = (q_tiles - 1 - tile) * kTokens;
     return place;
   };
   auto item_has_rows = [&](int item) {
@@ -495,7 +514,14 @@ __global__ void __launch_bounds__(Traits::threads, 1)
       begin_item(item);
       // Q's buffer: wait until the consumers have read the previous item's, then copy this one's, before
       // the tile loop (inside it, the Q copy's operands would stay live through every tile).
-      if (items_begun > 0) mbarrier_wait_parity(q_empty_barrier, (items_begun - 1) & 1);
+      if (items_begun > 0) {
+        mbarrier_wait_parity(q_empty_barrier, (items_begun - 1) & 1);
+        // Every copy of this thread has landed by now (the consumers waited on the previous item's full
+        // barriers before releasing Q), so this returns at once; it is here for compute-sanitizer's
+        // racecheck, which follows a copy's completion only through its own thread's wait, not through
+        // other threads' barriers, and otherwise reports the new Q copy as a write-after-write hazard.
+        cp_async_wait<0>();
+      }
       if (items_begun > 0 && threadIdx.x == 0) {
         *consumer_slot = item;  // the consumers read the previous item's before releasing its Q
         mbarrier_arrive(item_barrier);

@@ -255,13 +255,13 @@ KernelOutput run_kernel(const plan::AttentionSpec& spec, const Problem& p, int t
   driver::DeviceBuffer d_context_lens = driver::DeviceBuffer::from_host(p.batch.context_lens);
   driver::DeviceBuffer d_block_tables = driver::DeviceBuffer::from_host(p.device_block_tables);
   driver::DeviceBuffer d_span_offsets, d_span_bounds, d_sinks;
+  std::vector<int> span_bounds;  // 2 ints per span
+  for (const auto& span : p.spans.bounds) span_bounds.insert(span_bounds.end(), span.begin(), span.end());
   if (spec.has_spans) {
     const std::vector<int> offsets =
         p.spans.offsets.empty() ? std::vector<int>(p.batch.num_seqs() + 1, 0) : p.spans.offsets;
-    std::vector<int> bounds;
-    for (const auto& span : p.spans.bounds) bounds.insert(bounds.end(), span.begin(), span.end());
     d_span_offsets = driver::DeviceBuffer::from_host(offsets);
-    d_span_bounds = driver::DeviceBuffer::from_host(bounds);
+    d_span_bounds = driver::DeviceBuffer::from_host(span_bounds);
   }
   if (spec.has_sinks) {
     const std::vector<float> sinks(p.sinks.begin(), p.sinks.end());
@@ -301,6 +301,10 @@ KernelOutput run_kernel(const plan::AttentionSpec& spec, const Problem& p, int t
   params.num_blocks = p.num_blocks;
   params.k_scale = p.fp8 ? p.fp8->k_scale : 1.0f;
   params.v_scale = p.fp8 ? p.fp8->v_scale : 1.0f;
+  if (spec.kernel == plan::AttentionKernel::wgmma_sm90) {  // the walk execute picks for this batch
+    plan::set_item_order(params, plan::longest_first_sequences(p.batch.query_starts, p.batch.context_lens,
+                                                               p.spans.offsets, span_bounds));
+  }
   spec.check(params, query_heads);
 
   const driver::Function& function = kernels().function(spec);
@@ -970,6 +974,27 @@ std::vector<Case> sm90_span_cases() {
        .block_size = 64,
        .sequences = whole,
        .spans = whole_spans});
+  // Prompts that are one span each, the longest last, beside a sequence without a chunk: execute orders
+  // them longest first (longest_first_sequences: 3, 2, 0) and the kernel walks its items sequence-major, at
+  // D 64 (three consumer warpgroups) and D 256 (ping-pong turns).
+  const std::vector<Sequence> longest_last = {{0, 129}, {40, 0}, {300, 200}, {0, 700}};
+  const std::vector<std::vector<std::array<int, 2>>> longest_last_spans = {
+      {{0, 129}}, {}, {{300, 500}}, {{0, 700}}};
+  add({.name = "one span per prompt, longest last, gqa8 d64 b16",
+       .query_heads = 16,
+       .kv_heads = 2,
+       .head_dim = 64,
+       .value_head_dim = 64,
+       .sequences = longest_last,
+       .spans = longest_last_spans});
+  add({.name = "one span per prompt, longest last, gqa4 d256 b64",
+       .query_heads = 8,
+       .kv_heads = 2,
+       .head_dim = 256,
+       .value_head_dim = 256,
+       .block_size = 64,
+       .sequences = longest_last,
+       .spans = longest_last_spans});
   add({.name = "spans enabled, none given, d128", .query_heads = 4, .kv_heads = 2, .sequences = kMixed});
   return cases;
 }

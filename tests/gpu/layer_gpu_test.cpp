@@ -148,6 +148,16 @@ TEST_CASE("norms, biases, window, spans, softcap, sinks", "[gpu][layer][features
   check_layer("spans", config_from({{"bidirectional_spans", true}}), scenario(150, 3, 20, 22));
   check_layer("spans on a sliding layer",
               config_from({{"bidirectional_spans", true}, {"sliding_window", 16}}), scenario(150, 2, 0, 23));
+  // One span over each chunk (verify --mask bidirectional): execute orders the sequences longest first
+  // for the sm_90a kernel's sequence-major walk (plan::longest_first_sequences), here 120, 90, 40, 10 keys
+  // from the batch's order 40, 10, 90, 120, at D 128 and D 64.
+  check::Scenario bidirectional = scenario(200, 4, 0, 41);
+  bidirectional.chunk_lens = {40, 10, 60, 90};
+  bidirectional.context_lens = {0, 0, 30, 30};
+  bidirectional.bidirectional = true;
+  check_layer("one span per chunk, D 128", config_from({{"bidirectional_spans", true}, {"head_dim", 128}}),
+              bidirectional);
+  check_layer("one span per chunk, D 64", config_from({{"bidirectional_spans", true}}), bidirectional);
   check_layer("softcap", config_from({{"softcap", 30.0}}), scenario(100, 1, 0, 24));
   check_layer("sinks", config_from({{"sinks", true}, {"sliding_window", 32}}), scenario(100, 2, 50, 25));
 }

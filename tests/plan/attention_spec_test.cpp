@@ -187,6 +187,53 @@ TEST_CASE("attention shared memory with an fp8 cache: byte staging per stage, on
   }
 }
 
+TEST_CASE("the sm_90a kernel walks prompts that are one span each longest first", "[plan][attention]") {
+  // Chunks of 129, 0, 200 and 700 tokens, each one span (the second has no chunk and no span), keys 129,
+  // 40, 500 and 700: sequence-major by decreasing keys, the empty chunk left out.
+  const std::vector<int> starts = {0, 129, 129, 329, 1029};
+  const std::vector<int> contexts = {0, 40, 300, 0};
+  const std::vector<int> offsets = {0, 1, 1, 2, 3};
+  const std::vector<int> whole = {0, 129, 300, 500, 0, 700};
+  CHECK(longest_first_sequences(starts, contexts, offsets, whole) == std::vector<int>{3, 2, 0});
+  // Without spans every chunk is causal, and a chunk that is not one span has causal rows: their cost grows
+  // with the query tile, which the tile-major walk counts down.
+  CHECK(longest_first_sequences(starts, contexts, {}, {}).empty());
+  const std::vector<int> short_of_the_end = {0, 129, 300, 499, 0, 700};
+  CHECK(longest_first_sequences(starts, contexts, offsets, short_of_the_end).empty());
+  const std::vector<int> two_spans_offsets = {0, 1, 1, 3, 4};
+  const std::vector<int> two_spans = {0, 129, 300, 400, 400, 500, 0, 700};
+  CHECK(longest_first_sequences(starts, contexts, two_spans_offsets, two_spans).empty());
+  // Ties keep the batch's order. One sequence with a chunk walks sequence-major too (its kv heads one after
+  // another).
+  const std::vector<int> equal_starts = {0, 100, 200}, equal_contexts = {0, 0}, equal_offsets = {0, 1, 2};
+  const std::vector<int> equal_bounds = {0, 100, 0, 100};
+  CHECK(longest_first_sequences(equal_starts, equal_contexts, equal_offsets, equal_bounds) ==
+        std::vector<int>{0, 1});
+  const std::vector<int> one_starts = {0, 0, 50}, one_offsets = {0, 0, 1}, one_bounds = {0, 50};
+  CHECK(longest_first_sequences(one_starts, equal_contexts, one_offsets, one_bounds) == std::vector<int>{1});
+  // At most kAttentionOrderedSeqs sequences (AttentionParams::seq_order's entries); more walk tile-major.
+  for (const int seqs : {kAttentionOrderedSeqs, kAttentionOrderedSeqs + 1}) {
+    std::vector<int> many_starts = {0}, many_contexts, many_offsets = {0}, many_bounds;
+    for (int s = 0; s < seqs; ++s) {
+      const int chunk = 1 + s % 7;
+      many_starts.push_back(many_starts.back() + chunk);
+      many_contexts.push_back(0);
+      many_offsets.push_back(s + 1);
+      many_bounds.insert(many_bounds.end(), {0, chunk});
+    }
+    const std::vector<int> order =
+        longest_first_sequences(many_starts, many_contexts, many_offsets, many_bounds);
+    INFO(seqs);
+    if (seqs > kAttentionOrderedSeqs) {
+      CHECK(order.empty());
+    } else {
+      REQUIRE(order.size() == std::size_t(seqs));
+      CHECK(order.front() == 6);   // the first of the 7-token chunks
+      CHECK(order.back() == 126);  // the last of the 1-token chunks (s % 7 == 0)
+    }
+  }
+}
+
 TEST_CASE("attention Params checks name the broken field", "[plan][attention]") {
   AttentionSpec spec = make_spec(128, 128, 4, 16, kSm90a);
   spec.has_window = spec.has_softcap = spec.has_spans = spec.has_sinks = true;
@@ -250,6 +297,26 @@ TEST_CASE("attention Params checks name the broken field", "[plan][attention]") 
   CHECK(claims.dynamic_items());
   CHECK(expect_error([&] { claims.check(bare, 32); }).message().find("item_counter") != std::string::npos);
   CHECK_NOTHROW(plain.check(bare, 32));
+
+  // The sequence-major walk reads seq_order[0, ordered_seqs) as sequences: each must be one. mma.sync takes
+  // no order.
+  bare.item_counter = fake_pointer<int>(0x400300);
+  claims.tiling = choose_sm90_attention_tiling(128, 4);
+  set_item_order(bare, std::vector<int>{2, 0, 1});
+  CHECK_NOTHROW(claims.check(bare, 32));
+  AttentionParams outside = bare;
+  outside.seq_order[1] = 3;  // num_seqs 3
+  CHECK(expect_error([&] { claims.check(outside, 32); }).message().find("seq_order[1]") != std::string::npos);
+  outside = bare;
+  outside.ordered_seqs = kAttentionOrderedSeqs + 1;
+  CHECK(expect_error([&] { claims.check(outside, 32); }).message().find("ordered_seqs") != std::string::npos);
+  CHECK(expect_error([&] { plain.check(bare, 32); }).message().find("ordered_seqs") != std::string::npos);
+  set_item_order(bare, std::vector<int>{});
+  CHECK(bare.ordered_seqs == 0);
+  CHECK_NOTHROW(plain.check(bare, 32));
+  CHECK(expect_error([&] { set_item_order(bare, std::vector<int>(kAttentionOrderedSeqs + 1, 0)); })
+            .message()
+            .find("seq_order") != std::string::npos);
 
   // An fp8 cache needs finite positive scales.
   spec.kv_fp8 = true;

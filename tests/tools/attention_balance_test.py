@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Host tests of tools/attention_balance.py (pure Python): the item numbering and costs follow the kernel's
 (heaviest query tile first, items past a short chunk empty), each walk's load is what a hand count gives on a
-small case, and the figures attention-notes.md "Session 39" quotes come out.
+small case, and the figures attention-notes.md "Session 39" and "Session 41" quote come out.
 
   python3 tests/tools/attention_balance_test.py
 """
@@ -25,6 +25,15 @@ class ItemCostsTest(unittest.TestCase):
     def test_bidirectional_items_cost_their_whole_sequence(self):
         costs = attention_balance.item_costs([300, 100], 100, head_groups=1, bidirectional=True, overhead=1)
         self.assertEqual(costs, [4, None, 4, None, 4, 2])
+
+    def test_sequence_major_walks_the_longest_sequence_first(self):
+        # The same batch, one span per chunk: the 300-token sequence's three tiles, then the 100-token one's
+        # (its two tiles past the chunk empty), as plan::longest_first_sequences orders them; with two head
+        # groups each sequence's tiles of the first group, then of the second.
+        costs = attention_balance.sequence_major_costs([100, 300], 100, head_groups=1, overhead=1)
+        self.assertEqual(costs, [4, 4, 4, None, None, 2])
+        costs = attention_balance.sequence_major_costs([100, 300], 100, head_groups=2, overhead=1)
+        self.assertEqual(costs, [4, 4, 4, 4, 4, 4, None, None, 2, None, None, 2])
 
 
 class WalkTest(unittest.TestCase):
@@ -51,6 +60,7 @@ class NotesFiguresTest(unittest.TestCase):
         self.assertAlmostEqual(bidirectional["snake"], 1.317, places=3)
         self.assertAlmostEqual(bidirectional["claimed"], 1.146, places=3)
         self.assertAlmostEqual(bidirectional["longest"], 1.026, places=3)
+        self.assertAlmostEqual(bidirectional["sequences"], 1.026, places=3)  # session 41's walk
         ahead = attention_balance.balance([410, 819, 1229, 1638], 48, bidirectional=True, ahead=1e9)
         self.assertAlmostEqual(ahead["claimed"], 1.180, places=3)
 

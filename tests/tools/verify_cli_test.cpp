@@ -37,6 +37,7 @@ TEST_CASE("verify rejects bad input with exit 1 before any device work", "[cli][
        "scenario: sequence 0 would hold 100000255 positions (prefix 99999999 + chunk 256), more than the "
        "1048576"},
       {{"--weights", "/nonexistent/w.safetensors"}, "cannot open /nonexistent/w.safetensors"},
+      {{"--mask", "sideways"}, "--mask sideways: expected causal or bidirectional"},
   };
   for (const Case& c : cases) {
     INFO(c.args.front() << " " << c.args.back() << ": " << c.message);
