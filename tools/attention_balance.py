@@ -13,9 +13,9 @@ start and end. Prints, per walk, the largest CTA load over the mean load (1.000:
   claimed   the dynamic schedule: a CTA's first item is its own index, each next one is claimed from a
             counter when `ahead` tiles of the current one remain (the kernel claims once its producer has
             issued the item's last tile: about the pipeline's depth)
-  sequences (--bidirectional) claimed, numbered sequence-major with the sequences longest first, then
+  sequences claimed, numbered sequence-major with the sequences longest first; bidirectional: then
             head group, then query tile (the kernel's walk since session 41 when every chunk is one span:
-            plan::longest_first_sequences)
+            plan::longest_first_sequences); causal: then query tile, then head group (not built)
   longest   claimed, in longest-item-first order (a bound: the kernel cannot sort items by cost on the
             device)
 
@@ -49,17 +49,28 @@ def item_costs(lengths, tokens_per_item, block_n=128, head_groups=8, bidirection
     return costs
 
 
-def sequence_major_costs(lengths, tokens_per_item, block_n=128, head_groups=8, overhead=1.0):
-    """Each item's cost in the kernel's sequence-major numbering of a bidirectional batch (one span per
-    chunk): the sequences longest first, then head group, then query tile from the last."""
+def sequence_major_costs(lengths, tokens_per_item, block_n=128, head_groups=8, bidirectional=True,
+                         overhead=1.0):
+    """Each item's cost in a sequence-major numbering, the sequences longest first. Bidirectional (one span
+    per chunk): then head group, then query tile from the last (the kernel's walk since session 41:
+    plan::longest_first_sequences). Causal (not built; attention-notes.md "Session 41", next): then query
+    tile from the last, then head group, so each sequence's heavy tiles come first."""
     query_tiles = math.ceil(max(lengths) / tokens_per_item)
     costs = []
     for sequence in sorted(range(len(lengths)), key=lambda s: -lengths[s]):
         length = lengths[sequence]
-        for _ in range(head_groups):
-            for tile in range(query_tiles):
-                row_begin = (query_tiles - 1 - tile) * tokens_per_item
-                costs.append(None if row_begin >= length else math.ceil(length / block_n) + overhead)
+
+        def cost(tile):
+            row_begin = (query_tiles - 1 - tile) * tokens_per_item
+            if row_begin >= length:
+                return None
+            last_row = min(row_begin + tokens_per_item, length) - 1
+            return (math.ceil(length / block_n) if bidirectional else last_row // block_n + 1) + overhead
+
+        if bidirectional:
+            costs.extend(cost(tile) for _ in range(head_groups) for tile in range(query_tiles))
+        else:
+            costs.extend(cost(tile) for tile in range(query_tiles) for _ in range(head_groups))
     return costs
 
 
@@ -103,9 +114,9 @@ def balance(lengths, tokens_per_item, ctas=132, bidirectional=False, overhead=1.
     mean = sum(cost for cost in costs if cost is not None) / ctas
     longest = sorted((cost for cost in costs if cost is not None), reverse=True)
     result = {"snake": snake(costs, ctas) / mean, "claimed": claimed(costs, ctas, ahead) / mean}
-    if bidirectional:
-        by_sequence = sequence_major_costs(lengths, tokens_per_item, overhead=overhead, **shape)
-        result["sequences"] = claimed(by_sequence, ctas, ahead) / mean
+    by_sequence = sequence_major_costs(lengths, tokens_per_item, bidirectional=bidirectional, overhead=overhead,
+                                       **shape)
+    result["sequences"] = claimed(by_sequence, ctas, ahead) / mean
     result["longest"] = claimed(longest, ctas, ahead) / mean
     return result
 
@@ -128,7 +139,7 @@ def main(argv):
     result = balance(lengths, args.tokens_per_item, args.ctas, args.bidirectional, args.overhead, args.ahead,
                      block_n=args.block_n, head_groups=args.head_groups)
     for walk, ratio in result.items():
-        print(f"{walk:8s} {ratio:.3f}")
+        print(f"{walk:9s} {ratio:.3f}")
     return 0
 
 

@@ -34,6 +34,10 @@ class ItemCostsTest(unittest.TestCase):
         self.assertEqual(costs, [4, 4, 4, None, None, 2])
         costs = attention_balance.sequence_major_costs([100, 300], 100, head_groups=2, overhead=1)
         self.assertEqual(costs, [4, 4, 4, 4, 4, 4, None, None, 2, None, None, 2])
+        # Causal: each sequence's query tiles from the last, both head groups of a tile together.
+        costs = attention_balance.sequence_major_costs([100, 300], 100, head_groups=2, bidirectional=False,
+                                                       overhead=0)
+        self.assertEqual(costs, [3, 3, 2, 2, 1, 1, None, None, None, None, 1, 1])
 
 
 class WalkTest(unittest.TestCase):
@@ -70,7 +74,15 @@ class NotesFiguresTest(unittest.TestCase):
             status = attention_balance.main(["--lengths", "4096", "--tokens-per-item", "32"])
         self.assertEqual(status, 0)
         walks = [line.split()[0] for line in out.getvalue().splitlines()]
-        self.assertEqual(walks, ["snake", "claimed", "longest"])
+        self.assertEqual(walks, ["snake", "claimed", "sequences", "longest"])
+
+    def test_the_session_41_causal_walk(self):
+        # Causal 4 x 16k at D 128: sequence-major keeps the balance; 4 x 4k loses it (attention-notes.md).
+        long_batch = attention_balance.balance([1638, 3277, 4915, 6554], 32)
+        self.assertAlmostEqual(long_batch["sequences"], 1.002, places=3)
+        short_batch = attention_balance.balance([409, 819, 1229, 1639], 32)
+        self.assertAlmostEqual(short_batch["claimed"], 1.014, places=3)
+        self.assertAlmostEqual(short_batch["sequences"], 1.034, places=3)
 
 
 if __name__ == "__main__":
