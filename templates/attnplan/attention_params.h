@@ -38,15 +38,17 @@ struct AttentionParams {
   // over every sequence (query tiles counted down from max_query_len, then sequence, then head group: the
   // heaviest first under a causal mask). ordered_seqs > 0: sequence-major over seq_order[0, ordered_seqs),
   // then head group, then query tile from the last: the walk the host picks when every chunk is one
-  // bidirectional span, where an item costs its sequence's length whatever its query tile. Passed by value,
-  // so a graph that captured the launch keeps its batch's order, as it keeps num_seqs.
+  // bidirectional span, where an item costs its sequence's length whatever its query tile. Each entry is a
+  // sequence (< num_seqs). Passed by value, so a graph that captured the launch keeps its batch's order, as
+  // it keeps num_seqs.
   int ordered_seqs;
-  unsigned short seq_order[kAttentionOrderedSeqs];  // each < num_seqs
-  long long query_row_stride;                       // elements between consecutive query rows
-  long long output_row_stride;                      // elements between consecutive output rows
-  float scale;                                      // multiplies q . k (spec default 1 / sqrt(head_dim))
-  float softcap;  // c in c * tanh(score / c); only with softcap, must be > 0
-  int window;     // W: keys pk > pq - W are visible (W >= 1); only with a window
+  unsigned short seq_order[kAttentionOrderedSeqs];
+
+  long long query_row_stride;   // elements between consecutive query rows
+  long long output_row_stride;  // elements between consecutive output rows
+  float scale;                  // multiplies q . k (spec default 1 / sqrt(head_dim))
+  float softcap;                // c in c * tanh(score / c); only with softcap, must be > 0
+  int window;                   // W: keys pk > pq - W are visible (W >= 1); only with a window
   int num_seqs;
   int max_query_len;  // host-side bound on query_starts[s + 1] - query_starts[s]; sizes grid.x
   int kv_heads;

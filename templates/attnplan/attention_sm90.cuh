@@ -287,9 +287,9 @@ __global__ void __launch_bounds__(Traits::threads, 1)
   // tile, so the items of a long sequence are the heavy ones: the host then orders the sequences longest
   // first (params.seq_order) and the items are numbered sequence-major: sequence, head group, then query
   // tile from its last. On the 4 x 4k bidirectional batch the model puts the claims' largest load 1.5-2.6%
-  // over the mean rather than 8.5-14.6%, and the CTAs running at once read the keys of one sequence's
-  // one kv head, which L2 holds, rather than of every kv head of every sequence (attention-notes.md,
-  // "Session 41").
+  // over the mean rather than 8.5-14.6%; the CTAs running at once also read fewer keys (one kv head of one
+  // sequence rather than every kv head of every sequence), which may be why the 4 x 16k batches gained
+  // 24-28% on an H100 where the model said 2% (attention-notes.md, "Session 41").
   const int q_tiles = (params.max_query_len + kTokens - 1) / kTokens;
   const int head_groups = params.kv_heads * (Traits::group_size / kHeads);
   const bool sequence_major = Traits::has_spans && params.ordered_seqs > 0;  // no order without spans
