@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <numeric>
 #include <string>
 #include <utility>
 
@@ -384,8 +385,7 @@ std::vector<int> longest_first_sequences(std::span<const int> query_starts, std:
                                          std::span<const int> span_offsets,
                                          std::span<const int> span_bounds) {
   const int seqs = static_cast<int>(context_lens.size());
-  if (span_offsets.empty()) return {};  // no spans: every chunk is causal
-  std::vector<int> sequences;
+  if (span_offsets.empty() || seqs > kAttentionOrderedSeqs) return {};  // no spans: every chunk is causal
   for (int s = 0; s < seqs; ++s) {
     const int chunk = query_starts[s + 1] - query_starts[s];
     if (chunk == 0) continue;
@@ -394,10 +394,15 @@ std::vector<int> longest_first_sequences(std::span<const int> query_starts, std:
     for (int i = span_offsets[s]; i < span_offsets[s + 1] && !whole; ++i)
       whole = span_bounds[2 * i] == begin && span_bounds[2 * i + 1] == end;
     if (!whole) return {};
-    sequences.push_back(s);
   }
-  if (sequences.size() > std::size_t(kAttentionOrderedSeqs)) return {};
-  const auto keys = [&](int s) { return context_lens[s] + query_starts[s + 1] - query_starts[s]; };
+  // Every sequence, so that the walk covers the batch whatever the host arrays say (a graph replayed over
+  // other chunk lengths keeps this order: it may then be slower, never incomplete); empty chunks last.
+  const auto keys = [&](int s) {
+    const int chunk = query_starts[s + 1] - query_starts[s];
+    return chunk == 0 ? -1LL : static_cast<long long>(context_lens[s]) + chunk;
+  };
+  std::vector<int> sequences(seqs);
+  std::iota(sequences.begin(), sequences.end(), 0);
   std::stable_sort(sequences.begin(), sequences.end(), [&](int a, int b) { return keys(a) > keys(b); });
   return sequences;
 }

@@ -167,11 +167,12 @@ struct AttentionSpec {
 // cached prefix, so no other span holds a whole chunk), each of its items sees all of its sequence's keys
 // whatever its query tile: an item costs its sequence's length, the heaviest-first order the claims want
 // is the longest sequence's items first, and within a sequence the kernel is free to take one kv head's
-// query tiles after another, so the CTAs running at once share their keys in L2. Returns those sequences
-// by decreasing keys (context_len + chunk_len; ties by index; chunks without tokens left out: they have no
-// items), for the kernel's sequence-major walk. Empty, the tile-major walk, otherwise (a causal item's cost
-// grows with its query tile, which that walk counts down) and when more than kAttentionOrderedSeqs
-// sequences have tokens. Pure.
+// query tiles after another, so the CTAs running at once share their keys. Returns every sequence, by
+// decreasing keys (context_len + chunk_len; ties by index; chunks without tokens last: their items are
+// passed over), for the kernel's sequence-major walk: the order is a hint the kernel's coverage does not
+// depend on, so a graph replayed over other lengths is at worst slower. Empty, the tile-major walk,
+// otherwise (a causal item's cost grows with its query tile, which that walk counts down) and for more
+// than kAttentionOrderedSeqs sequences. Pure.
 std::vector<int> longest_first_sequences(std::span<const int> query_starts, std::span<const int> context_lens,
                                          std::span<const int> span_offsets, std::span<const int> span_bounds);
 

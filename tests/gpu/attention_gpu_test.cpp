@@ -975,8 +975,8 @@ std::vector<Case> sm90_span_cases() {
        .sequences = whole,
        .spans = whole_spans});
   // Prompts that are one span each, the longest last, beside a sequence without a chunk: execute orders
-  // them longest first (longest_first_sequences: 3, 2, 0) and the kernel walks its items sequence-major, at
-  // D 64 (three consumer warpgroups) and D 256 (ping-pong turns).
+  // them longest first (longest_first_sequences: 3, 2, 0, then the empty 1) and the kernel walks its items
+  // sequence-major, at D 64 (three consumer warpgroups) and D 256 (ping-pong turns).
   const std::vector<Sequence> longest_last = {{0, 129}, {40, 0}, {300, 200}, {0, 700}};
   const std::vector<std::vector<std::array<int, 2>>> longest_last_spans = {
       {{0, 129}}, {}, {{300, 500}}, {{0, 700}}};

@@ -189,12 +189,13 @@ TEST_CASE("attention shared memory with an fp8 cache: byte staging per stage, on
 
 TEST_CASE("the sm_90a kernel walks prompts that are one span each longest first", "[plan][attention]") {
   // Chunks of 129, 0, 200 and 700 tokens, each one span (the second has no chunk and no span), keys 129,
-  // 40, 500 and 700: sequence-major by decreasing keys, the empty chunk left out.
+  // 1000, 500 and 700: sequence-major by decreasing keys, the empty chunk last whatever its prefix (every
+  // sequence is walked, so a graph replayed over other lengths still covers the batch).
   const std::vector<int> starts = {0, 129, 129, 329, 1029};
-  const std::vector<int> contexts = {0, 40, 300, 0};
+  const std::vector<int> contexts = {0, 1000, 300, 0};
   const std::vector<int> offsets = {0, 1, 1, 2, 3};
   const std::vector<int> whole = {0, 129, 300, 500, 0, 700};
-  CHECK(longest_first_sequences(starts, contexts, offsets, whole) == std::vector<int>{3, 2, 0});
+  CHECK(longest_first_sequences(starts, contexts, offsets, whole) == std::vector<int>{3, 2, 0, 1});
   // Without spans every chunk is causal, and a chunk that is not one span has causal rows: their cost grows
   // with the query tile, which the tile-major walk counts down.
   CHECK(longest_first_sequences(starts, contexts, {}, {}).empty());
@@ -210,7 +211,8 @@ TEST_CASE("the sm_90a kernel walks prompts that are one span each longest first"
   CHECK(longest_first_sequences(equal_starts, equal_contexts, equal_offsets, equal_bounds) ==
         std::vector<int>{0, 1});
   const std::vector<int> one_starts = {0, 0, 50}, one_offsets = {0, 0, 1}, one_bounds = {0, 50};
-  CHECK(longest_first_sequences(one_starts, equal_contexts, one_offsets, one_bounds) == std::vector<int>{1});
+  CHECK(longest_first_sequences(one_starts, equal_contexts, one_offsets, one_bounds) ==
+        std::vector<int>{1, 0});
   // At most kAttentionOrderedSeqs sequences (AttentionParams::seq_order's entries); more walk tile-major.
   for (const int seqs : {kAttentionOrderedSeqs, kAttentionOrderedSeqs + 1}) {
     std::vector<int> many_starts = {0}, many_contexts, many_offsets = {0}, many_bounds;
