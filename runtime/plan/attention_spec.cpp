@@ -8,6 +8,7 @@
 #include <numeric>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "core/error.hpp"
 #include "plan/tensor_map.hpp"
@@ -363,14 +364,21 @@ void AttentionSpec::check(const AttentionParams& params, int query_heads) const 
             "span_offsets must be set: the kernel was specialized with spans");
   }
   if (has_sinks) require(params.sinks != nullptr, "sinks must be set: the kernel was specialized with sinks");
-  require(params.ordered_seqs >= 0 && params.ordered_seqs <= kAttentionOrderedSeqs,
-          fmt::format("ordered_seqs = {} is outside [0, {}]", params.ordered_seqs, kAttentionOrderedSeqs));
+  // The sequence-major walk covers the sequences seq_order lists: every one, once.
+  require(params.ordered_seqs == 0 ||
+              (params.ordered_seqs == params.num_seqs && params.ordered_seqs <= kAttentionOrderedSeqs),
+          fmt::format("ordered_seqs = {} must be 0 or num_seqs = {} (at most {})", params.ordered_seqs,
+                      params.num_seqs, kAttentionOrderedSeqs));
   require(params.ordered_seqs == 0 || kernel == AttentionKernel::wgmma_sm90,
           "ordered_seqs: only the sm_90a kernel walks its items in a given order (0 for mma.sync)");
+  std::vector<bool> listed(params.ordered_seqs, false);
   for (int i = 0; i < params.ordered_seqs; ++i) {
-    require(params.seq_order[i] < params.num_seqs,
-            fmt::format("seq_order[{}] = {} is outside [0, num_seqs = {})", i, params.seq_order[i],
-                        params.num_seqs));
+    const int seq = params.seq_order[i];
+    require(seq < params.num_seqs && !listed[seq],
+            fmt::format("seq_order[{}] = {} is outside [0, num_seqs = {}) or listed twice (the order must "
+                        "list every sequence once)",
+                        i, seq, params.num_seqs));
+    listed[seq] = true;
   }
   if (kv_fp8) {
     for (const auto& [name, scale] :

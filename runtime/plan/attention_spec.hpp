@@ -156,8 +156,8 @@ struct AttentionSpec {
   // null batch arrays; num_seqs, max_query_len, kv_heads, max_blocks_per_seq, num_blocks not positive or
   // num_blocks * block_size slots beyond 2^31 - 1 (slots are 32-bit in the kernel);
   // window < 1 or softcap <= 0 (when the spec has them); null span_offsets or sinks when the spec has them;
-  // k_scale or v_scale not finite and > 0 (kv_fp8); ordered_seqs outside [0, kAttentionOrderedSeqs], not 0
-  // for the mma.sync kernel, or a seq_order entry outside [0, num_seqs).
+  // k_scale or v_scale not finite and > 0 (kv_fp8); ordered_seqs neither 0 nor num_seqs (at most
+  // kAttentionOrderedSeqs), not 0 for the mma.sync kernel, or seq_order not listing every sequence once.
   void check(const AttentionParams& params, int query_heads) const;
 };
 

@@ -300,8 +300,8 @@ TEST_CASE("attention Params checks name the broken field", "[plan][attention]") 
   CHECK(expect_error([&] { claims.check(bare, 32); }).message().find("item_counter") != std::string::npos);
   CHECK_NOTHROW(plain.check(bare, 32));
 
-  // The sequence-major walk reads seq_order[0, ordered_seqs) as sequences: each must be one. mma.sync takes
-  // no order.
+  // The sequence-major walk covers the sequences seq_order[0, ordered_seqs) lists: every one, once.
+  // mma.sync takes no order.
   bare.item_counter = fake_pointer<int>(0x400300);
   claims.tiling = choose_sm90_attention_tiling(128, 4);
   set_item_order(bare, std::vector<int>{2, 0, 1});
@@ -309,6 +309,12 @@ TEST_CASE("attention Params checks name the broken field", "[plan][attention]") 
   AttentionParams outside = bare;
   outside.seq_order[1] = 3;  // num_seqs 3
   CHECK(expect_error([&] { claims.check(outside, 32); }).message().find("seq_order[1]") != std::string::npos);
+  outside = bare;
+  outside.seq_order[2] = 2;  // 2, 0, 2: sequence 1 never walked
+  CHECK(expect_error([&] { claims.check(outside, 32); }).message().find("seq_order[2]") != std::string::npos);
+  outside = bare;
+  outside.ordered_seqs = 2;  // fewer than num_seqs
+  CHECK(expect_error([&] { claims.check(outside, 32); }).message().find("ordered_seqs") != std::string::npos);
   outside = bare;
   outside.ordered_seqs = kAttentionOrderedSeqs + 1;
   CHECK(expect_error([&] { claims.check(outside, 32); }).message().find("ordered_seqs") != std::string::npos);
