@@ -62,6 +62,14 @@ std::string usage(const Command& command) {
   return text;
 }
 
+bool bidirectional_mask_option(const Arguments& args) {
+  const std::string mask = args.value("--mask").value_or("causal");
+  if (mask != "causal" && mask != "bidirectional") {
+    throw Error(Stage::input, fmt::format("--mask {}: expected causal or bidirectional", mask));
+  }
+  return mask == "bidirectional";
+}
+
 int int_option(const Arguments& args, const std::string& name, int fallback, int minimum) {
   const std::optional<std::string> text = args.value(name);
   if (!text) return fallback;

@@ -55,6 +55,11 @@ std::string usage(const Command& command);
 // is a whole number in [minimum, 2^30].
 int int_option(const Arguments& args, const std::string& name, int fallback, int minimum);
 
+// Whether `--mask` asks for bidirectional attention: "causal" (the default) or "bidirectional"; Error(input)
+// naming the option otherwise. The runtime is causal: the commands take bidirectional as one span over each
+// chunk (the config's bidirectional_spans turned on).
+bool bidirectional_mask_option(const Arguments& args);
+
 // The number of option `name` (`fallback` when absent); Error(input) naming the option unless the whole
 // text is a finite number greater than 0.
 double positive_number_option(const Arguments& args, const std::string& name, double fallback);
