@@ -394,8 +394,9 @@ std::vector<int> longest_first_sequences(std::span<const int> query_starts, std:
                                          std::span<const int> span_bounds) {
   const int seqs = static_cast<int>(context_lens.size());
   if (span_offsets.empty() || seqs > kAttentionOrderedSeqs) return {};  // no spans: every chunk is causal
+  const auto chunk_len = [&](int s) { return query_starts[s + 1] - query_starts[s]; };
   for (int s = 0; s < seqs; ++s) {
-    const int chunk = query_starts[s + 1] - query_starts[s];
+    const int chunk = chunk_len(s);
     if (chunk == 0) continue;
     const int begin = context_lens[s], end = begin + chunk;
     bool whole = false;
@@ -406,8 +407,7 @@ std::vector<int> longest_first_sequences(std::span<const int> query_starts, std:
   // Every sequence, so that the walk covers the batch whatever the host arrays say (a graph replayed over
   // other chunk lengths keeps this order: it may then be slower, never incomplete); empty chunks last.
   const auto keys = [&](int s) {
-    const int chunk = query_starts[s + 1] - query_starts[s];
-    return chunk == 0 ? -1LL : static_cast<long long>(context_lens[s]) + chunk;
+    return chunk_len(s) == 0 ? -1LL : static_cast<long long>(context_lens[s]) + chunk_len(s);
   };
   std::vector<int> sequences(seqs);
   std::iota(sequences.begin(), sequences.end(), 0);

@@ -36,11 +36,10 @@ struct AttentionParams {
   int* item_counter;
   // The sm_90a kernel's walk over its work items (plan::longest_first_sequences). ordered_seqs 0: tile-major
   // over every sequence (query tiles counted down from max_query_len, then sequence, then head group: the
-  // heaviest first under a causal mask). ordered_seqs > 0: sequence-major over seq_order[0, ordered_seqs),
-  // then head group, then query tile from the last: the walk the host picks when every chunk is one
-  // bidirectional span, where an item costs its sequence's length whatever its query tile. Each entry is a
-  // sequence (< num_seqs). Passed by value, so a graph that captured the launch keeps its batch's order, as
-  // it keeps num_seqs.
+  // heaviest first under a causal mask). ordered_seqs == num_seqs: sequence-major over seq_order[0,
+  // num_seqs), every sequence once, then head group, then query tile from the last: the walk the host picks
+  // when every chunk is one bidirectional span, where an item costs its sequence's length whatever its query
+  // tile. Passed by value, so a graph that captured the launch keeps its batch's order, as it keeps num_seqs.
   int ordered_seqs;
   unsigned short seq_order[kAttentionOrderedSeqs];
 

@@ -292,9 +292,10 @@ __global__ void __launch_bounds__(Traits::threads, 1)
   // 24-28% on an H100 where the model said 2% (attention-notes.md, "Session 41").
   const int q_tiles = (params.max_query_len + kTokens - 1) / kTokens;
   const int head_groups = params.kv_heads * (Traits::group_size / kHeads);
+  // seq_order lists every sequence once (ordered_seqs is 0 or num_seqs: AttentionSpec::check), so both walks
+  // number the same items.
   const bool sequence_major = Traits::has_spans && params.ordered_seqs > 0;  // no order without spans
-  const int walked_seqs = sequence_major ? params.ordered_seqs : params.num_seqs;
-  const int items = q_tiles * walked_seqs * head_groups;
+  const int items = q_tiles * params.num_seqs * head_groups;
   // Where item `item` lies: its sequence, first head, chunk (query_start, query_len) and first chunk token.
   struct Place {
     int seq, first_head, query_start, query_len, row_begin;
