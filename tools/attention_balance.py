@@ -19,8 +19,15 @@ start and end. Prints, per walk, the largest CTA load over the mean load (1.000:
   longest   claimed, in longest-item-first order (a bound: the kernel cannot sort items by cost on the
             device)
 
+--fit LENGTH:MS,... (one sequence, bidirectional: every item costs the same) goes the other way: from
+measured times of rows of different lengths, the cost of a key tile and the fixed cost of an item (its
+start and end), by least squares over time = rounds x (tiles x tile_us + item_us), where rounds is the
+makespan CTA's item count (ceil(items / CTAs)); prints both and their ratio, the `--overhead` in tiles that
+the balance model should use for that kernel (attention-notes.md "What an item's end costs").
+
     tools/attention_balance.py --lengths 1638,3277,4915,6554 --tokens-per-item 32
     tools/attention_balance.py --lengths 410,819,1229,1638 --tokens-per-item 48 --bidirectional
+    tools/attention_balance.py --fit 4096:0.489,16384:7.084 --tokens-per-item 32
 
 Defaults: GQA 32/8 (8 head groups of 4 heads), 128-key tiles, 132 CTAs (an H100 / H200), overhead 1,
 ahead 2.5.
@@ -121,9 +128,27 @@ def balance(lengths, tokens_per_item, ctas=132, bidirectional=False, overhead=1.
     return result
 
 
+def fit_item_cost(rows, tokens_per_item, ctas=132, block_n=128, head_groups=8):
+    """(tile_us, item_us) from [(length, ms)] of one-sequence bidirectional rows, by least squares."""
+    equations = []  # time_us = a * tile_us + b * item_us
+    for length, ms in rows:
+        rounds = math.ceil(math.ceil(length / tokens_per_item) * head_groups / ctas)
+        equations.append((rounds * math.ceil(length / block_n), rounds, ms * 1000.0))
+    saa = sum(a * a for a, _, _ in equations)
+    sab = sum(a * b for a, b, _ in equations)
+    sbb = sum(b * b for _, b, _ in equations)
+    say = sum(a * y for a, _, y in equations)
+    sby = sum(b * y for _, b, y in equations)
+    determinant = saa * sbb - sab * sab
+    if len(equations) < 2 or abs(determinant) <= 1e-9 * saa * sbb:
+        raise ValueError("--fit needs rows whose tiles per item differ (two lengths at least)")
+    return (say * sbb - sby * sab) / determinant, (saa * sby - sab * say) / determinant
+
+
 def main(argv):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--lengths", required=True, help="chunk lengths, comma-separated")
+    parser.add_argument("--lengths", help="chunk lengths, comma-separated")
+    parser.add_argument("--fit", help="LENGTH:MS,... measured one-sequence bidirectional rows")
     parser.add_argument("--tokens-per-item", type=int, required=True,
                         help="block_m / heads_per_cta (GQA 4: 32 at D 128, 48 at D 64)")
     parser.add_argument("--block-n", type=int, default=128)
@@ -133,6 +158,23 @@ def main(argv):
     parser.add_argument("--overhead", type=float, default=1.0)
     parser.add_argument("--ahead", type=float, default=2.5)
     args = parser.parse_args(argv)
+    if (args.lengths is None) == (args.fit is None):
+        parser.error("give --lengths (the balance of the walks) or --fit (an item's costs), not both")
+    if args.fit is not None:
+        try:
+            rows = [(int(length), float(ms)) for length, ms in (row.split(":") for row in args.fit.split(","))]
+        except ValueError:
+            parser.error("--fit: LENGTH:MS pairs, comma-separated (e.g. 4096:0.489,16384:7.084)")
+        if min(length for length, _ in rows) < 1 or min(ms for _, ms in rows) <= 0 or args.tokens_per_item < 1:
+            parser.error("--fit lengths and times and --tokens-per-item must be positive")
+        try:
+            tile_us, item_us = fit_item_cost(rows, args.tokens_per_item, args.ctas, args.block_n, args.head_groups)
+        except ValueError as error:
+            parser.error(str(error))
+        print(f"tile     {tile_us:.3f} us")
+        print(f"item     {item_us:.3f} us")
+        print(f"overhead {item_us / tile_us:.2f} tiles")
+        return 0
     lengths = [int(length) for length in args.lengths.split(",")]
     if not lengths or min(lengths) < 1 or args.tokens_per_item < 1 or args.ctas < 1:
         parser.error("lengths, --tokens-per-item and --ctas must be positive")

@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
 """Host tests of tools/attention_balance.py (pure Python): the item numbering and costs follow the kernel's
 (heaviest query tile first, items past a short chunk empty), each walk's load is what a hand count gives on a
-small case, and the figures attention-notes.md "Session 39" and "Session 41" quote come out.
+small case, and the figures attention-notes.md "Session 39" and "Session 41" quote come out; --fit recovers
+the tile and item costs that made a set of times (attention-notes.md "What an item's end costs").
 
   python3 tests/tools/attention_balance_test.py
 """
+import contextlib
 import io
 import os
 import sys
@@ -83,6 +85,48 @@ class NotesFiguresTest(unittest.TestCase):
         short_batch = attention_balance.balance([409, 819, 1229, 1639], 32)
         self.assertAlmostEqual(short_batch["claimed"], 1.014, places=3)
         self.assertAlmostEqual(short_batch["sequences"], 1.034, places=3)
+
+
+class FitTest(unittest.TestCase):
+    def test_recovers_the_costs_that_made_the_times(self):
+        # 1.5 us a tile, 6 us an item: 4096 tokens are 1024 items of 32 tiles, 8 rounds on 132 CTAs; 16384
+        # are 4096 items of 128 tiles, 32 rounds; a third row (8192: 2048 items, 16 rounds) fits exactly too.
+        rows = [(4096, 8 * (32 * 1.5 + 6) / 1000), (16384, 32 * (128 * 1.5 + 6) / 1000),
+                (8192, 16 * (64 * 1.5 + 6) / 1000)]
+        tile_us, item_us = attention_balance.fit_item_cost(rows, 32)
+        self.assertAlmostEqual(tile_us, 1.5, places=9)
+        self.assertAlmostEqual(item_us, 6.0, places=9)
+
+    def test_one_length_cannot_part_the_two_costs(self):
+        with self.assertRaises(ValueError):
+            attention_balance.fit_item_cost([(4096, 0.5)], 32)
+        with self.assertRaises(ValueError):
+            attention_balance.fit_item_cost([(4096, 0.5), (4096, 0.51)], 32)
+
+    def test_the_session_42_figures(self):
+        # Session 41's one-sequence bidirectional rows on an H100 (performance.md): ours and cuDNN's at D 128
+        # and D 256, as attention-notes.md "What an item's end costs" quotes them.
+        cases = [((0.489, 7.084), 128, 1.669, 7.708), ((0.439, 6.908), 128, 1.677, 1.208),
+                 ((0.951, 13.842), 64, 1.634, 14.3125), ((0.836, 13.279), 64, 1.617, 1.010)]
+        for (short, long), block_n, tile, item in cases:
+            tile_us, item_us = attention_balance.fit_item_cost([(4096, short), (16384, long)], 32, block_n=block_n)
+            self.assertAlmostEqual(tile_us, tile, places=3)
+            self.assertAlmostEqual(item_us, item, places=3)
+
+    def test_cli(self):
+        out = io.StringIO()
+        with redirect_stdout(out):
+            status = attention_balance.main(["--fit", "4096:0.489,16384:7.084", "--tokens-per-item", "32"])
+        self.assertEqual(status, 0)
+        self.assertEqual([line.split()[0] for line in out.getvalue().splitlines()], ["tile", "item", "overhead"])
+        self.assertIn("4.62 tiles", out.getvalue())
+        for bad in (["--fit", "4096", "--tokens-per-item", "32"],
+                    ["--fit", "4096:0.5,16384:7", "--lengths", "4096", "--tokens-per-item", "32"],
+                    ["--tokens-per-item", "32"]):
+            with redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+                with self.assertRaises(SystemExit) as raised:
+                    attention_balance.main(bad)
+            self.assertEqual(raised.exception.code, 2)
 
 
 if __name__ == "__main__":
