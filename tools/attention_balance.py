@@ -15,7 +15,8 @@ start and end. Prints, per walk, the largest CTA load over the mean load (1.000:
             issued the item's last tile: about the pipeline's depth)
   sequences claimed, numbered sequence-major with the sequences longest first; bidirectional: then
             head group, then query tile (the kernel's walk since session 41 when every chunk is one span:
-            plan::longest_first_sequences); causal: then query tile, then head group (not built)
+            plan::longest_first_sequences); causal: then query tile, then head group (measured in
+            session 42, not merged)
   longest   claimed, in longest-item-first order (a bound: the kernel cannot sort items by cost on the
             device)
 
@@ -60,7 +61,7 @@ def sequence_major_costs(lengths, tokens_per_item, block_n=128, head_groups=8, b
                          overhead=1.0):
     """Each item's cost in a sequence-major numbering, the sequences longest first. Bidirectional (one span
     per chunk): then head group, then query tile from the last (the kernel's walk since session 41:
-    plan::longest_first_sequences). Causal (not built; attention-notes.md "Session 41", next): then query
+    plan::longest_first_sequences). Causal (measured in session 42, not merged: attention-notes.md): then query
     tile from the last, then head group, so each sequence's heavy tiles come first."""
     query_tiles = math.ceil(max(lengths) / tokens_per_item)
     costs = []
