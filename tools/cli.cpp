@@ -62,11 +62,12 @@ std::string usage(const Command& command) {
   return text;
 }
 
-bool bidirectional_mask_option(const Arguments& args) {
+bool bidirectional_mask_option(const Arguments& args, config::AttentionConfig& config) {
   const std::string mask = args.value("--mask").value_or("causal");
   if (mask != "causal" && mask != "bidirectional") {
     throw Error(Stage::input, fmt::format("--mask {}: expected causal or bidirectional", mask));
   }
+  if (mask == "bidirectional") config.bidirectional_spans = true;
   return mask == "bidirectional";
 }
 

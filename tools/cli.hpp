@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "config/attention_config.hpp"
+
 namespace attnplan::cli {
 
 inline constexpr int kExitOk = 0;
@@ -57,8 +59,9 @@ int int_option(const Arguments& args, const std::string& name, int fallback, int
 
 // Whether `--mask` asks for bidirectional attention: "causal" (the default) or "bidirectional"; Error(input)
 // naming the option otherwise. The runtime is causal: the commands take bidirectional as one span over each
-// chunk (the config's bidirectional_spans turned on).
-bool bidirectional_mask_option(const Arguments& args);
+// chunk, so bidirectional also turns on `config`'s bidirectional_spans (the plan must then be built for
+// spans).
+bool bidirectional_mask_option(const Arguments& args, config::AttentionConfig& config);
 
 // The number of option `name` (`fallback` when absent); Error(input) naming the option unless the whole
 // text is a finite number greater than 0.

@@ -60,9 +60,7 @@ BenchRequest parse_request(const Arguments& args) {
     config.kv_cache.block_size = int_option(args, "--block-size", 0, 1);
     config::check(config, "--block-size");
   }
-  request.bidirectional = bidirectional_mask_option(args);
-  // The runtime is causal; a span over the whole chunk is how a config asks for bidirectional attention.
-  if (request.bidirectional) config.bidirectional_spans = true;
+  request.bidirectional = bidirectional_mask_option(args, config);
   request.tokens = int_option(args, "--tokens", std::min(4096, config.max_tokens), 1);
   if (request.tokens > config.max_tokens) {
     throw Error(Stage::input,

@@ -44,10 +44,7 @@ Command verify_command() {
   command.run = [](const Arguments& args) {
     config::AttentionConfig config = config::load_file(args.only_positional("CONFIG"));
     check::Scenario scenario;
-    // As in bench: the runtime is causal, and a span over the whole chunk is how a batch asks for
-    // bidirectional attention (the plan then needs bidirectional_spans).
-    scenario.bidirectional = bidirectional_mask_option(args);
-    if (scenario.bidirectional) config.bidirectional_spans = true;
+    scenario.bidirectional = bidirectional_mask_option(args, config);
     const std::string mask = scenario.bidirectional ? "bidirectional" : "causal";
     scenario.tokens = int_option(args, "--tokens", 256, 1);
     scenario.seqs = int_option(args, "--seqs", 1, 1);

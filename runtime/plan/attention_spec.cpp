@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <bitset>
 #include <cmath>
 #include <cstdint>
 #include <numeric>
@@ -371,7 +372,7 @@ void AttentionSpec::check(const AttentionParams& params, int query_heads) const 
                       params.num_seqs, kAttentionOrderedSeqs));
   require(params.ordered_seqs == 0 || kernel == AttentionKernel::wgmma_sm90,
           "ordered_seqs: only the sm_90a kernel walks its items in a given order (0 for mma.sync)");
-  std::vector<bool> listed(params.ordered_seqs, false);
+  std::bitset<kAttentionOrderedSeqs> listed;  // ordered_seqs <= kAttentionOrderedSeqs, checked above
   for (int i = 0; i < params.ordered_seqs; ++i) {
     const int seq = params.seq_order[i];
     require(seq < params.num_seqs && !listed[seq],
