@@ -192,6 +192,39 @@ __device__ __forceinline__ float quad_sum(float value) {
   return value + __shfl_xor_sync(0xffffffffu, value, 2);
 }
 
+// A 4 x 4 transpose of 32-bit words within each quad (lanes 4 g .. 4 g + 3; lane_in_quad = lane % 4): word j
+// of lane i becomes word i of lane j. Every lane of the warp must call it. An accumulator row's bf16 pairs
+// for columns 8 c + 2 i, + 1 (lane i, n8 tiles c = 4 k .. 4 k + 3) become the 16 contiguous bytes of tile
+// 4 k + i in lane i, so the row is stored 16 bytes a lane rather than 4. Two exchanges (lanes i ^ 1, then
+// i ^ 2) of two words each; the selects keep the words in registers (a runtime index would put them in
+// local memory).
+__device__ __forceinline__ void quad_transpose(unsigned (&words)[4], int lane_in_quad) {
+  const bool odd = lane_in_quad & 1;
+#pragma unroll
+  for (int m = 0; m < 4; m += 2) {  // after: words[m + s] came from lane (lane_in_quad & ~1) | s
+    const unsigned keep = odd ? words[m + 1] : words[m];
+    const unsigned received = __shfl_xor_sync(0xffffffffu, odd ? words[m] : words[m + 1], 1);
+    words[m] = odd ? received : keep;
+    words[m + 1] = odd ? keep : received;
+  }
+  const bool high = lane_in_quad & 2;
+#pragma unroll
+  for (int s = 0; s < 2; ++s) {  // after: words[2 h + s] came from lane 2 h + s
+    const unsigned keep = high ? words[2 + s] : words[s];
+    const unsigned received = __shfl_xor_sync(0xffffffffu, high ? words[s] : words[2 + s], 2);
+    words[s] = high ? received : keep;
+    words[2 + s] = high ? keep : received;
+  }
+}
+
+// One 16-byte global store (address 16-byte aligned). Written out because NVRTC split some uint4 stores of
+// the attention epilogue into four 4-byte ones (the first of each row's, in the PTX of session 42).
+__device__ __forceinline__ void store_global_16(void* address, const unsigned (&words)[4]) {
+  asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"l"(address), "r"(words[0]), "r"(words[1]),
+               "r"(words[2]), "r"(words[3])
+               : "memory");
+}
+
 inline constexpr int kNoTile = 0x7fffffff;
 // The score of a masked key (NVRTC has no <cmath> INFINITY).
 __device__ __forceinline__ float minus_infinity() {

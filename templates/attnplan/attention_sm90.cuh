@@ -1098,16 +1098,23 @@ __global__ void __launch_bounds__(Traits::threads, 1)
       // fp8: P V was computed against the codes; v_scale restores the values.
       const float inverse = total > 0.0f ? (Traits::kv_fp8 ? params.v_scale : 1.0f) / total : 0.0f;
       const int row = warp_row + group + 8 * half;
-      if (row < Traits::used_rows && row / kHeads < out_rows) {
-        const long long token = place.query_start + place.row_begin + row / kHeads;
-        const int head = place.first_head + row % kHeads;
-        bf16_bits* destination =
-            params.output + token * params.output_row_stride + head * kHeadDim + 2 * in_group;
+      const bool stored = row < Traits::used_rows && row / kHeads < out_rows;
+      const long long token = place.query_start + place.row_begin + row / kHeads;
+      const int head = place.first_head + row % kHeads;
+      bf16_bits* const destination = params.output + token * params.output_row_stride + head * kHeadDim;
+      // 16 bytes a lane (quad_transpose), not 4: a warp's store touches the same 8 rows either way, and its
+      // 4 x fewer store instructions were the cost (the 4-byte stores took 4-10% of the one-sequence rows,
+      // attention-notes.md "Session 42"). Every lane shuffles; only the rows of the chunk store.
 #pragma unroll
-        for (int j = 0; j < kHeadDim / 8; ++j) {
-          *reinterpret_cast<unsigned*>(destination + 8 * j) =
-              pack_bf16(output[4 * j + 2 * half] * inverse, output[4 * j + 2 * half + 1] * inverse);
+      for (int k = 0; k < kHeadDim / 32; ++k) {
+        unsigned words[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int j = 4 * k + i;  // n8 tile j: columns 8 j + 2 in_group, + 1
+          words[i] = pack_bf16(output[4 * j + 2 * half] * inverse, output[4 * j + 2 * half + 1] * inverse);
         }
+        quad_transpose(words, in_group);
+        if (stored) store_global_16(destination + 8 * (4 * k + in_group), words);
       }
     }
     base += tile_count;
