@@ -394,7 +394,8 @@ std::vector<int> longest_first_sequences(std::span<const int> query_starts, std:
                                          std::span<const int> span_offsets,
                                          std::span<const int> span_bounds) {
   const int seqs = static_cast<int>(context_lens.size());
-  if (span_offsets.empty() || seqs > kAttentionOrderedSeqs) return {};  // no spans: every chunk is causal
+  // No spans: every chunk is causal. More sequences than seq_order holds: tile-major as well.
+  if (span_offsets.empty() || seqs > kAttentionOrderedSeqs) return {};
   const auto chunk_len = [&](int s) { return query_starts[s + 1] - query_starts[s]; };
   for (int s = 0; s < seqs; ++s) {
     const int chunk = chunk_len(s);

@@ -701,11 +701,7 @@ TEST_CASE("sm_90a attention compiles to wgmma without spills", "[plan][attention
     // The epilogue's output stores: 16 bytes a lane after the quad transpose, head_dim / 32 per accumulator
     // row and two rows a thread; none of 4 bytes (session 42 found NVRTC splitting some uint4 stores, and
     // the 4-byte stores had cost 4-10% of the one-sequence rows: attention-notes.md "Session 43").
-    std::size_t wide_stores = 0;
-    for (std::size_t at = kernels[i].ptx.find("st.global.v4.b32"); at != std::string::npos;
-         at = kernels[i].ptx.find("st.global.v4.b32", at + 1))
-      ++wide_stores;
-    CHECK(wide_stores == static_cast<std::size_t>(2 * spec.head_dim / 32));
+    CHECK(count_in(kernels[i].ptx, "st.global.v4.b32", 0, std::string::npos) == 2 * spec.head_dim / 32);
     CHECK(kernels[i].ptx.find("st.global.u32") == std::string::npos);
     CHECK(kernels[i].ptx.find("st.global.b32") == std::string::npos);
     CHECK(r.registers > 0);

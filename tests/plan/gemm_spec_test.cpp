@@ -427,13 +427,9 @@ TEST_CASE("gemm wgmma specializations compile for sm_90a: wgmma in the PTX, no s
     CHECK((kernel.ptx.find("mapa.shared::cluster") != std::string::npos) == clustered);
     // 192-wide tiles over several segments load W in 32-row pieces: one TMA load per piece and the A
     // slice per slot, against one W load otherwise.
-    std::size_t loads = 0;
-    for (std::size_t at = kernel.ptx.find(kTmaLoad); at != std::string::npos;
-         at = kernel.ptx.find(kTmaLoad, at + 1))
-      ++loads;
+    const int loads = count_in(kernel.ptx, std::string(kTmaLoad), 0, std::string::npos);
     const bool pieces = spec.segments > 1 && gemm_sm90_tiles_straddle(spec.sm90.block_n);
-    CHECK(loads ==
-          (pieces ? 1 + std::size_t(spec.sm90.block_n / spec.sm90.cluster_m / kGemmSm90WPieceRows) : 2));
+    CHECK(loads == (pieces ? 1 + spec.sm90.block_n / spec.sm90.cluster_m / kGemmSm90WPieceRows : 2));
     CHECK(usage.spill_bytes() == 0);
   }
   // The header compiles for sm_80 too (the body is compiled out: one build covers every template), but
