@@ -19,6 +19,10 @@ start and end. Prints, per walk, the largest CTA load over the mean load (1.000:
             session 42, not merged)
   longest   claimed, in longest-item-first order (a bound: the kernel cannot sort items by cost on the
             device)
+  split     bidirectional only: `sequences` with the split tail (session 44, docs/unmerged): when the
+            items cost the same and the last round would be at most half full, its items are cut into
+            parts over their key tiles as plan::split_tail_items cuts them, each part costing its tiles,
+            the item overhead and `--merge` tiles more (its partial's write, the last part's merge)
 
 --fit LENGTH:MS,... (one sequence, bidirectional: every item costs the same) goes the other way: from
 measured times of rows of different lengths, the cost of a key tile and the fixed cost of an item (its
@@ -82,6 +86,25 @@ def sequence_major_costs(lengths, tokens_per_item, block_n=128, head_groups=8, b
     return costs
 
 
+def split_tail(costs, ctas, overhead=1.0, merge=0.5, max_parts=4, max_units=160):
+    """`costs` with the last round's items split as plan::split_tail_items splits them (at most half a round
+    of equal-cost items, into min(max_parts, ctas // tail, tiles // 2, max_units // tail) parts, part p of
+    k holding tiles [p t / k, (p + 1) t / k)), each part costing its tiles + overhead + merge; unchanged
+    where the rule does not split (items of different costs, a last round more than half full)."""
+    items = len(costs)
+    if items <= ctas or None in costs or len(set(costs)) != 1:
+        return list(costs)
+    tail = items - (items - 1) // ctas * ctas
+    tiles = round(costs[0] - overhead)
+    parts = min(max_parts, ctas // tail, tiles // 2, max_units // tail)
+    if 2 * tail > ctas or parts < 2:
+        return list(costs)
+    split = list(costs[:items - tail])
+    for _ in range(tail):
+        split.extend((p + 1) * tiles // parts - p * tiles // parts + overhead + merge for p in range(parts))
+    return split
+
+
 def snake(costs, ctas):
     """Largest CTA load of the static walk."""
     loads = [0.0] * ctas
@@ -116,7 +139,8 @@ def claimed(costs, ctas, ahead):
     return max(finish)
 
 
-def balance(lengths, tokens_per_item, ctas=132, bidirectional=False, overhead=1.0, ahead=2.5, **shape):
+def balance(lengths, tokens_per_item, ctas=132, bidirectional=False, overhead=1.0, ahead=2.5, merge=0.5,
+            **shape):
     """{walk: largest load / mean load} for each walk."""
     costs = item_costs(lengths, tokens_per_item, bidirectional=bidirectional, overhead=overhead, **shape)
     mean = sum(cost for cost in costs if cost is not None) / ctas
@@ -126,6 +150,8 @@ def balance(lengths, tokens_per_item, ctas=132, bidirectional=False, overhead=1.
                                        **shape)
     result["sequences"] = claimed(by_sequence, ctas, ahead) / mean
     result["longest"] = claimed(longest, ctas, ahead) / mean
+    if bidirectional:
+        result["split"] = claimed(split_tail(by_sequence, ctas, overhead, merge), ctas, ahead) / mean
     return result
 
 
@@ -158,6 +184,8 @@ def main(argv):
     parser.add_argument("--bidirectional", action="store_true")
     parser.add_argument("--overhead", type=float, default=1.0)
     parser.add_argument("--ahead", type=float, default=2.5)
+    parser.add_argument("--merge", type=float, default=0.5,
+                        help="a split part's cost beyond its tiles and the item overhead, in tiles")
     args = parser.parse_args(argv)
     if (args.lengths is None) == (args.fit is None):
         parser.error("give --lengths (the balance of the walks) or --fit (an item's costs), not both")
@@ -180,7 +208,7 @@ def main(argv):
     if not lengths or min(lengths) < 1 or args.tokens_per_item < 1 or args.ctas < 1:
         parser.error("lengths, --tokens-per-item and --ctas must be positive")
     result = balance(lengths, args.tokens_per_item, args.ctas, args.bidirectional, args.overhead, args.ahead,
-                     block_n=args.block_n, head_groups=args.head_groups)
+                     args.merge, block_n=args.block_n, head_groups=args.head_groups)
     for walk, ratio in result.items():
         print(f"{walk:9s} {ratio:.3f}")
     return 0

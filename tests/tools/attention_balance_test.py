@@ -57,6 +57,33 @@ class WalkTest(unittest.TestCase):
         self.assertEqual(attention_balance.claimed([5, None, 4], 2, ahead=0), 5)
 
 
+class SplitTailTest(unittest.TestCase):
+    def test_splits_as_the_plan_does(self):
+        # plan::split_tail_items' cases (tests/plan/attention_spec_test.cpp): 688 equal items of 32 tiles
+        # on 132 CTAs leave 28 in the last round, 4 parts each; 176 of 8 tiles leave 44, 3 parts.
+        split = attention_balance.split_tail([33.0] * 688, 132, overhead=1.0, merge=0.5)
+        self.assertEqual(len(split), 660 + 28 * 4)
+        self.assertEqual(split[659:661], [33.0, 8 + 1.5])
+        split = attention_balance.split_tail([9.0] * 176, 132, overhead=1.0, merge=0.5)
+        self.assertEqual(split[132:135], [2 + 1.5, 3 + 1.5, 3 + 1.5])  # tiles [0, 2), [2, 5), [5, 8)
+        self.assertEqual(len(split), 132 + 44 * 3)
+        # No split: a last round more than half full, whole rounds, one round, items of different costs,
+        # fewer than two tiles a part.
+        for costs in ([9.0] * 256, [9.0] * 264, [9.0] * 100, [9.0] * 175 + [5.0], [4.0] * 176):
+            self.assertEqual(attention_balance.split_tail(costs, 132, overhead=1.0), costs)
+
+    def test_the_session_44_prediction(self):
+        # D 64 bidirectional 4k and 1k, one sequence (48 tokens an item, an item's fixed cost 1.74 tiles:
+        # session 43's fit, 3.1 us over 1.78): the last round's idle CTAs are most of the 4k row's gap.
+        four = attention_balance.balance([4096], 48, bidirectional=True, overhead=1.74)
+        self.assertAlmostEqual(four["sequences"], 1.151, places=3)
+        self.assertAlmostEqual(four["split"], 1.018, places=3)
+        one = attention_balance.balance([1024], 48, bidirectional=True, overhead=1.74)
+        self.assertAlmostEqual(one["sequences"], 1.500, places=3)
+        self.assertAlmostEqual(one["split"], 1.153, places=3)
+        self.assertNotIn("split", attention_balance.balance([4096], 48, overhead=1.74))
+
+
 class NotesFiguresTest(unittest.TestCase):
     def test_the_session_39_model(self):
         varlen = attention_balance.balance([1638, 3277, 4915, 6554], 32)
