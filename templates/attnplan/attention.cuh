@@ -125,6 +125,11 @@ template <int kPending>
 __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
 }
+// Waits until every cp.async of this thread has completed, committed to a group or not: a copy handed to
+// an mbarrier (cp.async.mbarrier.arrive) and never committed is outside what wait_group counts.
+__device__ __forceinline__ void cp_async_wait_all() {
+  asm volatile("cp.async.wait_all;\n" ::);
+}
 
 // Four 8x8 bf16 matrices; lane l supplies the row address of matrix l / 8, row l % 8. Register i holds
 // matrix i's fragment: row lane / 4, columns 2 * (lane % 4) + {0, 1} (transposed with .trans).

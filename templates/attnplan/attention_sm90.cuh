@@ -521,7 +521,9 @@ __global__ void __launch_bounds__(Traits::threads, 1)
         // barriers before releasing Q), so this returns at once; it is here for compute-sanitizer's
         // racecheck, which follows a copy's completion only through its own thread's wait, not through
         // other threads' barriers, and otherwise reports the new Q copy as a write-after-write hazard.
-        cp_async_wait<0>();
+        // wait_all, not wait_group 0: with TMA K/V the Q copies go to the full barrier uncommitted, and
+        // wait_group 0 left them out (racecheck's report on the TMA case, session 43).
+        cp_async_wait_all();
       }
       if (items_begun > 0 && threadIdx.x == 0) {
         *consumer_slot = item;  // the consumers read the previous item's before releasing its Q
@@ -755,7 +757,7 @@ __global__ void __launch_bounds__(Traits::threads, 1)
       *consumer_slot = items;
       mbarrier_arrive(item_barrier);
     }
-    cp_async_wait<0>();  // no copy outlives its thread
+    cp_async_wait_all();  // no copy outlives its thread
     return;
   }
 
