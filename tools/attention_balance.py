@@ -19,10 +19,11 @@ start and end. Prints, per walk, the largest CTA load over the mean load (1.000:
             session 42, not merged)
   longest   claimed, in longest-item-first order (a bound: the kernel cannot sort items by cost on the
             device)
-  split     bidirectional only: `sequences` with the split tail (session 44, docs/unmerged): when the
+  split     bidirectional only: `sequences` with the split tail (session 44, merged in session 45): when the
             items cost the same and the last round would be at most half full, its items are cut into
             parts over their key tiles as plan::split_tail_items cuts them, each part costing its tiles,
-            the item overhead and `--merge` tiles more (its partial's write, the last part's merge)
+            the item overhead and `--merge` tiles more (its partial's write, the last part's merge;
+            session 45's ncu counts put it near 6 tiles of D 64: attention-notes.md "Session 45")
 
 --fit LENGTH:MS,... (one sequence, bidirectional: every item costs the same) goes the other way: from
 measured times of rows of different lengths, the cost of a key tile and the fixed cost of an item (its
@@ -35,7 +36,7 @@ the balance model should use for that kernel (attention-notes.md "What an item's
     tools/attention_balance.py --fit 4096:0.489,16384:7.084 --tokens-per-item 32
 
 Defaults: GQA 32/8 (8 head groups of 4 heads), 128-key tiles, 132 CTAs (an H100 / H200), overhead 1,
-ahead 2.5.
+ahead 2.5, merge 6.
 Standard library only.
 """
 import argparse
@@ -86,7 +87,7 @@ def sequence_major_costs(lengths, tokens_per_item, block_n=128, head_groups=8, b
     return costs
 
 
-def split_tail(costs, ctas, overhead=1.0, merge=0.5, max_parts=4, max_units=160):
+def split_tail(costs, ctas, overhead=1.0, merge=6.0, max_parts=4, max_units=160):
     """`costs` with the last round's items split as plan::split_tail_items splits them (at most half a round
     of equal-cost items, into min(max_parts, ctas // tail, tiles // 2, max_units // tail) parts, part p of
     k holding tiles [p t / k, (p + 1) t / k)), each part costing its tiles + overhead + merge; unchanged
@@ -139,7 +140,7 @@ def claimed(costs, ctas, ahead):
     return max(finish)
 
 
-def balance(lengths, tokens_per_item, ctas=132, bidirectional=False, overhead=1.0, ahead=2.5, merge=0.5,
+def balance(lengths, tokens_per_item, ctas=132, bidirectional=False, overhead=1.0, ahead=2.5, merge=6.0,
             **shape):
     """{walk: largest load / mean load} for each walk."""
     costs = item_costs(lengths, tokens_per_item, bidirectional=bidirectional, overhead=overhead, **shape)
@@ -184,7 +185,7 @@ def main(argv):
     parser.add_argument("--bidirectional", action="store_true")
     parser.add_argument("--overhead", type=float, default=1.0)
     parser.add_argument("--ahead", type=float, default=2.5)
-    parser.add_argument("--merge", type=float, default=0.5,
+    parser.add_argument("--merge", type=float, default=6.0,
                         help="a split part's cost beyond its tiles and the item overhead, in tiles")
     args = parser.parse_args(argv)
     if (args.lengths is None) == (args.fit is None):

@@ -381,6 +381,25 @@ void AttentionSpec::check(const AttentionParams& params, int query_heads) const 
                         i, seq, params.num_seqs));
     listed[seq] = true;
   }
+  require(params.split_items >= 0, fmt::format("split_items = {} must be >= 0", params.split_items));
+  if (params.split_items > 0) {
+    require(
+        kernel == AttentionKernel::wgmma_sm90 && attention_sm90_splits(head_dim),
+        fmt::format("split_items = {}: only the sm_90a kernel at head_dim <= 128 splits its tail (head_dim "
+                    "{})",
+                    params.split_items, head_dim));
+    require(params.split_parts >= 2 && params.split_parts <= kAttentionMaxSplitParts,
+            fmt::format("split_parts = {} must be in [2, {}]", params.split_parts, kAttentionMaxSplitParts));
+    const driver::LaunchShape shape = launch_shape(params.num_seqs, params.max_query_len, query_heads);
+    require(
+        params.split_items <= static_cast<long long>(shape.grid.x),
+        fmt::format("split_items = {} exceeds the launch's {} work items", params.split_items, shape.grid.x));
+    require(static_cast<long long>(params.split_items) * params.split_parts <= kMaxTailSplitUnits,
+            fmt::format("split_items = {} x split_parts = {} exceed the {} parts a workspace holds",
+                        params.split_items, params.split_parts, kMaxTailSplitUnits));
+    require(params.split_partials != nullptr && params.split_counters != nullptr,
+            "split_partials and split_counters must be set for a split tail");
+  }
   if (kv_fp8) {
     for (const auto& [name, scale] :
          {std::pair{"k_scale", params.k_scale}, std::pair{"v_scale", params.v_scale}}) {
@@ -415,6 +434,38 @@ std::vector<int> longest_first_sequences(std::span<const int> query_starts, std:
   std::iota(sequences.begin(), sequences.end(), 0);
   std::stable_sort(sequences.begin(), sequences.end(), [&](int a, int b) { return keys(a) > keys(b); });
   return sequences;
+}
+
+TailSplit split_tail_items(long long items, int ctas, int tiles, int max_units) {
+  if (ctas <= 0 || items <= ctas) return {};
+  const long long tail = items - (items - 1) / ctas * ctas;  // the last round's items, 1..ctas
+  if (2 * tail > ctas) return {};
+  const long long parts =
+      std::min<long long>({kAttentionMaxSplitParts, ctas / tail, tiles / 2, max_units / tail});
+  if (parts < 2) return {};
+  return TailSplit{static_cast<int>(tail), static_cast<int>(parts)};
+}
+
+TailSplit choose_tail_split(const AttentionSpec& spec, std::span<const int> query_starts,
+                            std::span<const int> context_lens, bool sequence_major, int query_heads,
+                            int multiprocessors, int max_units) {
+  const int seqs = static_cast<int>(context_lens.size());
+  if (spec.kernel != AttentionKernel::wgmma_sm90 || !attention_sm90_splits(spec.head_dim) ||
+      !sequence_major || !spec.tiling.persistent || multiprocessors <= 0 || seqs == 0 ||
+      query_starts.size() != context_lens.size() + 1) {
+    return {};
+  }
+  const int chunk = query_starts[1] - query_starts[0];
+  for (int s = 0; s < seqs; ++s) {
+    if (query_starts[s + 1] - query_starts[s] != chunk || context_lens[s] != context_lens[0]) return {};
+  }
+  if (chunk <= 0) return {};
+  // One CTA per item without the SM count: the grid is then the item count.
+  const unsigned items = spec.launch_shape(seqs, chunk, query_heads).grid.x;
+  const unsigned ctas = spec.launch_shape(seqs, chunk, query_heads, multiprocessors).grid.x;
+  // One bidirectional span a chunk: each item sees the sequence's keys [0, context + chunk).
+  const int tiles = (context_lens[0] + chunk + spec.tiling.block_n - 1) / spec.tiling.block_n;
+  return split_tail_items(items, static_cast<int>(ctas), tiles, max_units);
 }
 
 void set_item_order(AttentionParams& params, std::span<const int> sequences) {

@@ -157,7 +157,10 @@ struct AttentionSpec {
   // num_blocks * block_size slots beyond 2^31 - 1 (slots are 32-bit in the kernel);
   // window < 1 or softcap <= 0 (when the spec has them); null span_offsets or sinks when the spec has them;
   // k_scale or v_scale not finite and > 0 (kv_fp8); ordered_seqs neither 0 nor num_seqs (at most
-  // kAttentionOrderedSeqs), not 0 for the mma.sync kernel, or seq_order not listing every sequence once.
+  // kAttentionOrderedSeqs), not 0 for the mma.sync kernel, or seq_order not listing every sequence once;
+  // a split tail (split_items > 0) on a kernel that does not split, with split_parts outside [2,
+  // kAttentionMaxSplitParts], more split items than work items or more parts than kMaxTailSplitUnits, or
+  // null split_partials / split_counters.
   void check(const AttentionParams& params, int query_heads) const;
 };
 
@@ -175,6 +178,35 @@ struct AttentionSpec {
 // than kAttentionOrderedSeqs sequences. Pure.
 std::vector<int> longest_first_sequences(std::span<const int> query_starts, std::span<const int> context_lens,
                                          std::span<const int> span_offsets, std::span<const int> span_bounds);
+
+// The sm_90a kernel's split tail (AttentionParams::split_items, split_parts): the last `items` work items
+// are each cut into `parts` ranges of their key tiles. {0, 0}: none.
+struct TailSplit {
+  int items = 0;
+  int parts = 0;
+  friend bool operator==(const TailSplit&, const TailSplit&) = default;
+};
+
+// Parts a launch's split tail may have in all: the workspace's partials (plan_workspace) hold this many,
+// at least one CTA per SM of the sm_90 parts (132 on an H100 / H200 SXM, 148 on a B200).
+inline constexpr int kMaxTailSplitUnits = 160;
+
+// Pure. `items` work items of `tiles` key tiles each (the same cost: one bidirectional span a chunk, every
+// sequence the same length) over a persistent grid of `ctas` CTAs: when the last round would be at most half
+// full, its items are split into as many parts as fill the grid, at most kAttentionMaxSplitParts, at least
+// two tiles a part and at most `max_units` parts in all; otherwise none. The last round's CTAs then share
+// its work, for one more fixed cost a part (its start, the partial's write, the last part's merge), rather
+// than most of them idling while the rest run whole items: D 64's 4k bidirectional row has 688 items on 132
+// CTAs, 5.2 rounds run as 6 (attention-notes.md, "Session 44").
+TailSplit split_tail_items(long long items, int ctas, int tiles, int max_units);
+
+// The split for a launch of `spec` (its sm_90a kernel where attention_sm90_splits) over a batch, from its
+// host arrays: split_tail_items when the kernel walks it sequence-major (`sequence_major`: a non-empty
+// longest_first_sequences) and every chunk has the same length and context; otherwise none. `multiprocessors`
+// as launch_shape's; `max_units`: the parts the workspace holds.
+TailSplit choose_tail_split(const AttentionSpec& spec, std::span<const int> query_starts,
+                            std::span<const int> context_lens, bool sequence_major, int query_heads,
+                            int multiprocessors, int max_units);
 
 // Writes `sequences` (longest_first_sequences: at most kAttentionOrderedSeqs) into params.seq_order and
 // params.ordered_seqs; empty sets the tile-major walk.

@@ -172,8 +172,16 @@ WorkspaceLayout plan_workspace(const config::AttentionConfig& config, const Kern
     layout.dequantized_weight_bytes =
         std::max(layout.dequantized_weight_bytes, std::size_t(config.hidden_size) * attention_width * 2);
   }
-  layout.attention_items = align_up(layout.dequantized_weights + layout.dequantized_weight_bytes, 256);
-  layout.bytes = layout.attention_items + 256;
+  layout.attention_partials = align_up(layout.dequantized_weights + layout.dequantized_weight_bytes, 256);
+  const AttentionSpec& attention = kernels.attention;
+  if (attention.kernel == AttentionKernel::wgmma_sm90 && attention.has_spans &&
+      attention_sm90_splits(attention.head_dim)) {
+    layout.attention_partials_bytes =
+        std::size_t(kMaxTailSplitUnits) * 4 *
+        attention_sm90_split_unit_floats(attention.head_dim, attention.tiling.block_m);
+  }
+  layout.attention_items = align_up(layout.attention_partials + layout.attention_partials_bytes, 256);
+  layout.bytes = layout.attention_items + kAttentionCounterBytes;
   return layout;
 }
 
@@ -370,8 +378,22 @@ void PrefillPlan::execute(const ExecuteArgs& args, CUstream stream, const StageO
   attend.k_scale = args.cache.k_scale;
   attend.v_scale = args.cache.v_scale;
   if (kernels.attention.kernel == AttentionKernel::wgmma_sm90) {  // the heaviest items first
-    set_item_order(attend, longest_first_sequences(batch.host_query_starts, batch.host_context_lens,
-                                                   batch.host_span_offsets, batch.host_span_bounds));
+    const std::vector<int> order = longest_first_sequences(batch.host_query_starts, batch.host_context_lens,
+                                                           batch.host_span_offsets, batch.host_span_bounds);
+    set_item_order(attend, order);
+    // The last round's items split over their keys where it would leave most CTAs idle.
+    const std::size_t unit_bytes =
+        4 * attention_sm90_split_unit_floats(kernels.attention.head_dim, kernels.attention.tiling.block_m);
+    const TailSplit split =
+        choose_tail_split(kernels.attention, batch.host_query_starts, batch.host_context_lens, !order.empty(),
+                          config.query_heads, loaded.multiprocessors,
+                          static_cast<int>(layout.attention_partials_bytes / unit_bytes));
+    if (split.items > 0) {
+      attend.split_items = split.items;
+      attend.split_parts = split.parts;
+      attend.split_partials = at<float>(args.workspace, layout.attention_partials);
+      attend.split_counters = attend.item_counter + 1;  // zeroed with it
+    }
   }
   // A plan built for spans reads span_offsets on the device: a batch without spans passes an all-zero
   // [num_seqs + 1] table (validate_batch has checked its host copy).
@@ -458,7 +480,8 @@ void PrefillPlan::execute(const ExecuteArgs& args, CUstream stream, const StageO
                    stream, post);
     notify(StageKind::qkv_postprocess);
   }
-  enqueue_kv_store(store, stream, attend.item_counter);  // which it zeroes for the attention launch
+  // which zeroes the item counter and the part counters for the attention launch
+  enqueue_kv_store(store, stream, attend.item_counter, 1 + attend.split_items);
   notify(StageKind::kv_store);
   launch_attention(loaded.attention, kernels.attention, attend, config.query_heads, stream,
                    loaded.multiprocessors);
@@ -573,7 +596,8 @@ void PrefillPlan::launch_kv_store(const KvStoreArgs& args, CUstream stream) cons
   enqueue_kv_store(resolved, stream);
 }
 
-void PrefillPlan::enqueue_kv_store(const KvStoreArgs& args, CUstream stream, int* attention_items) const {
+void PrefillPlan::enqueue_kv_store(const KvStoreArgs& args, CUstream stream, int* attention_items,
+                                   int attention_counters) const {
   const BatchDescription& batch = args.batch;
   KvStoreParams params{};
   params.key = static_cast<const bf16_bits*>(args.key);
@@ -592,6 +616,7 @@ void PrefillPlan::enqueue_kv_store(const KvStoreArgs& args, CUstream stream, int
   params.k_scale = args.cache.k_scale;
   params.v_scale = args.cache.v_scale;
   params.attention_items = attention_items;
+  params.attention_counters = attention_items != nullptr ? attention_counters : 0;
   // A block stores tokens_per_block whole token rows.
   const auto& tiling = compiled_.kernels_planned.kv_store.tiling;
   const unsigned blocks = unsigned(ceil_div(batch.num_tokens, tiling.tokens_per_block));

@@ -71,6 +71,11 @@ struct LayerWeightsView {
   const int* o_g_idx = nullptr;
 };
 
+// The attention counters' bytes in a workspace (WorkspaceLayout::attention_items): the item counter and
+// one part counter per split item (a split item has at least two parts).
+inline constexpr std::size_t kAttentionCounterBytes = 512;
+static_assert(4 * (1 + kMaxTailSplitUnits / 2) <= kAttentionCounterBytes);
+
 // Where the intermediates live inside the caller's workspace (bf16 but the fp8 codes), for a given token
 // count.
 struct WorkspaceLayout {
@@ -93,8 +98,15 @@ struct WorkspaceLayout {
   // GEMM has read it). rotation_stride is 0 without it.
   std::size_t rotations = 0;
   int rotation_stride = 0;
-  // Byte offset of the attention kernel's work-item counter (AttentionParams::item_counter: 4 bytes, zeroed
-  // by the KV store kernel before each attention launch whose kernel claims its items); 256 bytes kept.
+  // Plans whose sm_90a attention can split its tail (choose_tail_split: bidirectional spans, head_dim <=
+  // 128): byte offset of the parts' partials (AttentionParams::split_partials), kMaxTailSplitUnits of
+  // attention_sm90_split_unit_floats each (8.8 MB at D 64's three warpgroups, 11 MB at D 128). 0 bytes
+  // otherwise.
+  std::size_t attention_partials = 0;
+  std::size_t attention_partials_bytes = 0;
+  // Byte offset of the attention kernel's work-item counter (AttentionParams::item_counter), then its split
+  // tail's part counters (split_counters: at most kMaxTailSplitUnits / 2 items), all zeroed by the KV store
+  // kernel before each attention launch whose kernel claims its items; kAttentionCounterBytes kept.
   std::size_t attention_items = 0;
   std::size_t bytes = 0;  // total
   long long qkv_row_width = 0;
@@ -188,7 +200,8 @@ class PrefillPlan {
                           const Fp8ActivationBuffers* codes = nullptr, float* rotations = nullptr,
                           const BatchDescription* batch = nullptr) const;
   // With `attention_items` the store's kernel also zeroes that counter for the attention launch after it.
-  void enqueue_kv_store(const KvStoreArgs& args, CUstream stream, int* attention_items = nullptr) const;
+  void enqueue_kv_store(const KvStoreArgs& args, CUstream stream, int* attention_items = nullptr,
+                        int attention_counters = 1) const;
   CompiledPlan compiled_;
   std::unique_ptr<Loaded> loaded_;
 };

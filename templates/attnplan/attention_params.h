@@ -42,6 +42,18 @@ struct AttentionParams {
   // tile. Passed by value, so a graph that captured the launch keeps its batch's order, as it keeps num_seqs.
   int ordered_seqs;
   unsigned short seq_order[kAttentionOrderedSeqs];
+  // The sm_90a kernel's split tail (plan::split_tail_items; split_items 0: none). When the items do not
+  // fill the last round of the persistent grid, the last split_items items are each split over their key
+  // tiles into min(split_parts, the item's tiles) parts, claimed like items, so the last round's CTAs
+  // share that work rather than most of them idling. A part leaves its unnormalized O and row statistics
+  // in split_partials (attention_sm90_split_unit_floats each, at part slot * split_parts + part, slot =
+  // item - (items - split_items)); the part that finishes last (split_counters[slot], one int per split
+  // item, 0 when the launch starts: execute's KV store kernel zeroes them with item_counter) merges the
+  // others' into its own and stores the rows.
+  float* split_partials;
+  int* split_counters;
+  int split_items;
+  int split_parts;
 
   long long query_row_stride;   // elements between consecutive query rows
   long long output_row_stride;  // elements between consecutive output rows
@@ -76,6 +88,21 @@ ATTNPLAN_HOST_DEVICE constexpr int attention_sm90_shared_bytes(int head_dim, int
                                                                int block_m = 128) {
   return 1024 + 2 * head_dim * (block_m + stages * 2 * block_n) + (kv_fp8 ? 2 * 2 * block_n * head_dim : 0) +
          2 * stages * 8 + 8 + (attention_sm90_kv_tma_only(head_dim, kv_tma) ? 8 : 0) + 24;
+}
+
+// Whether the sm_90a kernel splits its tail items (AttentionParams::split_items; the kernel ignores them
+// where not): at D 256 the merge does not fit beside O [64, 256] in the consumers' registers (ptxas spills
+// 16-24 bytes in the ping-pong specializations).
+ATTNPLAN_HOST_DEVICE constexpr bool attention_sm90_splits(int head_dim) {
+  return head_dim <= 128;
+}
+// The most parts a split item is cut into (the merge reads the others' partials one after another).
+inline constexpr int kAttentionMaxSplitParts = 4;
+
+// Floats of one split part's partial in AttentionParams::split_partials: per consumer thread (128 per 64
+// rows of block_m) its O accumulators (head_dim / 2) and its rows' two maxima and two partial sums.
+ATTNPLAN_HOST_DEVICE constexpr long long attention_sm90_split_unit_floats(int head_dim, int block_m) {
+  return static_cast<long long>(2 * block_m) * (head_dim / 2 + 4);
 }
 
 // Threads of the sm_90a kernel's CTA: a producer warpgroup and one consumer warpgroup per 64 query rows

@@ -60,6 +60,29 @@ __device__ __forceinline__ void producer_barrier_sync() {
   asm volatile("bar.sync 4, 128;\n" ::: "memory");
 }
 
+// Named barrier 5: every consumer thread (kThreads), at a split part's end. The first form orders the
+// part's partial writes before its arrival; the second returns `flag` of any thread (bar.red.or), which
+// tells the others what consumer thread 0 learned from the part counter.
+template <int kThreads>
+__device__ __forceinline__ void consumers_barrier_sync() {
+  asm volatile("bar.sync 5, %0;\n" ::"n"(kThreads) : "memory");
+}
+template <int kThreads>
+__device__ __forceinline__ bool consumers_barrier_or(bool flag) {
+  unsigned any;
+  asm volatile(
+      "{\n"
+      ".reg .pred flag, any;\n"
+      "setp.ne.u32 flag, %1, 0;\n"
+      "bar.red.or.pred any, 5, %2, flag;\n"
+      "selp.u32 %0, 1, 0, any;\n"
+      "}\n"
+      : "=r"(any)
+      : "r"(static_cast<unsigned>(flag)), "n"(kThreads)
+      : "memory");
+  return any != 0;
+}
+
 template <bool kCondition, class IfTrue, class IfFalse>
 struct Select {
   using type = IfTrue;
@@ -296,12 +319,25 @@ __global__ void __launch_bounds__(Traits::threads, 1)
   // number the same items.
   const bool sequence_major = Traits::has_spans && params.ordered_seqs > 0;  // no order without spans
   const int items = q_tiles * params.num_seqs * head_groups;
-  // Where item `item` lies: its sequence, first head, chunk (query_start, query_len) and first chunk token.
+  // The walk is over work units: the items before the split tail whole, then each split item's parts
+  // (AttentionParams::split_items; without a split, unit == item).
+  const int split_items = attention_sm90_splits(kHeadDim) ? params.split_items : 0;
+  const int whole_items = items - split_items;
+  const int units = whole_items + split_items * params.split_parts;
+  // Where unit `unit` lies: its item and part (-1: the whole item), the item's sequence, first head, chunk
+  // (query_start, query_len) and first chunk token.
   struct Place {
-    int seq, first_head, query_start, query_len, row_begin;
+    int item, part, seq, first_head, query_start, query_len, row_begin;
   };
-  auto locate = [&](int item) {
+  auto locate = [&](int unit) {
     Place place;
+    place.item = unit;
+    place.part = -1;
+    if (unit >= whole_items) {  // never without a split: unit < units == items then
+      place.item = whole_items + (unit - whole_items) / params.split_parts;
+      place.part = (unit - whole_items) % params.split_parts;
+    }
+    const int item = place.item;
     int tile, group;  // the item's query tile (counted down from the last) and head group
     if (sequence_major) {
       place.seq = params.seq_order[item / (q_tiles * head_groups)];
@@ -318,36 +354,69 @@ __global__ void __launch_bounds__(Traits::threads, 1)
     place.row_begin = (q_tiles - 1 - tile) * kTokens;
     return place;
   };
-  auto item_has_rows = [&](int item) {
-    if (item >= items) return false;
-    const Place place = locate(item);
-    return place.row_begin < place.query_len;
-  };
-  // The next unclaimed item (the counter hands out those after each CTA's first).
-  auto claim = [&]() { return static_cast<int>(gridDim.x) + atomicAdd(params.item_counter, 1); };
-  // `item` or, if it has no rows, the next claimed one that has (`items`: none left). Compared unsigned: a
-  // counter that was not zeroed ends the CTA's walk rather than sending it to negative items.
-  auto claim_from = [&](int item) {
-    while (static_cast<unsigned>(item) < static_cast<unsigned>(items) && !item_has_rows(item)) item = claim();
-    return static_cast<unsigned>(item) < static_cast<unsigned>(items) ? item : items;
-  };
-
-  // The current item, set by begin_item: what the producer and consumers read of it.
-  int first_head, kv_head, query_start, row_begin, rows, kv_len, q_first, q_last;
-  const int* block_table;
   // The key tiles to visit, in increasing order and each once (attention.cuh's KeyTileSchedule): the band
   // causality and the window leave, [band_begin, band_end), never empty (every row sees itself), plus the
   // tiles of each span that meets the query tile. Producer and consumers walk the same sequence;
   // next_tile(t) is the one after t (t + 1 without spans: the band is contiguous; with spans t + 1 until
-  // the end of t's run of visited tiles, then a pass over the spans: a walker's run_end).
-  KeyTileSchedule<kBlockN, Traits::has_spans> schedule;
+  // the end of t's run of visited tiles, then a pass over the spans: a walker's run_end). schedule_of
+  // sets it up for the item at `place` and returns the item's tile count.
+  using Schedule = KeyTileSchedule<kBlockN, Traits::has_spans>;
+  auto schedule_of = [&](const Place& place, Schedule& schedule) {
+    const int q_first = params.context_lens[place.seq] + place.row_begin;
+    const int q_last = q_first + min(kTokens, place.query_len - place.row_begin) - 1;
+    schedule.band_begin = Traits::has_window ? max(0, q_first - params.window + 1) / kBlockN : 0;
+    schedule.band_end = q_last / kBlockN + 1;
+    schedule.spans = nullptr;
+    schedule.span_count = 0;
+    if constexpr (Traits::has_spans) {
+      schedule.attach_spans(params, place.seq, q_first, q_last);
+      return schedule.count();
+    } else {
+      return schedule.band_end - schedule.band_begin;
+    }
+  };
+  // A split item's parts, from its tile count: one per tile at most (a part with no tiles is never claimed).
+  auto parts_in = [&](int tiles) { return min(params.split_parts, tiles); };
+  auto parts_of = [&](const Place& place) {
+    Schedule schedule;
+    return parts_in(schedule_of(place, schedule));
+  };
+  auto item_has_rows = [&](int unit) {
+    if (unit >= units) return false;
+    const Place place = locate(unit);
+    return place.row_begin < place.query_len && (place.part < 0 || place.part < parts_of(place));
+  };
+  // The next unclaimed item (the counter hands out those after each CTA's first).
+  auto claim = [&]() { return static_cast<int>(gridDim.x) + atomicAdd(params.item_counter, 1); };
+  // `item` or, if it has no rows, the next claimed one that has (`units`: none left). Compared unsigned: a
+  // counter that was not zeroed ends the CTA's walk rather than sending it to negative items.
+  auto claim_from = [&](int item) {
+    while (static_cast<unsigned>(item) < static_cast<unsigned>(units) && !item_has_rows(item)) item = claim();
+    return static_cast<unsigned>(item) < static_cast<unsigned>(units) ? item : units;
+  };
+
+  // The current unit, set by begin_item: what the producer and consumers read of it.
+  int first_head, kv_head, query_start, row_begin, rows, kv_len, q_first, q_last;
+  const int* block_table;
+  Schedule schedule;  // the item's (schedule_of)
   int first_tile, tile_count, run_end;
   // Keys every row of the item sees through one span that holds all its tokens, [all_rows_span_first,
   // all_rows_span_end): key tiles inside it need no mask (a prompt that is one bidirectional span masks only
   // its last tile). Empty without such a span.
   int all_rows_span_first, all_rows_span_end;
-  auto begin_item = [&](int item) {
-    const Place place = locate(item);
+  auto next_tile = [&](int tile) {
+    if constexpr (Traits::has_spans) {
+      if (tile + 1 < run_end) return tile + 1;
+      const int next = schedule.next(tile);
+      run_end = schedule.run_end(next);
+      return next;
+    } else {
+      return tile + 1;
+    }
+  };
+  // Sets the unit's state; returns its part (-1: a whole item).
+  auto begin_item = [&](int unit) {
+    const Place place = locate(unit);
     const int seq = place.seq;
     first_head = place.first_head;  // the item's heads: first_head .. first_head + kHeads - 1
     kv_head = first_head / Traits::group_size;
@@ -359,34 +428,25 @@ __global__ void __launch_bounds__(Traits::threads, 1)
     q_first = context_len + row_begin;       // positions of the tile's first and last real tokens
     q_last = q_first + rows - 1;
     block_table = params.block_tables + static_cast<long long>(seq) * params.max_blocks_per_seq;
-    schedule.band_begin = Traits::has_window ? max(0, q_first - params.window + 1) / kBlockN : 0;
-    schedule.band_end = q_last / kBlockN + 1;
-    schedule.spans = nullptr;
-    schedule.span_count = 0;
+    tile_count = schedule_of(place, schedule);
     first_tile = schedule.band_begin;
-    tile_count = schedule.band_end - schedule.band_begin;
     all_rows_span_first = 0;
     all_rows_span_end = 0;
     if constexpr (Traits::has_spans) {
-      schedule.attach_spans(params, seq, q_first, q_last);
       int first_row_span_last;  // the span of the first token, if it holds the last one too
       schedule.row_span(q_first, kv_len, all_rows_span_first, first_row_span_last);
       if (all_rows_span_first <= first_row_span_last && q_last <= first_row_span_last)
         all_rows_span_end = first_row_span_last + 1;
       first_tile = schedule.next(-1);
-      tile_count = schedule.count();
       run_end = schedule.run_end(first_tile);
     }
-  };
-  auto next_tile = [&](int tile) {
-    if constexpr (Traits::has_spans) {
-      if (tile + 1 < run_end) return tile + 1;
-      const int next = schedule.next(tile);
-      run_end = schedule.run_end(next);
-      return next;
-    } else {
-      return tile + 1;
+    if (place.part >= 0) {  // part p of n tiles in `parts`: the walk's tiles [p n / parts, (p + 1) n / parts)
+      const int parts = parts_in(tile_count);
+      const int skipped = place.part * tile_count / parts;
+      for (int i = 0; i < skipped; ++i) first_tile = next_tile(first_tile);
+      tile_count = (place.part + 1) * tile_count / parts - skipped;
     }
+    return place.part;
   };
   extern __shared__ uint4 shared_storage[];
   const unsigned raw_address = sm90::smem_address(shared_storage);
@@ -422,7 +482,7 @@ __global__ void __launch_bounds__(Traits::threads, 1)
   __syncthreads();
   // The CTA's first item, from thread 0 (the __syncthreads above publishes it).
   const int first_item = *consumer_slot;
-  if (first_item >= items) return;  // nothing claimed: no barrier is in use yet
+  if (first_item >= units) return;  // nothing claimed: no barrier is in use yet
 
   if (threadIdx.x < Traits::producer_threads) {
     // ---- producer: gathers, then hands them to the stage's full barrier ------------------------------
@@ -511,7 +571,7 @@ __global__ void __launch_bounds__(Traits::threads, 1)
     int base = 0;  // tiles of the CTA's earlier items: tile i of this one uses stage (base + i) % stages
     int items_begun = 0;    // the CTA's items so far
     int landing_phase = 0;  // TMA only: the landing barrier's next phase
-    for (int item = first_item; item < items;) {
+    for (int item = first_item; item < units;) {
       begin_item(item);
       // Q's buffer: wait until the consumers have read the previous item's, then copy this one's, before
       // the tile loop (inside it, the Q copy's operands would stay live through every tile).
@@ -738,7 +798,7 @@ __global__ void __launch_bounds__(Traits::threads, 1)
       // consumers to finish with Q: at the item boundary its copy then starts from L2 rather than device
       // memory. A token's kHeads rows are contiguous: one bulk prefetch each. TMA K/V only: the gathering
       // producer has no register left for it at 56 (ptxas spills).
-      if (Traits::kv_tma && upcoming < items) {
+      if (Traits::kv_tma && upcoming < units) {
         const Place next = locate(upcoming);
         const int next_rows = min(kTokens, next.query_len - next.row_begin);
         for (int t = threadIdx.x; t < next_rows; t += Traits::producer_threads) {
@@ -754,7 +814,7 @@ __global__ void __launch_bounds__(Traits::threads, 1)
     // The end marker, once the consumers have read the last item's slot.
     mbarrier_wait_parity(q_empty_barrier, (items_begun - 1) & 1);
     if (threadIdx.x == 0) {
-      *consumer_slot = items;
+      *consumer_slot = units;
       mbarrier_arrive(item_barrier);
     }
     cp_async_wait_all();  // no copy outlives its thread
@@ -791,8 +851,9 @@ __global__ void __launch_bounds__(Traits::threads, 1)
   const float tanh_multiplier = Traits::has_softcap ? score_scale / params.softcap : 0.0f;
   const float softcap_multiplier = Traits::has_softcap ? params.softcap * kLog2e : 0.0f;
   const float score_multiplier = Traits::has_softcap ? 1.0f : score_scale * kLog2e;
-  // The state above at the start of an item (begin_item set).
-  auto begin_rows = [&]() {
+  // The state above at the start of a unit (begin_item set); `part` is its part (-1: a whole item). A sink
+  // joins part 0 alone of a split item, so the merge counts it once.
+  auto begin_rows = [&](int part) {
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int position = q_first + (warp_row + group + 8 * half) / kHeads;
@@ -804,7 +865,7 @@ __global__ void __launch_bounds__(Traits::threads, 1)
         schedule.row_span(position, kv_len, row_span_first[half], row_span_last[half]);
       row_max[half] = minus_infinity();
       row_sum[half] = 0.0f;
-      if constexpr (Traits::has_sinks) {
+      if (Traits::has_sinks && part <= 0) {
         // A sink S joins the denominator only (as in attention.cuh): the running max starts at S in the
         // units row_max keeps (raw scores: S / score_scale; with a softcap S log2(e)) and the running sum at
         // exp(0) = 1, in one thread of the quad (the four partial sums are added at the end), with no value
@@ -1006,12 +1067,75 @@ __global__ void __launch_bounds__(Traits::threads, 1)
   // The consumers have read Q (every S = Q K^T of the item has completed): the producer may load the next.
   auto release_q = [&]() { mbarrier_arrive(q_empty_barrier); };
 
+  // The end of a split item's part (AttentionParams::split_partials): leaves this part's O and row
+  // statistics there, counts the part in, and returns whether it was the item's last, which then merges the
+  // others' into its own registers (as the online softmax merges tiles: each side scaled to the larger
+  // max) and stores the rows. Consumer thread t's float4 v of a part is at v * consumer_threads + t, so each
+  // warp moves 512 contiguous bytes, and the reader's fragments are the writer's.
+  auto merge_parts = [&](const Place& place) {
+    constexpr int kVectors = kOutputRegisters / 4;  // O's float4s per thread; vector kVectors: the statistics
+    constexpr long long kUnitVectors = attention_sm90_split_unit_floats(kHeadDim, kBlockM) / 4;
+    static_assert(kUnitVectors == (kVectors + 1) * Traits::consumer_threads,
+                  "a part's partial: O and 4 statistics per consumer thread (attention_params.h)");
+    const int slot = place.item - whole_items;
+    float4* const partials = reinterpret_cast<float4*>(params.split_partials) +
+                             static_cast<long long>(slot) * params.split_parts * kUnitVectors +
+                             (threadIdx.x - Traits::producer_threads);
+    auto vector = [&](int part, int v) {
+      return partials + part * kUnitVectors + v * Traits::consumer_threads;
+    };
+#pragma unroll
+    for (int v = 0; v < kVectors; ++v)
+      *vector(place.part, v) =
+          make_float4(output[4 * v], output[4 * v + 1], output[4 * v + 2], output[4 * v + 3]);
+    *vector(place.part, kVectors) = make_float4(row_max[0], row_max[1], row_sum[0], row_sum[1]);
+    // Every consumer thread's partial written (the barrier), one thread counts the part in: its fence
+    // before the count releases what the barrier ordered before it (fences are cumulative), its fence after
+    // acquires the other parts' partials, which the barrier below then orders before every thread's reads
+    // (ld.global.cg: from L2, where the other SMs' writes are).
+    consumers_barrier_sync<Traits::consumer_threads>();
+    const int parts = parts_of(place);
+    bool last = false;
+    if (threadIdx.x == Traits::producer_threads) {
+      __threadfence();
+      last = atomicAdd(params.split_counters + slot, 1) == parts - 1;
+      __threadfence();
+    }
+    // Broadcast from lane 0 so ptxas knows the branch is warp-uniform (bar.red's result is, but ptxas does
+    // not know it: it then spilled up to 220 bytes around the merge and the stores).
+    if (!__shfl_sync(0xffffffffu, consumers_barrier_or<Traits::consumer_threads>(last), 0)) return false;
+    for (int part = 0; part < parts; ++part) {
+      if (part == place.part) continue;
+      const float4 statistics = __ldcg(vector(part, kVectors));
+      const float their_max[2] = {statistics.x, statistics.y};
+      const float their_sum[2] = {statistics.z, statistics.w};
+      float mine[2], theirs[2];
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const float max = fmaxf(row_max[half], their_max[half]);
+        const float base = max == minus_infinity() ? 0.0f : max * score_multiplier;  // as softmax's settle
+        mine[half] = fast_exp2(row_max[half] * score_multiplier - base);
+        theirs[half] = fast_exp2(their_max[half] * score_multiplier - base);
+        row_sum[half] = row_sum[half] * mine[half] + their_sum[half] * theirs[half];
+        row_max[half] = max;
+      }
+#pragma unroll
+      for (int v = 0; v < kVectors; ++v) {
+        const float4 o = __ldcg(vector(part, v));  // accumulators 4 v, 4 v + 1: row half 0; + 2, + 3: half 1
+        output[4 * v] = output[4 * v] * mine[0] + o.x * theirs[0];
+        output[4 * v + 1] = output[4 * v + 1] * mine[0] + o.y * theirs[0];
+        output[4 * v + 2] = output[4 * v + 2] * mine[1] + o.z * theirs[1];
+        output[4 * v + 3] = output[4 * v + 3] * mine[1] + o.w * theirs[1];
+      }
+    }
+    return true;
+  };
+
   float score[kScoreRegisters];
   unsigned p[kPSteps][4];
   float correction[2];
-  for (int item = first_item, items_done = 0; item < items; ++items_done) {
-    begin_item(item);
-    begin_rows();
+  for (int item = first_item, items_done = 0; item < units; ++items_done) {
+    begin_rows(begin_item(item));
     int tile = first_tile;  // the key tile of iteration i
     if constexpr (!Traits::overlap_softmax) {
       for (int i = 0; i < tile_count; ++i, tile = next_tile(tile)) {
@@ -1092,10 +1216,13 @@ __global__ void __launch_bounds__(Traits::threads, 1)
     // ---- epilogue: normalize and store bf16 pairs ------------------------------------------------------
     // output: [num_tokens, query_heads * head_dim], rows output_row_stride apart. The item's place is
     // looked up again rather than kept through the loop in registers the consumers do not have.
+    // A split item's rows are stored by its last part, once merged.
+    bool stores = true;
+    if constexpr (attention_sm90_splits(kHeadDim)) stores = item < whole_items || merge_parts(locate(item));
     const Place place = locate(item);
     const int out_rows = min(kTokens, place.query_len - place.row_begin);
 #pragma unroll
-    for (int half = 0; half < 2; ++half) {
+    for (int half = 0; half < 2 && stores; ++half) {
       const float total = quad_sum(row_sum[half]);
       // fp8: P V was computed against the codes; v_scale restores the values.
       const float inverse = total > 0.0f ? (Traits::kv_fp8 ? params.v_scale : 1.0f) / total : 0.0f;

@@ -49,7 +49,9 @@ __device__ __forceinline__ void quantize_row(const bf16_bits* source, unsigned c
 // grid: [ceil(num_tokens / tokens_per_block)], block: [Traits::threads]
 template <class Traits>
 __global__ void __launch_bounds__(Traits::threads) kv_store_kernel(const KvStoreParams params) {
-  if (params.attention_items != nullptr && blockIdx.x == 0 && threadIdx.x == 0) *params.attention_items = 0;
+  if (params.attention_items != nullptr && blockIdx.x == 0) {
+    for (int i = threadIdx.x; i < params.attention_counters; i += blockDim.x) params.attention_items[i] = 0;
+  }
   const int first = blockIdx.x * Traits::tokens_per_block;
   for (int token = first; token < min(first + Traits::tokens_per_block, params.num_tokens); ++token) {
     const int seq = sequence_of_token(params.query_starts, params.num_seqs, token);

@@ -71,10 +71,12 @@ struct KvStoreParams {
   int num_blocks;  // pages in the pool; a block table entry outside [0, num_blocks) is never written
   float k_scale;   // fp8 cache only: finite, > 0 (checked by the host)
   float v_scale;
-  // Set by execute: the item counter of the attention launch that follows on the stream
-  // (AttentionParams::item_counter), which block 0 zeroes; a separate memset would add a node and its gap
-  // to every layer. Null: nothing else is written.
+  // Set by execute: the counters of the attention launch that follows on the stream, which block 0 zeroes
+  // (a separate memset would add a node and its gap to every layer): attention_counters ints, the item
+  // counter (AttentionParams::item_counter) then the split tail's part counters (split_counters). Null:
+  // nothing else is written.
   int* attention_items;
+  int attention_counters;
 };
 
 }  // namespace attnplan

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <numeric>
@@ -242,8 +243,10 @@ struct KernelOutput {
 };
 
 // `multiprocessors`: the sm_90a kernel's persistent grid (launch_attention; 0: one CTA per work item).
+// `split`: the sm_90a kernel's split tail (AttentionParams::split_items), its partials poisoned with NaN so
+// that a merge reading a part that was never written shows in the output.
 KernelOutput run_kernel(const plan::AttentionSpec& spec, const Problem& p, int timed_launches = 0,
-                        int multiprocessors = 0) {
+                        int multiprocessors = 0, plan::TailSplit split = {}) {
   const int query_heads = p.config.query_heads;
   const int value_head_dim = p.config.value_head_dim;
   driver::DeviceBuffer d_query = driver::DeviceBuffer::from_host(p.query_rows);
@@ -284,10 +287,20 @@ KernelOutput run_kernel(const plan::AttentionSpec& spec, const Problem& p, int t
   params.span_offsets = d_span_offsets.data<const int>();
   params.span_bounds = d_span_bounds.data<const int>();
   params.sinks = d_sinks.data<const float>();
-  driver::DeviceBuffer d_item_counter;
-  if (spec.dynamic_items()) {                            // the kernel claims its items from a counter
-    d_item_counter = driver::DeviceBuffer(sizeof(int));  // zeroed before each launch, as execute's store does
+  driver::DeviceBuffer d_item_counter, d_partials;
+  if (spec.dynamic_items()) {  // the kernel claims its items from a counter
+    // zeroed before each launch, as execute's store does; then the split tail's part counters
+    d_item_counter = driver::DeviceBuffer(sizeof(int) * (1 + split.items));
     params.item_counter = d_item_counter.data<int>();
+  }
+  if (split.items > 0) {
+    d_partials = driver::DeviceBuffer(std::size_t(split.items) * split.parts * 4 *
+                                      attention_sm90_split_unit_floats(spec.head_dim, spec.tiling.block_m));
+    d_partials.fill_bytes_async(0xFF, stream.handle());
+    params.split_items = split.items;
+    params.split_parts = split.parts;
+    params.split_partials = d_partials.data<float>();
+    params.split_counters = params.item_counter + 1;
   }
   params.query_row_stride = p.query_row_stride;
   params.output_row_stride = p.output_row_stride;
@@ -448,6 +461,33 @@ void check_case(const Case& c, std::uint64_t seed, const plan::AttentionSpec& sp
 
 void check_case(const Case& c, std::uint64_t seed) {
   check_case(c, seed, spec_for(c));
+}
+
+// `c` on the sm_90a kernel `spec` with a split tail of `parts` parts an item (the kernel cuts an item of
+// fewer tiles into one part per tile): half of the work items, so that parts of causal items with one or
+// two key tiles are passed over, on 3 persistent CTAs and on one CTA per item, against the reference.
+void check_split_case(const Case& c, std::uint64_t seed, const plan::AttentionSpec& spec, int parts) {
+  INFO(c.name << ": D " << c.head_dim << ", block " << c.block_size << ", bm " << spec.tiling.block_m
+              << ", kv_tma " << spec.tiling.kv_tma << ", parts " << parts);
+  std::mt19937_64 rng(seed);
+  const Problem p = make_problem(c, rng);
+  const int items =
+      static_cast<int>(spec.launch_shape(p.batch.num_seqs(), p.max_query_len, c.query_heads).grid.x);
+  const plan::TailSplit split{std::clamp(items / 2, 1, plan::kMaxTailSplitUnits / parts), parts};
+  const reference::Tensor want = reference_output(p);
+  for (const int multiprocessors : {3, 0}) {
+    const KernelOutput got = run_kernel(spec, p, 0, multiprocessors, split);
+    CHECK(got.unwritten == 0);
+    CHECK(got.guards_touched == 0);
+    const Errors errors = compare(p, got.values, want);
+    std::printf(
+        "attention split %-40s bm %3d kv_tma %d, %2d of %3d items in %d parts, %s CTAs: rel L2 %.2e, "
+        "worst (seq, head) %.2e\n",
+        c.name.c_str(), spec.tiling.block_m, int(spec.tiling.kv_tma), split.items, items, parts,
+        multiprocessors > 0 ? "3" : "item", errors.overall, errors.worst_block);
+    CHECK(errors.overall < 1e-2);
+    CHECK(errors.worst_block < 1e-2);
+  }
 }
 
 // Mixed batch: no prefix, a one-token prefix, a prefix ending one short of a 64-key tile, a long prefix;
@@ -1061,6 +1101,31 @@ std::vector<Case> sm90_sink_cases() {
   return cases;
 }
 
+// gpt-oss's shape (D 64, GQA 8) with every feature at once: a softcap, sinks, spans and the fp8 cache.
+Case every_feature_d64_case() {
+  return {.name = "softcap, sinks, spans, fp8 gqa8 d64 b16",
+          .query_heads = 16,
+          .kv_heads = 2,
+          .head_dim = 64,
+          .value_head_dim = 64,
+          .sequences = {{63, 130}, {300, 17}, {0, 130}},
+          .softcap = 30.0,
+          .sinks = true,
+          .spans_enabled = true,
+          .spans = {{{80, 120}}, {{10, 50}}, {{5, 20}, {40, 100}}},
+          .query_stddev = 3.0,
+          .fp8 = reference::KvFp8Scales{0.0421f, 0.0173f}};
+}
+
+// The sm_90a cases (plain, spans, sinks) that `keep` keeps.
+template <class Keep>
+std::vector<Case> sm90_cases_where(Keep keep) {
+  std::vector<Case> cases;
+  for (const std::vector<Case>& list : {sm90_cases(), sm90_span_cases(), sm90_sink_cases()})
+    std::copy_if(list.begin(), list.end(), std::back_inserter(cases), keep);
+  return cases;
+}
+
 }  // namespace
 
 TEST_CASE("sm_90a wgmma attention with sinks matches the reference", "[gpu][attention][sm90]") {
@@ -1095,18 +1160,7 @@ TEST_CASE("sm_90a wgmma attention with a softcap matches the reference", "[gpu][
                    .window = 50,
                    .softcap = 30.0,
                    .query_stddev = 3.0});
-  cases.push_back({.name = "softcap, sinks, spans, fp8 gqa8 d64 b16",
-                   .query_heads = 16,
-                   .kv_heads = 2,
-                   .head_dim = 64,
-                   .value_head_dim = 64,
-                   .sequences = {{63, 130}, {300, 17}, {0, 130}},
-                   .softcap = 30.0,
-                   .sinks = true,
-                   .spans_enabled = true,
-                   .spans = {{{80, 120}}, {{10, 50}}, {{5, 20}, {40, 100}}},
-                   .query_stddev = 3.0,
-                   .fp8 = reference::KvFp8Scales{0.0421f, 0.0173f}});
+  cases.push_back(every_feature_d64_case());
   check_forced_sm90(cases, 1100);
 }
 
@@ -1120,14 +1174,10 @@ TEST_CASE("sm_90a wgmma attention over an fp8 e4m3fn KV cache matches the refere
   // caches): the producer stages the codes and widens them into the bf16 tiles; k_scale 1 leaves small keys
   // subnormal.
   const std::vector<reference::KvFp8Scales> scales = {{0.0421f, 0.0173f}, {1.0f, 0.25f}};
-  std::vector<Case> cases;
-  for (const std::vector<Case>& list : {sm90_cases(), sm90_span_cases(), sm90_sink_cases()}) {
-    for (const Case& c : list) {
-      if (c.head_dim > 128) continue;
-      cases.push_back(c);
-      cases.back().name = "fp8 " + c.name;
-      cases.back().fp8 = scales[cases.size() % 2];
-    }
+  std::vector<Case> cases = sm90_cases_where([](const Case& c) { return c.head_dim <= 128; });
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    cases[i].name = "fp8 " + cases[i].name;
+    cases[i].fp8 = scales[(i + 1) % 2];
   }
   REQUIRE(cases.size() >= 15);
   check_forced_sm90(cases, 1000);
@@ -1142,17 +1192,39 @@ TEST_CASE("sm_90a wgmma attention with TMA K/V loads matches the reference", "[g
   // keys come by TMA, a tile reaching past them by the gather (D <= 128) or by TMA with its V rows past the
   // keys zeroed (D 256, the TMA-only producer). The slots no sequence owns hold NaN,
   // so a V row left unzeroed would turn its output rows to NaN.
-  std::vector<Case> cases;
-  for (const std::vector<Case>& list : {sm90_cases(), sm90_span_cases(), sm90_sink_cases()}) {
-    for (const Case& c : list)
-      if (plan::sm90_kv_tma_supported(c.head_dim, c.block_size,
-                                      plan::choose_sm90_attention_tiling(c.head_dim, 1).block_n))
-        cases.push_back(c);
-  }
+  std::vector<Case> cases = sm90_cases_where([](const Case& c) {
+    return plan::sm90_kv_tma_supported(c.head_dim, c.block_size,
+                                       plan::choose_sm90_attention_tiling(c.head_dim, 1).block_n);
+  });
   REQUIRE(cases.size() >= 15);
   REQUIRE(std::count_if(cases.begin(), cases.end(), [](const Case& c) { return c.head_dim == 256; }) >= 4);
   check_forced_sm90(cases, 800, /*kv_tma=*/true);
   check_page_outside_pool(plan::AttentionKernel::wgmma_sm90, /*kv_tma=*/true);
+}
+
+TEST_CASE("sm_90a wgmma attention with a split tail matches the reference", "[gpu][attention][sm90]") {
+  if (!device_is_sm90a()) {
+    SUCCEED("not an sm_90a device: the wgmma kernel cannot run here");
+    return;
+  }
+  // Every sm_90a, span and sink case the kernel splits (attention_sm90_splits: D <= 128), with 2, 3 and 4
+  // parts in turn, K/V by the gather and by TMA in turn where TMA takes the case, three consumer warpgroups
+  // at D 64; the softcap, sinks, spans and fp8 case too. Execute splits only the equal-cost items of
+  // prompts that are one span each (choose_tail_split); the kernel must get any split right.
+  std::vector<Case> cases = sm90_cases_where([](const Case& c) { return attention_sm90_splits(c.head_dim); });
+  cases.push_back(every_feature_d64_case());
+  REQUIRE(cases.size() >= 12);
+  std::vector<plan::AttentionSpec> specs;
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    plan::AttentionSpec spec = spec_with_kernel(cases[i], plan::AttentionKernel::wgmma_sm90);
+    const int block_n = spec.tiling.block_n;
+    spec.tiling.kv_tma = i % 2 == 1 && !spec.kv_fp8 &&
+                         plan::sm90_kv_tma_supported(cases[i].head_dim, cases[i].block_size, block_n);
+    specs.push_back(spec);
+  }
+  kernels().prepare(specs);
+  for (std::size_t i = 0; i < cases.size(); ++i)
+    check_split_case(cases[i], 1200 + i, specs[i], 2 + static_cast<int>(i % 3));
 }
 
 TEST_CASE("attention over 32k tokens matches the reference on sampled rows", "[.attention_long][gpu]") {

@@ -236,6 +236,58 @@ TEST_CASE("the sm_90a kernel walks prompts that are one span each longest first"
   }
 }
 
+TEST_CASE("the sm_90a kernel splits a tail round that would leave most CTAs idle", "[plan][attention]") {
+  // D 64's 4k bidirectional row: 86 query tiles x 8 head groups = 688 items on 132 CTAs, 5 full rounds
+  // and 28 items: each cut into 4 parts (132 / 28 = 4), 32 key tiles an item.
+  CHECK(split_tail_items(688, 132, 32, kMaxTailSplitUnits) == TailSplit{28, 4});
+  // D 64 1k: 176 items, 44 in the last round: 3 parts fill the grid.
+  CHECK(split_tail_items(176, 132, 8, kMaxTailSplitUnits) == TailSplit{44, 3});
+  // A last round more than half full (D 128 1k: 256 items, 124 left), whole rounds, or one round: none.
+  CHECK(split_tail_items(256, 132, 8, kMaxTailSplitUnits) == TailSplit{});
+  CHECK(split_tail_items(264, 132, 8, kMaxTailSplitUnits) == TailSplit{});
+  CHECK(split_tail_items(100, 132, 8, kMaxTailSplitUnits) == TailSplit{});
+  CHECK(split_tail_items(688, 0, 32, kMaxTailSplitUnits) == TailSplit{});
+  // Exactly half full splits in two; parts capped at kAttentionMaxSplitParts, at two tiles a part and at
+  // the workspace's units.
+  CHECK(split_tail_items(132 + 66, 132, 32, kMaxTailSplitUnits) == TailSplit{66, 2});
+  CHECK(split_tail_items(132 * 31 + 4, 132, 128, kMaxTailSplitUnits) ==
+        TailSplit{4, kAttentionMaxSplitParts});
+  CHECK(split_tail_items(688, 132, 6, kMaxTailSplitUnits) == TailSplit{28, 3});
+  CHECK(split_tail_items(688, 132, 3, kMaxTailSplitUnits) == TailSplit{});
+  CHECK(split_tail_items(688, 132, 32, 60) == TailSplit{28, 2});
+  CHECK(split_tail_items(688, 132, 32, 50) == TailSplit{});
+
+  // From a batch: the sm_90a kernel's sequence-major walk, every chunk alike. Llama's D 128 (32 tokens an
+  // item, 8 head groups): one chunk of 1088 tokens is 34 x 8 = 272 items, 8 past two rounds of 132.
+  AttentionSpec spec = make_spec(128, 128, 4, 64, kSm90a);
+  spec.kernel = AttentionKernel::wgmma_sm90;
+  spec.has_spans = true;
+  spec.tiling = choose_sm90_attention_tiling(128, 4);
+  REQUIRE(spec.tiling.heads_per_cta == 4);
+  REQUIRE(spec.tiling.persistent);
+  const std::vector<int> one = {0, 1088}, no_context = {0};
+  CHECK(choose_tail_split(spec, one, no_context, true, 32, 132, kMaxTailSplitUnits) == TailSplit{8, 4});
+  // Not on the tile-major walk, not without SMs, not where the chunks or contexts differ.
+  CHECK(choose_tail_split(spec, one, no_context, false, 32, 132, kMaxTailSplitUnits) == TailSplit{});
+  CHECK(choose_tail_split(spec, one, no_context, true, 32, 0, kMaxTailSplitUnits) == TailSplit{});
+  const std::vector<int> two = {0, 1088, 2176}, equal = {0, 0}, unequal = {0, 64};
+  CHECK(choose_tail_split(spec, two, equal, true, 32, 132, kMaxTailSplitUnits) == TailSplit{16, 4});
+  CHECK(choose_tail_split(spec, two, unequal, true, 32, 132, kMaxTailSplitUnits) == TailSplit{});
+  const std::vector<int> ragged = {0, 1088, 2000};
+  CHECK(choose_tail_split(spec, ragged, equal, true, 32, 132, kMaxTailSplitUnits) == TailSplit{});
+  // A prefix adds key tiles, not items: 1088 + 4000 keys are 40 tiles.
+  const std::vector<int> prefix = {4000};
+  CHECK(choose_tail_split(spec, one, prefix, true, 32, 132, kMaxTailSplitUnits) == TailSplit{8, 4});
+  // D 256 does not split (attention_sm90_splits), nor the mma.sync kernel.
+  AttentionSpec wide = spec;
+  wide.head_dim = wide.value_head_dim = 256;
+  wide.tiling = choose_sm90_attention_tiling(256, 4);
+  CHECK(choose_tail_split(wide, one, no_context, true, 32, 132, kMaxTailSplitUnits) == TailSplit{});
+  AttentionSpec sm80 = spec;
+  sm80.kernel = AttentionKernel::mma_sync;
+  CHECK(choose_tail_split(sm80, one, no_context, true, 32, 132, kMaxTailSplitUnits) == TailSplit{});
+}
+
 TEST_CASE("attention Params checks name the broken field", "[plan][attention]") {
   AttentionSpec spec = make_spec(128, 128, 4, 16, kSm90a);
   spec.has_window = spec.has_softcap = spec.has_spans = spec.has_sinks = true;
@@ -325,6 +377,45 @@ TEST_CASE("attention Params checks name the broken field", "[plan][attention]") 
   CHECK(expect_error([&] { set_item_order(bare, std::vector<int>(kAttentionOrderedSeqs + 1, 0)); })
             .message()
             .find("seq_order") != std::string::npos);
+
+  // A split tail: the sm_90a kernel at D <= 128 only, 2 to kAttentionMaxSplitParts parts, at most the
+  // launch's items and kMaxTailSplitUnits parts, with its partials and counters.
+  set_item_order(bare, std::vector<int>{});
+  AttentionParams split = bare;
+  split.split_items = 8;
+  split.split_parts = 4;
+  split.split_partials = fake_pointer<float>(0x500000);
+  split.split_counters = fake_pointer<int>(0x400304);
+  CHECK_NOTHROW(claims.check(split, 32));
+  CHECK(expect_error([&] { plain.check(split, 32); }).message().find("split_items") != std::string::npos);
+  AttentionParams broken = split;
+  broken.split_parts = 1;
+  CHECK(expect_error([&] { claims.check(broken, 32); }).message().find("split_parts") != std::string::npos);
+  broken.split_parts = kAttentionMaxSplitParts + 1;
+  CHECK(expect_error([&] { claims.check(broken, 32); }).message().find("split_parts") != std::string::npos);
+  broken = split;
+  broken.split_items = kMaxTailSplitUnits;  // 500 tokens x 3 sequences: 16 x 3 x 8 = 384 items
+  CHECK(expect_error([&] { claims.check(broken, 32); }).message().find("split_items") != std::string::npos);
+  broken.split_items = 385;
+  CHECK(expect_error([&] { claims.check(broken, 32); }).message().find("work items") != std::string::npos);
+  broken = split;
+  broken.split_items = -1;
+  CHECK(expect_error([&] { claims.check(broken, 32); }).message().find("split_items") != std::string::npos);
+  broken = split;
+  broken.split_partials = nullptr;
+  CHECK(expect_error([&] { claims.check(broken, 32); }).message().find("split_partials") !=
+        std::string::npos);
+  AttentionSpec wide_claims = claims;
+  wide_claims.head_dim = wide_claims.value_head_dim = 256;
+  wide_claims.tiling = choose_sm90_attention_tiling(256, 4);
+  AttentionParams wide_split = split;
+  wide_split.query_row_stride = (32 + 2 * 8) * 256;
+  wide_split.output_row_stride = 32 * 256;
+  wide_split.split_items = 0;
+  CHECK_NOTHROW(wide_claims.check(wide_split, 32));
+  wide_split.split_items = 8;
+  CHECK(expect_error([&] { wide_claims.check(wide_split, 32); }).message().find("split_items") !=
+        std::string::npos);
 
   // An fp8 cache needs finite positive scales.
   spec.kv_fp8 = true;

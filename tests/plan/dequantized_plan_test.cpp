@@ -155,13 +155,16 @@ TEST_CASE("on sm_90a weight-only quantized projections plan a dequantized path i
         static_cast<long long>(config.hidden_size) * config.query_heads * config.value_head_dim;
     const plan::WorkspaceLayout short_launch = plan::plan_workspace(config, kernels, min_tokens - 1);
     CHECK(short_launch.dequantized_weight_bytes == 0);
-    CHECK(short_launch.bytes == short_launch.dequantized_weights + 256);  // and the attention's item counter
+    CHECK(short_launch.attention_partials_bytes == 0);  // a causal plan: no split tail
+    // and the attention's counters
+    CHECK(short_launch.bytes == short_launch.dequantized_weights + plan::kAttentionCounterBytes);
     const plan::WorkspaceLayout long_launch = plan::plan_workspace(config, kernels, min_tokens);
     CHECK(long_launch.dequantized_weight_bytes == std::size_t(std::max(qkv_weight, output_weight)) * 2);
     CHECK(long_launch.dequantized_weights % 256 == 0);
     CHECK(long_launch.dequantized_weights >= long_launch.fp8_activations + long_launch.fp8_activation_bytes);
-    CHECK(long_launch.attention_items == long_launch.dequantized_weights + long_launch.dequantized_weight_bytes);
-    CHECK(long_launch.bytes == long_launch.attention_items + 256);
+    CHECK(long_launch.attention_items ==
+          long_launch.dequantized_weights + long_launch.dequantized_weight_bytes);
+    CHECK(long_launch.bytes == long_launch.attention_items + plan::kAttentionCounterBytes);
   }
 }
 

@@ -123,7 +123,7 @@ TEST_CASE("fp8 activations grow the workspace by the quantized rows of the large
     CHECK(layout.fp8_activations % 256 == 0);
     CHECK(layout.fp8_activation_bytes == plan::fp8_activation_bytes(tokens, 4096));
     CHECK(layout.attention_items == align(layout.fp8_activations + layout.fp8_activation_bytes));
-    CHECK(layout.bytes == layout.attention_items + 256);  // the attention kernel's item counter
+    CHECK(layout.bytes == layout.attention_items + plan::kAttentionCounterBytes);  // the attention's counters
   }
   // bf16 activations: nothing added.
   config::AttentionConfig bf16_activations = config;
@@ -132,7 +132,7 @@ TEST_CASE("fp8 activations grow the workspace by the quantized rows of the large
   const plan::WorkspaceLayout plain =
       plan::plan_workspace(bf16_activations, plan::plan_kernels(bf16_activations, kSm90a), 300);
   CHECK(plain.fp8_activation_bytes == 0);
-  CHECK(plain.bytes == plain.fp8_activations + 256);
+  CHECK(plain.bytes == plain.fp8_activations + plan::kAttentionCounterBytes);
   // The QKV input is the wider one (K = hidden 2048 < Hq * Dv 4096 here): the region fits the larger.
   config::AttentionConfig wide_output = config;
   wide_output.hidden_size = 2048;

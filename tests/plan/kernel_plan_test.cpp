@@ -6,6 +6,7 @@
 
 #include "config/parse.hpp"
 #include "core/error.hpp"
+#include "plan/prefill_plan.hpp"
 #include "support/catch.hpp"
 
 using namespace attnplan;
@@ -454,4 +455,27 @@ TEST_CASE("quantized projections with a GEMM policy are planned with it", "[plan
                                    "kernels yet on sm_80: sm_80 has no fp8 tensor cores",
                                    0) == 0);
   }
+}
+
+TEST_CASE("the workspace holds the split tail's partials where the attention kernel can split", "[plan]") {
+  // Llama with bidirectional spans on sm_90a: D 128, two consumer warpgroups, kMaxTailSplitUnits parts of
+  // 256 threads x (64 + 4) floats; the counters after them.
+  config::AttentionConfig spans = llama();
+  spans.bidirectional_spans = true;
+  const config::Arch sm90a{9, 0, true};
+  const plan::KernelPlan kernels = plan::plan_kernels(spans, sm90a);
+  REQUIRE(kernels.attention.kernel == plan::AttentionKernel::wgmma_sm90);
+  const plan::WorkspaceLayout layout = plan::plan_workspace(spans, kernels, 4096);
+  CHECK(layout.attention_partials_bytes == std::size_t(plan::kMaxTailSplitUnits) * 256 * (64 + 4) * 4);
+  CHECK(layout.attention_partials % 256 == 0);
+  CHECK(layout.attention_items == layout.attention_partials + layout.attention_partials_bytes);
+  CHECK(layout.bytes == layout.attention_items + plan::kAttentionCounterBytes);
+  // Causal (no spans: the items never cost the same), sm_80 (mma.sync), D 256 (attention_sm90_splits): none.
+  CHECK(plan::plan_workspace(llama(), plan::plan_kernels(llama(), sm90a), 4096).attention_partials_bytes ==
+        0);
+  CHECK(plan::plan_workspace(spans, plan::plan_kernels(spans, config::Arch{8, 0, false}), 4096)
+            .attention_partials_bytes == 0);
+  config::AttentionConfig wide = spans;
+  wide.head_dim = wide.value_head_dim = 256;
+  CHECK(plan::plan_workspace(wide, plan::plan_kernels(wide, sm90a), 4096).attention_partials_bytes == 0);
 }
