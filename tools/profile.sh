@@ -17,6 +17,10 @@
 #               where the causal row is 1.08x)
 #   long        the sm_90a attention of the bench rows at 16384 tokens causal, pages of 64: D 64 (0.89x
 #               cuDNN, softmax-bound) and D 128 (its steady-state loop, the bidirectional row's comparison)
+#   split       the sm_90a attention, D 64 GQA 32/8, one span over 1024 and 4096 tokens: the rows whose
+#               last round is split (44 items in 3 parts, 28 in 4), where a part costs ~20k SM cycles
+#               more than its tiles (attention-notes.md "Session 45"): the stall samples of the partial's
+#               stores, the fences around the count and the merge's loads say which
 #
 #   tools/profile.sh                  # every part
 #   tools/profile.sh gemm attention   # just these
@@ -38,11 +42,11 @@ export ATTNPLAN_CACHE_DIR="${ATTNPLAN_CACHE_DIR:-$BUILD/cache}"
 DIR="$OUT/profile"
 mkdir -p "$DIR"
 parts=("$@")
-[[ ${#parts[@]} -gt 0 ]] || parts=(gemm attention dequantize fp8 fp8-peer bidirectional long)
+[[ ${#parts[@]} -gt 0 ]] || parts=(gemm attention dequantize fp8 fp8-peer bidirectional long split)
 for part in "${parts[@]}"; do
   case "$part" in
-    gemm | attention | dequantize | fp8 | fp8-peer | bidirectional | long) ;;
-    *) echo "unknown part '$part' (gemm attention dequantize fp8 fp8-peer bidirectional long)" >&2; exit 2 ;;
+    gemm | attention | dequantize | fp8 | fp8-peer | bidirectional | long | split) ;;
+    *) echo "unknown part '$part' (gemm attention dequantize fp8 fp8-peer bidirectional long split)" >&2; exit 2 ;;
   esac
 done
 
@@ -142,6 +146,12 @@ for part in "${parts[@]}"; do
       for dim in 64 128; do
         profile "long-d$dim-16k-p64" "attention_sm90_kernel" 2 1 -- "$DIR/attention-d$dim.json" \
           --tokens 16384 --block-size 64
+      done
+      ;;
+    split)
+      for tokens in 1024 4096; do
+        profile "split-d64-$tokens-bidirectional" "attention_sm90_kernel" 2 1 -- "$DIR/attention-d64.json" \
+          --tokens "$tokens" --block-size 64 --mask bidirectional
       done
       ;;
   esac
