@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Host tests of tools/bench_peers.py's timing (no GPU, no torch: a stand-in torch module whose CUDA events read
 a simulated GPU clock that each run advances): the warm-up runs for at least --warmup runs and at least
-WARMUP_MS of work, sizes its batches from the time per run, does nothing when asked for neither, and
-time_ms reports the median, min and max of the timed runs only.
+WARMUP_MS of work, sizes its batches from the time per run, does nothing when asked for neither,
+time_ms reports the median, min and max of the timed runs only, and a run that the host takes longer to
+enqueue than the GPU takes to run is reported host-bound (a simulated host clock).
 
   python3 tests/tools/bench_peers_test.py
 """
@@ -52,17 +53,28 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import bench_peers  # noqa: E402
 
 
-class Runs:
-    """A peer's run: records which set it got and advances the GPU clock by `ms` (or ms(i) for run i)."""
+class Host:
+    """The simulated host: `now` is its clock in seconds (bench_peers.host_clock reads it)."""
+    now = 0.0
 
-    def __init__(self, ms):
+
+bench_peers.host_clock = lambda: Host.now
+
+
+class Runs:
+    """A peer's run: records which set it got and advances the GPU clock by `ms` (or ms(i) for run i) and the
+    host's by `host_ms`."""
+
+    def __init__(self, ms, host_ms=0.0):
         self.ms = ms
+        self.host_ms = host_ms
         self.sets = []
 
     def __call__(self, s):
         duration = self.ms(len(self.sets)) if callable(self.ms) else self.ms
         self.sets.append(s)
         Gpu.now += duration
+        Host.now += self.host_ms / 1e3
 
 
 class WarmUpTest(unittest.TestCase):
@@ -118,6 +130,23 @@ class TimeTest(unittest.TestCase):
         result = bench_peers.time_ms(run, [0], iterations=5, warmup=5)
         self.assertEqual(len(run.sets), len(warm) + 5)
         self.assertEqual(result, {"median_ms": 2.0, "min_ms": 1.0, "max_ms": 3.0})
+
+
+class HostBoundTest(unittest.TestCase):
+    def setUp(self):
+        Gpu.now = 0.0
+        Host.now = 0.0
+
+    def test_a_run_the_host_enqueues_slower_than_the_gpu_runs_is_host_bound(self):
+        timing = bench_peers.time_ms(Runs(0.025, host_ms=0.040), [0], iterations=5, warmup=0)
+        self.assertAlmostEqual(timing["host_ms"], 0.040)
+        result = bench_peers.with_rate(timing, 1e9, "enable_gqa")
+        self.assertTrue(result["note"].startswith("enable_gqa; host-bound: Python took 0.040 ms"), result["note"])
+
+    def test_a_run_the_gpu_takes_longer_over_is_not(self):
+        timing = bench_peers.time_ms(Runs(0.300, host_ms=0.040), [0], iterations=5, warmup=0)
+        self.assertNotIn("host_ms", timing)
+        self.assertEqual(bench_peers.with_rate(timing, 1e9, "enable_gqa")["note"], "enable_gqa")
 
 
 if __name__ == "__main__":
