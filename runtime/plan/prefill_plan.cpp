@@ -176,6 +176,7 @@ WorkspaceLayout plan_workspace(const config::AttentionConfig& config, const Kern
   const AttentionSpec& attention = kernels.attention;
   if (attention.kernel == AttentionKernel::wgmma_sm90 && attention.has_spans &&
       attention_sm90_splits(attention.head_dim)) {
+    layout.attention_partial_units = kMaxTailSplitUnits;
     layout.attention_partials_bytes =
         std::size_t(kMaxTailSplitUnits) * 4 *
         attention_sm90_split_unit_floats(attention.head_dim, attention.tiling.block_m);
@@ -382,12 +383,9 @@ void PrefillPlan::execute(const ExecuteArgs& args, CUstream stream, const StageO
                                                            batch.host_span_offsets, batch.host_span_bounds);
     set_item_order(attend, order);
     // The last round's items split over their keys where it would leave most CTAs idle.
-    const std::size_t unit_bytes =
-        4 * attention_sm90_split_unit_floats(kernels.attention.head_dim, kernels.attention.tiling.block_m);
     const TailSplit split =
         choose_tail_split(kernels.attention, batch.host_query_starts, batch.host_context_lens, !order.empty(),
-                          config.query_heads, loaded.multiprocessors,
-                          static_cast<int>(layout.attention_partials_bytes / unit_bytes));
+                          config.query_heads, loaded.multiprocessors, layout.attention_partial_units);
     if (split.items > 0) {
       attend.split_items = split.items;
       attend.split_parts = split.parts;

@@ -104,6 +104,7 @@ struct WorkspaceLayout {
   // otherwise.
   std::size_t attention_partials = 0;
   std::size_t attention_partials_bytes = 0;
+  int attention_partial_units = 0;  // the parts those bytes hold (choose_tail_split's max_units)
   // Byte offset of the attention kernel's work-item counter (AttentionParams::item_counter), then its split
   // tail's part counters (split_counters: at most kMaxTailSplitUnits / 2 items), all zeroed by the KV store
   // kernel before each attention launch whose kernel claims its items; kAttentionCounterBytes kept.

@@ -467,6 +467,7 @@ TEST_CASE("the workspace holds the split tail's partials where the attention ker
   REQUIRE(kernels.attention.kernel == plan::AttentionKernel::wgmma_sm90);
   const plan::WorkspaceLayout layout = plan::plan_workspace(spans, kernels, 4096);
   CHECK(layout.attention_partials_bytes == std::size_t(plan::kMaxTailSplitUnits) * 256 * (64 + 4) * 4);
+  CHECK(layout.attention_partial_units == plan::kMaxTailSplitUnits);
   CHECK(layout.attention_partials % 256 == 0);
   CHECK(layout.attention_items == layout.attention_partials + layout.attention_partials_bytes);
   CHECK(layout.bytes == layout.attention_items + plan::kAttentionCounterBytes);
