@@ -201,6 +201,13 @@ compiler::KernelSource AttentionSpec::source() const {
                             "head_dim 64 with the serial schedule, 192 (three); got block_m {}, head_dim {}",
                             tiling.block_m, head_dim));
   }
+  if (splits_tail && !(sm90 && attention_sm90_splits(head_dim))) {
+    throw Error(
+        Stage::config,
+        fmt::format("attention: a split tail (splits_tail) needs the sm_90a kernel and head_dim <= 128; "
+                    "got head_dim {} on {}",
+                    head_dim, to_string(kernel)));
+  }
   if (tiling.kv_tma && (!sm90 || kv_fp8 || !sm90_kv_tma_supported(head_dim, block_size, tiling.block_n))) {
     throw Error(
         Stage::config,
@@ -230,6 +237,7 @@ compiler::KernelSource AttentionSpec::source() const {
         {"kv_tma", cxx_bool(tiling.kv_tma)},
         {"kv_fp8", cxx_bool(kv_fp8)},
         {"consumers", std::to_string(tiling.block_m / 64)},
+        {"splits_tail", cxx_bool(splits_tail)},
     };
     source.grid_constant = true;  // the kernel takes the address of its parameters (and TMA of its maps)
   } else {
@@ -272,6 +280,7 @@ compiler::KernelSource AttentionSpec::source() const {
     source.spec["overlap_softmax"] = tiling.overlap_softmax;
     source.spec["ping_pong"] = tiling.ping_pong;
     source.spec["kv_tma"] = tiling.kv_tma;
+    source.spec["splits_tail"] = splits_tail;
   } else {
     source.spec["min_blocks_per_sm"] = tiling.min_blocks_per_sm;
   }
@@ -383,11 +392,10 @@ void AttentionSpec::check(const AttentionParams& params, int query_heads) const 
   }
   require(params.split_items >= 0, fmt::format("split_items = {} must be >= 0", params.split_items));
   if (params.split_items > 0) {
-    require(
-        kernel == AttentionKernel::wgmma_sm90 && attention_sm90_splits(head_dim),
-        fmt::format("split_items = {}: only the sm_90a kernel at head_dim <= 128 splits its tail (head_dim "
-                    "{})",
-                    params.split_items, head_dim));
+    require(splits_tail,
+            fmt::format("split_items = {}: this attention kernel does not split its tail (only the sm_90a "
+                        "kernel with splits_tail, at head_dim <= 128, does: the plan's attention_split)",
+                        params.split_items));
     require(params.split_parts >= 2 && params.split_parts <= kAttentionMaxSplitParts,
             fmt::format("split_parts = {} must be in [2, {}]", params.split_parts, kAttentionMaxSplitParts));
     const driver::LaunchShape shape = launch_shape(params.num_seqs, params.max_query_len, query_heads);
@@ -446,13 +454,23 @@ TailSplit split_tail_items(long long items, int ctas, int tiles, int max_units) 
   return TailSplit{static_cast<int>(tail), static_cast<int>(parts)};
 }
 
+std::optional<AttentionSpec> split_tail_specialization(const AttentionSpec& planned) {
+  if (planned.kernel != AttentionKernel::wgmma_sm90 || !planned.has_spans ||
+      !attention_sm90_splits(planned.head_dim)) {
+    return std::nullopt;
+  }
+  AttentionSpec split = planned;
+  split.splits_tail = true;
+  return split;
+}
+
 TailSplit choose_tail_split(const AttentionSpec& spec, std::span<const int> query_starts,
                             std::span<const int> context_lens, bool sequence_major, int query_heads,
                             int multiprocessors, int max_units) {
   const int seqs = static_cast<int>(context_lens.size());
-  if (spec.kernel != AttentionKernel::wgmma_sm90 || !attention_sm90_splits(spec.head_dim) ||
-      !sequence_major || !spec.tiling.persistent || multiprocessors <= 0 || seqs == 0 ||
-      query_starts.size() != context_lens.size() + 1) {
+  if (spec.kernel != AttentionKernel::wgmma_sm90 || !spec.splits_tail ||
+      !attention_sm90_splits(spec.head_dim) || !sequence_major || !spec.tiling.persistent ||
+      multiprocessors <= 0 || seqs == 0 || query_starts.size() != context_lens.size() + 1) {
     return {};
   }
   const int chunk = query_starts[1] - query_starts[0];

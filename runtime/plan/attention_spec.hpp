@@ -123,6 +123,11 @@ struct AttentionSpec {
   // kv_cache.dtype fp8_e4m3: the cache holds 1-byte e4m3fn codes; the kernel widens K/V tiles to bf16 in
   // shared memory and applies params.k_scale to the scores, params.v_scale to the output.
   bool kv_fp8 = false;
+  // The sm_90a kernel's split tail compiled in (AttentionSm90Traits::splits_tail; head_dim <= 128): only
+  // this specialization reads AttentionParams::split_items. The plan has it beside the planned kernel as
+  // KernelPlan::attention_split, which the launches that split take (choose_tail_split); the others run
+  // without the merge's code (5% at D 128, 1k tokens bidirectional: attention-notes.md, "Session 46").
+  bool splits_tail = false;
   AttentionTiling tiling;
 
   // The config's shapes and feature flags, choose_attention_kernel and that kernel's tiling
@@ -130,6 +135,7 @@ struct AttentionSpec {
   static AttentionSpec from_config(const config::AttentionConfig& config, config::Arch arch);
 
   compiler::KernelSource source() const;
+  friend bool operator==(const AttentionSpec&, const AttentionSpec&) = default;
 
   int threads() const {
     return kernel == AttentionKernel::wgmma_sm90 ? attention_sm90_threads(tiling.block_m) : tiling.threads();
@@ -158,7 +164,7 @@ struct AttentionSpec {
   // window < 1 or softcap <= 0 (when the spec has them); null span_offsets or sinks when the spec has them;
   // k_scale or v_scale not finite and > 0 (kv_fp8); ordered_seqs neither 0 nor num_seqs (at most
   // kAttentionOrderedSeqs), not 0 for the mma.sync kernel, or seq_order not listing every sequence once;
-  // a split tail (split_items > 0) on a kernel that does not split, with split_parts outside [2,
+  // a split tail (split_items > 0) on a kernel without splits_tail, with split_parts outside [2,
   // kAttentionMaxSplitParts], more split items than work items or more parts than kMaxTailSplitUnits, or
   // null split_partials / split_counters.
   void check(const AttentionParams& params, int query_heads) const;
@@ -200,7 +206,12 @@ inline constexpr int kMaxTailSplitUnits = 160;
 // CTAs, 5.2 rounds run as 6 (attention-notes.md, "Session 44").
 TailSplit split_tail_items(long long items, int ctas, int tiles, int max_units);
 
-// The split for a launch of `spec` (its sm_90a kernel where attention_sm90_splits) over a batch, from its
+// Pure. The planned kernel's split-tail specialization (the same spec with splits_tail), where a launch may
+// split: the sm_90a kernel at head_dim <= 128 with spans (choose_tail_split splits only prompts that are
+// one bidirectional span each). Empty otherwise.
+std::optional<AttentionSpec> split_tail_specialization(const AttentionSpec& planned);
+
+// The split for a launch of `spec` (a sm_90a kernel with splits_tail; none otherwise) over a batch, from its
 // host arrays: split_tail_items when the kernel walks it sequence-major (`sequence_major`: a non-empty
 // longest_first_sequences) and every chunk has the same length and context; otherwise none. `multiprocessors`
 // as launch_shape's; `max_units`: the parts the workspace holds.

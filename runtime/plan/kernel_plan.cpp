@@ -380,6 +380,7 @@ KernelPlan plan_kernels(const config::AttentionConfig& config, const config::Arc
   plan.kv_store.tiling = choose_kv_store_tiling(config.kv_heads, config.head_dim, config.value_head_dim);
 
   plan.attention = AttentionSpec::from_config(config, arch);
+  plan.attention_split = split_tail_specialization(plan.attention);
 
   plan.output_projection.segments = 1;
   plan.output_projection.has_bias = config.output_bias;
@@ -461,6 +462,7 @@ KernelPlan plan_kernels(const config::AttentionConfig& config, const config::Arc
   }
   plan.kernels.push_back({StageKind::kv_store, "kv_store", plan.kv_store.source(), 0});
   add(StageKind::attention, "attention", plan.attention);
+  if (plan.attention_split) add(StageKind::attention, kAttentionSplitKernel, *plan.attention_split);
   add_projection(StageKind::output_quantize, StageKind::output_projection, plan.output_projection,
                  plan.output_projection_fp8, plan.output_projection_small, plan.output_projection_tiny,
                  plan.output_projection_dequantized);

@@ -32,6 +32,10 @@ enum class StageKind {
 
 std::string_view to_string(StageKind stage);
 
+// The name of the attention stage's split-tail kernel (KernelPlan::attention_split) in
+// KernelPlan::kernels, after the planned one ("attention").
+inline constexpr std::string_view kAttentionSplitKernel = "attention_split";
+
 struct PlannedKernel {
   StageKind stage;
   std::string name;  // stable, human-readable: "input_rmsnorm", "qkv_projection", ...
@@ -47,6 +51,10 @@ struct KernelPlan {
   QkvPostprocessSpec qkv_postprocess;
   KvStoreSpec kv_store;
   AttentionSpec attention;
+  // The attention kernel with the split tail compiled in (split_tail_specialization), planned where a
+  // launch may split (spans, sm_90a, head_dim <= 128): execute launches it, as kAttentionSplitKernel, when
+  // choose_tail_split splits the launch, and `attention` otherwise.
+  std::optional<AttentionSpec> attention_split;
   GemmSpec output_projection;  // [T, Hq * Dv] x [hidden, Hq * Dv]^T
   // fp8 activations (fp8 weights with activation "fp8", sm_89 and later): this e4m3 GEMM instead of the
   // GemmSpec above, on codes the input norm (q|k|v) or the quantizer (output_quantize) wrote. Empty

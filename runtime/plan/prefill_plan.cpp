@@ -28,6 +28,7 @@ struct PrefillPlan::Loaded {
   driver::Context context;
   std::vector<driver::Module> modules;  // own the functions below
   driver::Function input_norm, qkv_projection, qkv_postprocess, kv_store, attention, output_projection;
+  driver::Function attention_split;  // where planned (KernelPlan::attention_split)
   // The short-launch specializations, where planned (KernelPlan::qkv_projection_small, ..._tiny).
   driver::Function qkv_projection_small, output_projection_small, qkv_projection_tiny, output_projection_tiny;
   // The dequantized paths, where planned (KernelPlan::qkv_projection_dequantized, ...).
@@ -173,13 +174,11 @@ WorkspaceLayout plan_workspace(const config::AttentionConfig& config, const Kern
         std::max(layout.dequantized_weight_bytes, std::size_t(config.hidden_size) * attention_width * 2);
   }
   layout.attention_partials = align_up(layout.dequantized_weights + layout.dequantized_weight_bytes, 256);
-  const AttentionSpec& attention = kernels.attention;
-  if (attention.kernel == AttentionKernel::wgmma_sm90 && attention.has_spans &&
-      attention_sm90_splits(attention.head_dim)) {
+  if (const std::optional<AttentionSpec>& split = kernels.attention_split) {
     layout.attention_partial_units = kMaxTailSplitUnits;
     layout.attention_partials_bytes =
         std::size_t(kMaxTailSplitUnits) * 4 *
-        attention_sm90_split_unit_floats(attention.head_dim, attention.tiling.block_m);
+        attention_sm90_split_unit_floats(split->head_dim, split->tiling.block_m);
   }
   layout.attention_items = align_up(layout.attention_partials + layout.attention_partials_bytes, 256);
   layout.bytes = layout.attention_items + kAttentionCounterBytes;
@@ -378,19 +377,27 @@ void PrefillPlan::execute(const ExecuteArgs& args, CUstream stream, const StageO
   attend.num_blocks = args.cache.num_blocks;
   attend.k_scale = args.cache.k_scale;
   attend.v_scale = args.cache.v_scale;
+  // The planned attention kernel, or its split-tail specialization for a launch that splits.
+  const AttentionSpec* attention_spec = &kernels.attention;
+  const driver::Function* attention_function = &loaded.attention;
   if (kernels.attention.kernel == AttentionKernel::wgmma_sm90) {  // the heaviest items first
     const std::vector<int> order = longest_first_sequences(batch.host_query_starts, batch.host_context_lens,
                                                            batch.host_span_offsets, batch.host_span_bounds);
     set_item_order(attend, order);
     // The last round's items split over their keys where it would leave most CTAs idle.
     const TailSplit split =
-        choose_tail_split(kernels.attention, batch.host_query_starts, batch.host_context_lens, !order.empty(),
-                          config.query_heads, loaded.multiprocessors, layout.attention_partial_units);
+        kernels.attention_split
+            ? choose_tail_split(*kernels.attention_split, batch.host_query_starts, batch.host_context_lens,
+                                !order.empty(), config.query_heads, loaded.multiprocessors,
+                                layout.attention_partial_units)
+            : TailSplit{};
     if (split.items > 0) {
       attend.split_items = split.items;
       attend.split_parts = split.parts;
       attend.split_partials = at<float>(args.workspace, layout.attention_partials);
       attend.split_counters = attend.item_counter + 1;  // zeroed with it
+      attention_spec = &*kernels.attention_split;
+      attention_function = &loaded.attention_split;
     }
   }
   // A plan built for spans reads span_offsets on the device: a batch without spans passes an all-zero
@@ -398,7 +405,7 @@ void PrefillPlan::execute(const ExecuteArgs& args, CUstream stream, const StageO
   require(!kernels.attention.has_spans || batch.span_offsets != nullptr,
           "span_offsets: this plan has bidirectional_spans; pass span_offsets (all zeros for a batch without "
           "spans)");
-  kernels.attention.check(attend, config.query_heads);
+  attention_spec->check(attend, config.query_heads);
 
   GemmParams output{};
   output.a = attention_out;
@@ -481,7 +488,7 @@ void PrefillPlan::execute(const ExecuteArgs& args, CUstream stream, const StageO
   // which zeroes the item counter and the part counters for the attention launch
   enqueue_kv_store(store, stream, attend.item_counter, 1 + attend.split_items);
   notify(StageKind::kv_store);
-  launch_attention(loaded.attention, kernels.attention, attend, config.query_heads, stream,
+  launch_attention(*attention_function, *attention_spec, attend, config.query_heads, stream,
                    loaded.multiprocessors);
   notify(StageKind::attention);
   project(&loaded.output_quantize, StageKind::output_projection, *output_function, *output_spec,
@@ -689,7 +696,8 @@ plan::PrefillPlan Runtime::load(const plan::CompiledPlan& compiled) {
         loaded->kv_store = function;
         break;
       case plan::StageKind::attention:
-        loaded->attention = function;
+        (planned.name == plan::kAttentionSplitKernel ? loaded->attention_split : loaded->attention) =
+            function;
         break;
       case plan::StageKind::output_projection:
         projection_slot(loaded->output_projection, loaded->output_projection_small,

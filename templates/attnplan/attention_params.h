@@ -42,7 +42,8 @@ struct AttentionParams {
   // tile. Passed by value, so a graph that captured the launch keeps its batch's order, as it keeps num_seqs.
   int ordered_seqs;
   unsigned short seq_order[kAttentionOrderedSeqs];
-  // The sm_90a kernel's split tail (plan::split_tail_items; split_items 0: none). When the items do not
+  // The sm_90a kernel's split tail (plan::split_tail_items; split_items 0: none; read only by its splits_tail
+  // specialization, the plan's attention_split). When the items do not
   // fill the last round of the persistent grid, the last split_items items are each split over their key
   // tiles into min(split_parts, the item's tiles) parts, claimed like items, so the last round's CTAs
   // share that work rather than most of them idling. A part leaves its unnormalized O and row statistics
@@ -90,9 +91,9 @@ ATTNPLAN_HOST_DEVICE constexpr int attention_sm90_shared_bytes(int head_dim, int
          2 * stages * 8 + 8 + (attention_sm90_kv_tma_only(head_dim, kv_tma) ? 8 : 0) + 24;
 }
 
-// Whether the sm_90a kernel splits its tail items (AttentionParams::split_items; the kernel ignores them
-// where not): at D 256 the merge does not fit beside O [64, 256] in the consumers' registers (ptxas spills
-// 16-24 bytes in the ping-pong specializations).
+// Whether the sm_90a kernel can split its tail items (AttentionParams::split_items), in its specialization
+// with splits_tail (AttentionSm90Traits; the others ignore split_items): at D 256 the merge does not fit
+// beside O [64, 256] in the consumers' registers (ptxas spills 16-24 bytes in the ping-pong specializations).
 ATTNPLAN_HOST_DEVICE constexpr bool attention_sm90_splits(int head_dim) {
   return head_dim <= 128;
 }

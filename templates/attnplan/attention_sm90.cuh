@@ -114,7 +114,7 @@ __device__ __forceinline__ const AttentionParams& common_params(const AttentionS
 template <int kHeadDim, int kGroupSize, int kHeadsPerCta, int kBlockSize, int kBlockN, bool kHasWindow,
           bool kHasSpans = false, bool kHasSinks = false, bool kHasSoftcap = false, int kStages = 2,
           bool kOverlapSoftmax = false, bool kPingPong = false, bool kKvTma = false, bool kKvFp8 = false,
-          int kConsumers = 2>
+          int kConsumers = 2, bool kSplitsTail = false>
 struct AttentionSm90Traits {
   // K/V pages by TMA: one producer warp issues a box per page and 64-column block of each tile, completing
   // on the stage's full barrier, instead of 128 threads gathering 16-byte chunks with cp.async (whose
@@ -154,6 +154,14 @@ struct AttentionSm90Traits {
   // for the serial schedule only: with overlap_softmax a warpgroup's softmax runs under its own P V, and
   // the turns cost more than they keep (choose_sm90_attention_tiling).
   static constexpr bool ping_pong = kPingPong;
+  // The split tail (AttentionParams::split_items): the last round's items cut over their key tiles, each
+  // part's partial merged by the last part (merge_parts below). Compiled only into the kernel a launch
+  // that splits takes (the plan's attention_split): the merge's code, never run, cost the D 128 1k
+  // bidirectional row 5% and the 4k rows 1% (attention-notes.md, "Session 46"). Without it the kernel
+  // ignores split_items.
+  static constexpr bool splits_tail = kSplitsTail;
+  static_assert(!kSplitsTail || attention_sm90_splits(kHeadDim),
+                "a split tail at D <= 128 only (attention_sm90_splits)");
   // Of every 8 n8 column tiles of S, how many take their exponentials from polynomial_exp2 on the FMA
   // pipe rather than the MUFU unit: at D 64 the MUFU's 16 ex2 per SM and clock match the tensor cores'
   // rate exactly (one per 4 D FLOPs), so the softmax waits on it (Nsight Compute: MIO throttle). Measured
@@ -321,7 +329,7 @@ __global__ void __launch_bounds__(Traits::threads, 1)
   const int items = q_tiles * params.num_seqs * head_groups;
   // The walk is over work units: the items before the split tail whole, then each split item's parts
   // (AttentionParams::split_items; without a split, unit == item).
-  const int split_items = attention_sm90_splits(kHeadDim) ? params.split_items : 0;
+  const int split_items = Traits::splits_tail ? params.split_items : 0;
   const int whole_items = items - split_items;
   const int units = whole_items + split_items * params.split_parts;
   // Where unit `unit` lies: its item and part (-1: the whole item), the item's sequence, first head, chunk
@@ -1218,7 +1226,7 @@ __global__ void __launch_bounds__(Traits::threads, 1)
     // looked up again rather than kept through the loop in registers the consumers do not have.
     // A split item's rows are stored by its last part, once merged.
     bool stores = true;
-    if constexpr (attention_sm90_splits(kHeadDim)) stores = item < whole_items || merge_parts(locate(item));
+    if constexpr (Traits::splits_tail) stores = item < whole_items || merge_parts(locate(item));
     const Place place = locate(item);
     const int out_rows = min(kTokens, place.query_len - place.row_begin);
 #pragma unroll

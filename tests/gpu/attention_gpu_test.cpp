@@ -1217,6 +1217,7 @@ TEST_CASE("sm_90a wgmma attention with a split tail matches the reference", "[gp
   std::vector<plan::AttentionSpec> specs;
   for (std::size_t i = 0; i < cases.size(); ++i) {
     plan::AttentionSpec spec = spec_with_kernel(cases[i], plan::AttentionKernel::wgmma_sm90);
+    spec.splits_tail = true;  // the specialization with the merge (the plan's attention_split)
     const int block_n = spec.tiling.block_n;
     spec.tiling.kv_tma = i % 2 == 1 && !spec.kv_fp8 &&
                          plan::sm90_kv_tma_supported(cases[i].head_dim, cases[i].block_size, block_n);

@@ -266,6 +266,9 @@ TEST_CASE("the sm_90a kernel splits a tail round that would leave most CTAs idle
   REQUIRE(spec.tiling.heads_per_cta == 4);
   REQUIRE(spec.tiling.persistent);
   const std::vector<int> one = {0, 1088}, no_context = {0};
+  // The planned kernel has no split tail compiled in: only its split-tail specialization splits.
+  CHECK(choose_tail_split(spec, one, no_context, true, 32, 132, kMaxTailSplitUnits) == TailSplit{});
+  spec.splits_tail = true;
   CHECK(choose_tail_split(spec, one, no_context, true, 32, 132, kMaxTailSplitUnits) == TailSplit{8, 4});
   // Not on the tile-major walk, not without SMs, not where the chunks or contexts differ.
   CHECK(choose_tail_split(spec, one, no_context, false, 32, 132, kMaxTailSplitUnits) == TailSplit{});
@@ -278,7 +281,7 @@ TEST_CASE("the sm_90a kernel splits a tail round that would leave most CTAs idle
   // A prefix adds key tiles, not items: 1088 + 4000 keys are 40 tiles.
   const std::vector<int> prefix = {4000};
   CHECK(choose_tail_split(spec, one, prefix, true, 32, 132, kMaxTailSplitUnits) == TailSplit{8, 4});
-  // D 256 does not split (attention_sm90_splits), nor the mma.sync kernel.
+  // D 256 does not split (attention_sm90_splits; source() refuses such a spec), nor the mma.sync kernel.
   AttentionSpec wide = spec;
   wide.head_dim = wide.value_head_dim = 256;
   wide.tiling = choose_sm90_attention_tiling(256, 4);
@@ -378,16 +381,18 @@ TEST_CASE("attention Params checks name the broken field", "[plan][attention]") 
             .message()
             .find("seq_order") != std::string::npos);
 
-  // A split tail: the sm_90a kernel at D <= 128 only, 2 to kAttentionMaxSplitParts parts, at most the
-  // launch's items and kMaxTailSplitUnits parts, with its partials and counters.
+  // A split tail: the sm_90a kernel with splits_tail only (D <= 128), 2 to kAttentionMaxSplitParts
+  // parts, at most the launch's items and kMaxTailSplitUnits parts, with its partials and counters.
   set_item_order(bare, std::vector<int>{});
   AttentionParams split = bare;
   split.split_items = 8;
   split.split_parts = 4;
   split.split_partials = fake_pointer<float>(0x500000);
   split.split_counters = fake_pointer<int>(0x400304);
-  CHECK_NOTHROW(claims.check(split, 32));
+  CHECK(expect_error([&] { claims.check(split, 32); }).message().find("splits_tail") != std::string::npos);
   CHECK(expect_error([&] { plain.check(split, 32); }).message().find("split_items") != std::string::npos);
+  claims.splits_tail = true;
+  CHECK_NOTHROW(claims.check(split, 32));
   AttentionParams broken = split;
   broken.split_parts = 1;
   CHECK(expect_error([&] { claims.check(broken, 32); }).message().find("split_parts") != std::string::npos);
@@ -406,6 +411,7 @@ TEST_CASE("attention Params checks name the broken field", "[plan][attention]") 
   CHECK(expect_error([&] { claims.check(broken, 32); }).message().find("split_partials") !=
         std::string::npos);
   AttentionSpec wide_claims = claims;
+  wide_claims.splits_tail = false;
   wide_claims.head_dim = wide_claims.value_head_dim = 256;
   wide_claims.tiling = choose_sm90_attention_tiling(256, 4);
   AttentionParams wide_split = split;
@@ -675,6 +681,31 @@ TEST_CASE("attention spec on sm_90a: the wgmma kernel's stub, launch shape and c
   AttentionSpec tma = spec;
   tma.block_size = 4;
   CHECK_THROWS_AS(tma.source(), Error);
+
+  // The split tail: a specialization of its own (the last trait, and in the spec, so the cache keeps both),
+  // planned beside a kernel with spans at D <= 128 only; refused where the kernel cannot split.
+  CHECK(stub.find("/*consumers=*/2, /*splits_tail=*/false") != std::string::npos);
+  CHECK(source.spec.at("splits_tail") == false);
+  CHECK_FALSE(split_tail_specialization(spec).has_value());  // causal: no spans
+  config::AttentionConfig with_spans = llama;
+  with_spans.bidirectional_spans = true;
+  const AttentionSpec spans = AttentionSpec::from_config(with_spans, kSm90a);
+  CHECK_FALSE(spans.splits_tail);
+  const std::optional<AttentionSpec> split = split_tail_specialization(spans);
+  REQUIRE(split.has_value());
+  CHECK(split->splits_tail);
+  AttentionSpec unsplit = *split;
+  unsplit.splits_tail = false;
+  CHECK(unsplit == spans);  // nothing else differs
+  CHECK(split->source().render_stub().find("/*splits_tail=*/true") != std::string::npos);
+  CHECK(split->source().spec.at("splits_tail") == true);
+  CHECK(split->source().spec != spans.source().spec);
+  CHECK_FALSE(split_tail_specialization(AttentionSpec::from_config(with_spans, kSm80)));  // mma.sync
+  with_spans.head_dim = with_spans.value_head_dim = 256;
+  CHECK_FALSE(split_tail_specialization(AttentionSpec::from_config(with_spans, kSm90a)));
+  AttentionSpec wide_split = wide_spec;
+  wide_split.splits_tail = true;
+  CHECK(expect_error([&] { (void)wide_split.source(); }).message().find("splits_tail") != std::string::npos);
 }
 
 TEST_CASE("sm_90a attention compiles to wgmma without spills", "[plan][attention][nvrtc]") {
@@ -763,6 +794,15 @@ TEST_CASE("sm_90a attention compiles to wgmma without spills", "[plan][attention
       specs.push_back(spec);
     }
   }
+  // The split tail's specialization of each at D <= 128 (the plan's attention_split where there are spans;
+  // the GPU test splits every case): the merge beside O in the consumers' registers.
+  const std::size_t unsplit = specs.size();
+  for (std::size_t i = 0; i < unsplit; ++i) {
+    if (!attention_sm90_splits(specs[i].head_dim)) continue;
+    AttentionSpec split = specs[i];
+    split.splits_tail = true;
+    specs.push_back(split);
+  }
   std::vector<compiler::CompiledKernel> kernels(specs.size());
   try {
     compiler::for_each_parallel(specs.size(), 0, [&](std::size_t i) {
@@ -780,12 +820,12 @@ TEST_CASE("sm_90a attention compiles to wgmma without spills", "[plan][attention
     INFO(kernels[i].log);
     std::printf(
         "attention sm_90a wgmma D %3d group %d block %4d bm %3d bn %3d window %d spans %d sinks %d kv_tma %d "
-        "fp8 %d stages %d overlap %d ping-pong %d: %3d registers, %d spill bytes, %d stack bytes, %6d "
-        "dynamic smem\n",
+        "fp8 %d stages %d overlap %d ping-pong %d split %d: %3d registers, %d spill bytes, %d stack bytes, "
+        "%6d dynamic smem\n",
         spec.head_dim, spec.group_size, spec.block_size, spec.tiling.block_m, spec.tiling.block_n,
         int(spec.has_window), int(spec.has_spans), int(spec.has_sinks), int(spec.tiling.kv_tma),
         int(spec.kv_fp8), spec.tiling.stages, int(spec.tiling.overlap_softmax), int(spec.tiling.ping_pong),
-        r.registers, r.spill_bytes(), r.stack_bytes, spec.dynamic_shared_bytes());
+        int(spec.splits_tail), r.registers, r.spill_bytes(), r.stack_bytes, spec.dynamic_shared_bytes());
     CHECK(kernels[i].lowered_name.find("attention_sm90_kernel") != std::string::npos);
     CHECK(kernels[i].ptx.find("wgmma.mma_async") != std::string::npos);
     CHECK(kernels[i].ptx.find("setmaxnreg") != std::string::npos);

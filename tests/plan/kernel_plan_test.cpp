@@ -1,5 +1,6 @@
 #include "plan/kernel_plan.hpp"
 
+#include <algorithm>
 #include <set>
 #include <string>
 #include <vector>
@@ -457,7 +458,7 @@ TEST_CASE("quantized projections with a GEMM policy are planned with it", "[plan
   }
 }
 
-TEST_CASE("the workspace holds the split tail's partials where the attention kernel can split", "[plan]") {
+TEST_CASE("the split tail's kernel and partials are planned where the attention kernel can split", "[plan]") {
   // Llama with bidirectional spans on sm_90a: D 128, two consumer warpgroups, kMaxTailSplitUnits parts of
   // 256 threads x (64 + 4) floats; the counters after them.
   config::AttentionConfig spans = llama();
@@ -465,18 +466,37 @@ TEST_CASE("the workspace holds the split tail's partials where the attention ker
   const config::Arch sm90a{9, 0, true};
   const plan::KernelPlan kernels = plan::plan_kernels(spans, sm90a);
   REQUIRE(kernels.attention.kernel == plan::AttentionKernel::wgmma_sm90);
+  // The split tail's kernel is planned beside the attention kernel, which runs without the merge's code.
+  CHECK_FALSE(kernels.attention.splits_tail);
+  REQUIRE(kernels.attention_split.has_value());
+  CHECK(*kernels.attention_split == *plan::split_tail_specialization(kernels.attention));
+  const auto named = [&](const plan::KernelPlan& plan, std::string_view name) {
+    return std::find_if(plan.kernels.begin(), plan.kernels.end(),
+                        [&](const plan::PlannedKernel& k) { return k.name == name; });
+  };
+  const auto attention = named(kernels, "attention"), split = named(kernels, plan::kAttentionSplitKernel);
+  REQUIRE(split != kernels.kernels.end());
+  CHECK(split == attention + 1);
+  CHECK(split->stage == plan::StageKind::attention);
+  CHECK(split->source.render_stub() == kernels.attention_split->source().render_stub());
+  CHECK(split->dynamic_shared_bytes == attention->dynamic_shared_bytes);
+  CHECK(plan::projection_variant_of(*split) == plan::ProjectionVariant::planned);
   const plan::WorkspaceLayout layout = plan::plan_workspace(spans, kernels, 4096);
   CHECK(layout.attention_partials_bytes == std::size_t(plan::kMaxTailSplitUnits) * 256 * (64 + 4) * 4);
   CHECK(layout.attention_partial_units == plan::kMaxTailSplitUnits);
   CHECK(layout.attention_partials % 256 == 0);
   CHECK(layout.attention_items == layout.attention_partials + layout.attention_partials_bytes);
   CHECK(layout.bytes == layout.attention_items + plan::kAttentionCounterBytes);
-  // Causal (no spans: the items never cost the same), sm_80 (mma.sync), D 256 (attention_sm90_splits): none.
-  CHECK(plan::plan_workspace(llama(), plan::plan_kernels(llama(), sm90a), 4096).attention_partials_bytes ==
-        0);
+  // Causal (no spans: the items never cost the same), sm_80 (mma.sync), D 256 (attention_sm90_splits): none,
+  // and no split kernel.
+  const plan::KernelPlan causal = plan::plan_kernels(llama(), sm90a);
+  CHECK_FALSE(causal.attention_split.has_value());
+  CHECK(named(causal, plan::kAttentionSplitKernel) == causal.kernels.end());
+  CHECK(plan::plan_workspace(llama(), causal, 4096).attention_partials_bytes == 0);
   CHECK(plan::plan_workspace(spans, plan::plan_kernels(spans, config::Arch{8, 0, false}), 4096)
             .attention_partials_bytes == 0);
   config::AttentionConfig wide = spans;
   wide.head_dim = wide.value_head_dim = 256;
   CHECK(plan::plan_workspace(wide, plan::plan_kernels(wide, sm90a), 4096).attention_partials_bytes == 0);
+  CHECK_FALSE(plan::plan_kernels(wide, sm90a).attention_split.has_value());
 }
