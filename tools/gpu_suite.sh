@@ -12,7 +12,12 @@
 # "[plans]" (every plan in plans/ through the runtime API), `verify` `attnplan verify` of every plan (1100
 # tokens, 4 sequences, prefix 300: at least dequantized_min_tokens, so weight-only quantized plans run their
 # dequantized path; `plans`, at 300 tokens, runs their quantized kernels), `hf` the HF transformers layers,
-# `host` ctest without the GPU label. `tests` includes test_gpu's [sass] cases, which read kernels' SASS with
+# `host` ctest without the GPU label, `attention` the check after a change to the attention kernels in one
+# short call: test_gpu "[attention][sm90]~[.],[sass]" (every sm_90a attention case, the split tail's
+# included, and the SASS checks) and `attnplan verify` of bench-config launches that split their tail and
+# that do not (tools/bench_matrix.py's D 64 and D 128 configs, bidirectional: 1024, 1088 and 4096 tokens,
+# and 1024 in 2 sequences after a 200-token prefix); about 2.5 minutes on an H100 with a warm build (session
+# 46), 70 s more with a cold kernel cache. `tests` includes test_gpu's [sass] cases, which read kernels' SASS with
 # the toolkit's cuobjdump (the lent machine's toolkit has it, CI's does not).
 # On an H200 (2026-11-30): build ~40-70 s, tests ~6.5 min (8.7 min in session 9: 522 s, with the cold
 # kernel cache), plans ~3 min, verify ~4 min (at 1000 tokens; 1100 estimated ~4.5), hf ~1 min. Where one
@@ -36,8 +41,8 @@ parts=("$@")
 [[ ${#parts[@]} -gt 0 ]] || parts=(build tests plans verify hf host)
 for part in "${parts[@]}"; do
   case "$part" in
-    build | tests | tests-core | tests-gemm | plans | verify | hf | host) ;;
-    *) echo "unknown part '$part' (build tests tests-core tests-gemm plans verify hf host)" >&2; exit 2 ;;
+    build | tests | tests-core | tests-gemm | plans | verify | hf | host | attention) ;;
+    *) echo "unknown part '$part' (build tests tests-core tests-gemm plans verify hf host attention)" >&2; exit 2 ;;
   esac
 done
 status=0
@@ -77,6 +82,24 @@ for part in "${parts[@]}"; do
     hf)
       python3 "$ROOT/tools/hf_layer_check.py" "$BUILD/attnplan" "$BUILD/hf" >"$OUT/hf.log" 2>&1 || status=1
       grep -E "attnplan vs|FAIL|Error|error" "$OUT/hf.log" | head -20
+      ;;
+    attention)
+      "$BUILD/tests/test_gpu" "[attention][sm90]~[.],[sass]" -r compact -d yes >"$OUT/attention.log" 2>&1 || status=1
+      tail -3 "$OUT/attention.log"
+      configs="$OUT/attention-configs"
+      python3 "$ROOT/tools/bench_matrix.py" rows "$configs" --full --only 'attn-d(64|128)-causal-1k-s1-b64' >/dev/null ||
+        status=1
+      for run in "attention-d64.json --tokens 1024 --mask bidirectional" \
+                 "attention-d64.json --tokens 4096 --mask bidirectional" \
+                 "attention-d128.json --tokens 1088 --mask bidirectional" \
+                 "attention-d128.json --tokens 1024 --mask bidirectional" \
+                 "attention-d64.json --tokens 1024 --prefix 200 --seqs 2"; do
+        # shellcheck disable=SC2086  # run is a config and its options
+        "$BUILD/attnplan" verify "$configs"/$run >>"$OUT/attention-verify.log" 2>&1
+        code=$?
+        printf '%-60s %s\n' "$run" "$([[ $code == 0 ]] && echo ok || echo "FAILED ($code)")"
+        [[ $code == 0 ]] || status=1
+      done
       ;;
     host)
       (cd "$BUILD" && ctest -j 16 --output-on-failure -LE gpu >"$OUT/ctest.log" 2>&1) || status=1
