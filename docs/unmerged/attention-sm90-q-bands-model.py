@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """The barrier protocol of attention-sm90-q-bands.patch as a model, explored over random interleavings.
 
-Three actors: the producer (TMA path: per item, tile 0, then Q band 0 and band 1, each after its
-warpgroup released the previous item's band, then the other tiles; at the end one end marker per
-warpgroup) and two consumer warpgroups on the overlapped schedule (per unit: the item hand-over, their
+Three actors: the producer (per item, on the TMA path tile 0, then Q band 0 and band 1, each after its
+warpgroup released the previous item's band, then the other tiles; on the gathering paths the two bands
+first; at the end one end marker per warpgroup) and two consumer warpgroups on the overlapped schedule (per unit: the item hand-over, their
 Q band, tile 0, the stagger's named barriers 6 and 7, then the tiles, releasing each stage as the kernel
 does, and their Q band after the last S). Items of 1 to 8 tiles, 2 or 3 stages. It reports a deadlock (no
 actor can move and not all are done) or a named barrier given a second arrival of one side before the
@@ -16,7 +16,7 @@ import random
 import sys
 
 
-def run(tiles, stages, seed, broken=None):
+def run(tiles, stages, seed, broken=None, gather=False):
     rnd = random.Random(seed)
     n = len(tiles)
     base = [sum(tiles[:k]) for k in range(n)]
@@ -30,9 +30,11 @@ def run(tiles, stages, seed, broken=None):
 
     producer = []
     for k in range(n):
+        if gather:  # the gathering paths copy Q's bands before the item's first tile
+            producer += [("q", k, 0), ("q", k, 1)]
         for i in range(tiles[k]):
             producer.append(("tile", base[k] + i))
-            if i == 0:
+            if i == 0 and not gather:
                 producer += [("q", k, 0), ("q", k, 1)]
     producer += [("end", 0), ("end", 1)]
 
@@ -123,9 +125,10 @@ def failures(broken, runs):
         rnd = random.Random(seed)
         tiles = [rnd.choice([1, 1, 2, 3, 4, 8]) for _ in range(rnd.randint(1, 6))]
         for stages in (2, 3):
-            result = run(tiles, stages, seed, broken)
-            if result:
-                found.append((tiles, stages, result))
+            for gather in (False, True):
+                result = run(tiles, stages, seed, broken, gather)
+                if result:
+                    found.append((tiles, stages, "gather" if gather else "tma", result))
     return found
 
 
@@ -133,7 +136,7 @@ def main():
     runs = int(sys.argv[1]) if len(sys.argv) > 1 else 5000
     ok = True
     protocol = failures(None, runs)
-    print(f"the patch's protocol: {len(protocol)} failures in {2 * runs} runs")
+    print(f"the patch's protocol: {len(protocol)} failures in {4 * runs} runs")
     ok = ok and not protocol
     for broken in ("no-barrier-7", "late-stage"):
         found = failures(broken, runs)
