@@ -42,11 +42,11 @@ struct AttentionParams {
   // tile. Passed by value, so a graph that captured the launch keeps its batch's order, as it keeps num_seqs.
   int ordered_seqs;
   unsigned short seq_order[kAttentionOrderedSeqs];
-  // The sm_90a kernel's split tail (plan::split_tail_items; split_items 0: none; read only by its splits_tail
-  // specialization, the plan's attention_split). When the items do not
-  // fill the last round of the persistent grid, the last split_items items are each split over their key
-  // tiles into min(split_parts, the item's tiles) parts, claimed like items, so the last round's CTAs
-  // share that work rather than most of them idling. A part leaves its unnormalized O and row statistics
+  // The sm_90a kernel's split tail (plan::split_tail_items; split_items 0: none; read only by its
+  // splits_tail specialization, the plan's attention_split). When the items do not fill the last round of
+  // the persistent grid, the last split_items items are each split over their key tiles into
+  // min(split_parts, the item's tiles) parts, claimed like items, so the last round's CTAs share that work
+  // rather than most of them idling. A part leaves its unnormalized O and row statistics
   // in split_partials (attention_sm90_split_unit_floats each, at part slot * split_parts + part, slot =
   // item - (items - split_items)); the part that finishes last (split_counters[slot], one int per split
   // item, 0 when the launch starts: execute's KV store kernel zeroes them with item_counter) merges the
