@@ -80,15 +80,27 @@ ATTNPLAN_HOST_DEVICE constexpr bool attention_sm90_kv_tma_only(int head_dim, boo
   return kv_tma && head_dim > 128;
 }
 
+// Bands of Q in the sm_90a kernel (attention_sm90.cuh, q_bands): with two consumer warpgroups (128 query
+// rows: D 128 and D 256) each warpgroup's 64 rows are a band with its own empty and full mbarrier, so the
+// producer copies one warpgroup's next Q as soon as that one has read its own; with three (D 64's 192
+// rows) Q is one band that rides the item's first K/V tile, as three bands measured 6% slower at D 64
+// (attention-notes.md, "Session 47").
+ATTNPLAN_HOST_DEVICE constexpr int attention_sm90_q_bands(int block_m) {
+  return block_m == 128 ? 2 : 1;
+}
+
 // Dynamic shared memory of the sm_90a kernel (attention_sm90.cuh), bytes: 1024 of alignment slack, Q
 // [block_m, D], `stages` stages of K and V [block_n, D] bf16, with an fp8 cache two staging buffers of K and
-// V codes [block_n, D], two mbarriers per stage, Q's empty mbarrier, TMA only the landing mbarrier, then
-// the item schedule's mbarrier and three item slots (24 bytes). One formula for the traits and the host.
+// V codes [block_n, D], two mbarriers per stage, an empty mbarrier per band of Q and, with two bands, a
+// full one each, TMA only the landing mbarrier, then the item schedule's: per band an mbarrier and a slot
+// (8 bytes each), and the producers' two slots (8 bytes). One formula for the traits and the host.
 ATTNPLAN_HOST_DEVICE constexpr int attention_sm90_shared_bytes(int head_dim, int block_n, int stages,
                                                                bool kv_fp8, bool kv_tma = false,
                                                                int block_m = 128) {
+  const int bands = attention_sm90_q_bands(block_m);
   return 1024 + 2 * head_dim * (block_m + stages * 2 * block_n) + (kv_fp8 ? 2 * 2 * block_n * head_dim : 0) +
-         2 * stages * 8 + 8 + (attention_sm90_kv_tma_only(head_dim, kv_tma) ? 8 : 0) + 24;
+         2 * stages * 8 + 8 * bands + (bands > 1 ? 8 * bands : 0) +
+         (attention_sm90_kv_tma_only(head_dim, kv_tma) ? 8 : 0) + 16 * bands + 8;
 }
 
 // Whether the sm_90a kernel can split its tail items (AttentionParams::split_items), in its specialization

@@ -55,6 +55,8 @@ __device__ __forceinline__ void named_barrier_arrive(int id) {
   asm volatile("bar.arrive %0, 256;\n" ::"r"(id) : "memory");
 }
 
+// Named barriers 6 and 7: the stagger of two consumer warpgroups on the overlapped schedule (the kernel's
+// kStaggered), with the same two functions.
 // Named barrier 4: the producer warpgroup's 128 threads alone (the item schedule's hand-over).
 __device__ __forceinline__ void producer_barrier_sync() {
   asm volatile("bar.sync 4, 128;\n" ::: "memory");
@@ -223,7 +225,8 @@ struct AttentionSm90Traits {
   // Shared memory, bytes from a 1024-byte aligned base (the 128-byte swizzle is a function of address
   // bits): Q [block_m, head_dim], per stage K [block_n, head_dim] and V [block_n, head_dim], each stored as
   // head_dim / 64 column blocks of 128-byte swizzled rows; then the full and empty mbarriers of each stage,
-  // Q's empty mbarrier, TMA only the landing mbarrier, and the item schedule's mbarrier and slots.
+  // per band of Q an empty mbarrier and, banded, a full one (q_bands), TMA only the landing mbarrier, and
+  // the item schedule's mbarriers and slots.
   static constexpr int q_bytes = kHeadDim * block_m * 2;
   static constexpr int k_bytes = kHeadDim * kBlockN * 2;
   static constexpr int v_bytes = kHeadDim * kBlockN * 2;
@@ -235,15 +238,28 @@ struct AttentionSm90Traits {
   static constexpr int staging_bytes = kKvFp8 ? 2 * staging_buffer_bytes : 0;
   static constexpr int barrier_offset = staging_offset + staging_bytes;
   static constexpr int alignment_slack = 1024;  // dynamic shared memory is only 16-byte aligned
-  static constexpr int q_empty_barrier_offset = barrier_offset + 2 * stages * 8;
-  static constexpr int landing_barrier_offset = q_empty_barrier_offset + 8;
-  // The item schedule (AttentionParams::item_counter): the item mbarrier (one producer arrival per
-  // item after the CTA's first, and one at the end), the consumers' slot (int: the item they take next) and
-  // the producers' two (int [2], alternating per item: the item after the current one).
-  static constexpr int item_barrier_offset = landing_barrier_offset + (kv_tma_only ? 8 : 0);
-  static constexpr int consumer_slot_offset = item_barrier_offset + 8;
-  static constexpr int producer_slots_offset = consumer_slot_offset + 4;
-  static constexpr int shared_bytes = alignment_slack + producer_slots_offset + 12;  // 8-byte multiple
+  // Q's buffer in bands (attention_sm90_q_bands). Two consumer warpgroups: a band of 64 rows each, with
+  // its own empty and full mbarrier, so that the producer copies warpgroup w's next Q as soon as w has
+  // read its own (its last S has landed), not when both have: a warpgroup that finishes an item first
+  // starts the next one without waiting for the other, which keeps them apart at item boundaries
+  // (attention-notes.md, "Session 46" and "Session 47"). Three (D 64): one band, whose copies land on
+  // the item's first K/V tile's full barrier.
+  static constexpr int q_bands = attention_sm90_q_bands(block_m);
+  static constexpr bool q_banded = q_bands > 1;
+  static_assert(q_bands == 1 || q_bands == consumer_warpgroups, "a band per consumer warpgroup, or one");
+  static constexpr int band_rows = block_m / q_bands;
+  static_assert(band_rows % rows_per_pass == 0, "the Q copy's passes must cover each band exactly");
+  static constexpr int q_empty_barrier_offset = barrier_offset + 2 * stages * 8;      // [q_bands]
+  static constexpr int q_full_barrier_offset = q_empty_barrier_offset + 8 * q_bands;  // [q_bands], banded
+  static constexpr int landing_barrier_offset = q_full_barrier_offset + (q_banded ? 8 * q_bands : 0);
+  // The item schedule (AttentionParams::item_counter): per band an item mbarrier (one producer arrival
+  // per item after the CTA's first, and one at the end) and a slot (int, 8 bytes apart: the item its
+  // warpgroups take next), and the producers' two (int [2], alternating per item: the item after the
+  // current one).
+  static constexpr int item_barrier_offset = landing_barrier_offset + (kv_tma_only ? 8 : 0);  // [q_bands]
+  static constexpr int consumer_slot_offset = item_barrier_offset + 8 * q_bands;              // [q_bands]
+  static constexpr int producer_slots_offset = consumer_slot_offset + 8 * q_bands;
+  static constexpr int shared_bytes = alignment_slack + producer_slots_offset + 8;  // 8-byte multiple
   static_assert(shared_bytes ==
                     attention_sm90_shared_bytes(kHeadDim, kBlockN, kStages, kKvFp8, kKvTma, block_m),
                 "the layout above and the host's formula (attention_params.h) must agree");
@@ -459,18 +475,22 @@ __global__ void __launch_bounds__(Traits::threads, 1)
   extern __shared__ uint4 shared_storage[];
   const unsigned raw_address = sm90::smem_address(shared_storage);
   const unsigned base_address = (raw_address + 1023u) & ~1023u;
-  // mbarriers, 8 bytes each: full [stages], empty [stages], then Q's empty barrier
+  // mbarriers, 8 bytes each: full [stages], empty [stages], then Q's empty barriers [q_bands] and,
+  // banded, its full ones [q_bands]
   const unsigned full_barriers = base_address + Traits::barrier_offset;
   const unsigned empty_barriers = full_barriers + kStages * 8;
-  const unsigned q_empty_barrier = base_address + Traits::q_empty_barrier_offset;
-  // The item schedule's hand-over (Traits: item_barrier_offset): producer thread 0 writes the item the
-  // consumers take next into consumer_slot after Q's empty barrier of the item before it (they have read
-  // the slot then) and arrives on item_barrier; the producers read the item after the current one from
-  // producer_slots[items begun % 2] after named barrier 4.
-  const unsigned item_barrier = base_address + Traits::item_barrier_offset;
+  const unsigned q_empty_barriers = base_address + Traits::q_empty_barrier_offset;
+  const unsigned q_full_barriers = base_address + Traits::q_full_barrier_offset;
+  // The item schedule's hand-over (Traits: item_barrier_offset): producer thread 0 writes the item band
+  // b's warpgroups take next into b's slot after b's Q empty barrier of the item before it (they have
+  // read the slot then) and arrives on b's item barrier; the producers read the item after the current
+  // one from producer_slots[items begun % 2] after named barrier 4.
+  const unsigned item_barriers = base_address + Traits::item_barrier_offset;
   unsigned char* const aligned_storage =
       reinterpret_cast<unsigned char*>(shared_storage) + (base_address - raw_address);
-  int* const consumer_slot = reinterpret_cast<int*>(aligned_storage + Traits::consumer_slot_offset);
+  auto consumer_slot = [&](int band) {
+    return reinterpret_cast<int*>(aligned_storage + Traits::consumer_slot_offset + 8 * band);
+  };
   int* const producer_slots = reinterpret_cast<int*>(aligned_storage + Traits::producer_slots_offset);
   if (threadIdx.x == 0) {
     for (int stage = 0; stage < kStages; ++stage) {
@@ -478,18 +498,22 @@ __global__ void __launch_bounds__(Traits::threads, 1)
       mbarrier_init(full_barriers + stage * 8, Traits::producer_threads);
       mbarrier_init(empty_barriers + stage * 8, Traits::consumer_threads);
     }
-    // Q's: the consumers have read an item's Q (its last S = Q K^T has completed), so the producer may copy
-    // the next item's over it.
-    mbarrier_init(q_empty_barrier, Traits::consumer_threads);
+    for (int band = 0; band < Traits::q_bands; ++band) {
+      // Q's empty: the band's consumer warpgroups have read its rows of an item's Q (their last S = Q K^T
+      // has completed), so the producer may copy the next item's over them.
+      mbarrier_init(q_empty_barriers + band * 8, Traits::consumer_threads / Traits::q_bands);
+      // Q's full, banded: one hardware arrival per producer thread once its copies of the band have landed.
+      if constexpr (Traits::q_banded) mbarrier_init(q_full_barriers + band * 8, Traits::producer_threads);
+      mbarrier_init(item_barriers + band * 8, 1);
+    }
     // TMA only: the boxes of the tile past the keys land here (thread 0's arrival plus their bytes).
     if constexpr (Traits::kv_tma_only) mbarrier_init(base_address + Traits::landing_barrier_offset, 1);
-    mbarrier_init(item_barrier, 1);
     fence_barrier_init();
-    *consumer_slot = claim_from(static_cast<int>(blockIdx.x));
+    *consumer_slot(0) = claim_from(static_cast<int>(blockIdx.x));
   }
   __syncthreads();
   // The CTA's first item, from thread 0 (the __syncthreads above publishes it).
-  const int first_item = *consumer_slot;
+  const int first_item = *consumer_slot(0);
   if (first_item >= units) return;  // nothing claimed: no barrier is in use yet
 
   if (threadIdx.x < Traits::producer_threads) {
@@ -562,12 +586,16 @@ __global__ void __launch_bounds__(Traits::threads, 1)
       }
     }
 
-    // Q [num_tokens, query_heads, head_dim], rows query_row_stride apart; rows past the chunk zero. It
-    // rides with the item's first tile: that tile's arrival on its full barrier covers these copies too.
-    auto copy_q = [&]() {
+    // Q [num_tokens, query_heads, head_dim], rows query_row_stride apart; rows past the chunk zero: the
+    // rows of band `band`. Banded, their copies land on the band's Q full barrier (load_q); with one band,
+    // on the item's first tile's full barrier (the tile loop's arrival covers them). Either way the
+    // consumers wait for them with the item's first tile.
+    auto copy_q = [&](int band) {
       const bf16_bits* column = params.query + first_head * kHeadDim + chunk * 8;
+      constexpr int kBandRows = Traits::band_rows;
 #pragma unroll 4
-      for (int row = first_row; row < kBlockM; row += Traits::rows_per_pass) {
+      for (int row = kBandRows * band + first_row; row < kBandRows * (band + 1);
+           row += Traits::rows_per_pass) {
         const bool valid = row < Traits::used_rows && row / kHeads < rows;
         const long long token = query_start + row_begin + row / kHeads;
         const bf16_bits* source = column + token * params.query_row_stride + (row % kHeads) * kHeadDim;
@@ -579,25 +607,41 @@ __global__ void __launch_bounds__(Traits::threads, 1)
     int base = 0;  // tiles of the CTA's earlier items: tile i of this one uses stage (base + i) % stages
     int items_begun = 0;    // the CTA's items so far
     int landing_phase = 0;  // TMA only: the landing barrier's next phase
-    for (int item = first_item; item < units;) {
-      begin_item(item);
-      // Q's buffer: wait until the consumers have read the previous item's, then copy this one's, before
-      // the tile loop (inside it, the Q copy's operands would stay live through every tile).
+    // Q's buffer, band by band: wait until the band's warpgroups have read the previous item's rows, hand
+    // them this item, copy their rows of this item's Q and, banded, give the copies to the band's Q full
+    // barrier. Banded with TMA K/V this comes after the item's first K/V tile is issued, so that tile's
+    // load runs while the consumers finish the previous item (its stage was freed before their last S,
+    // which frees Q); the gathering paths keep Q first, as their wait below would otherwise wait for that
+    // tile's copies, and so does one band, whose copies ride that tile's full barrier.
+    int item_now = first_item;  // the item load_q hands the consumers
+    auto load_q = [&](int band) {
       if (items_begun > 0) {
-        mbarrier_wait_parity(q_empty_barrier, (items_begun - 1) & 1);
-        // Every copy of this thread has landed by now (the consumers waited on the previous item's full
-        // barriers before releasing Q), so this returns at once; it is here for compute-sanitizer's
+        mbarrier_wait_parity(q_empty_barriers + band * 8, (items_begun - 1) & 1);
+        // This thread's earlier Q copies have landed by now (the consumers waited on their Q full barriers
+        // before releasing Q), so on the TMA path this returns at once; it is here for compute-sanitizer's
         // racecheck, which follows a copy's completion only through its own thread's wait, not through
         // other threads' barriers, and otherwise reports the new Q copy as a write-after-write hazard.
-        // wait_all, not wait_group 0: with TMA K/V the Q copies go to the full barrier uncommitted, and
-        // wait_group 0 left them out (racecheck's report on the TMA case, session 43).
-        cp_async_wait_all();
+        // wait_all, not wait_group 0: the Q copies go to their barrier uncommitted, outside wait_group's
+        // count (racecheck's report on the TMA case, session 43). Before the first band only: later bands
+        // would wait for this item's first band's copies, just issued.
+        if (band == 0) cp_async_wait_all();
+        if (threadIdx.x == 0) {
+          *consumer_slot(band) = item_now;  // its warpgroups read the previous item's before releasing Q
+          mbarrier_arrive(item_barriers + band * 8);
+        }
       }
-      if (items_begun > 0 && threadIdx.x == 0) {
-        *consumer_slot = item;  // the consumers read the previous item's before releasing its Q
-        mbarrier_arrive(item_barrier);
-      }
-      copy_q();
+      copy_q(band);
+      if constexpr (Traits::q_banded) cp_async_mbarrier_arrive(q_full_barriers + band * 8);
+    };
+    auto load_qs = [&]() {
+#pragma unroll 1
+      for (int band = 0; band < Traits::q_bands; ++band) load_q(band);
+    };
+    constexpr bool kQAfterFirstTile = Traits::q_banded && Traits::kv_tma && !Traits::kv_fp8;
+    for (int item = first_item; item < units;) {
+      begin_item(item);
+      item_now = item;
+      if constexpr (!kQAfterFirstTile) load_qs();
       int pages[kPageRegisters];
       int tile = first_tile;
       if constexpr (Traits::kv_fp8) {
@@ -789,6 +833,7 @@ __global__ void __launch_bounds__(Traits::threads, 1)
           } else {
             cp_async_mbarrier_arrive(full);
           }
+          if (kQAfterFirstTile && i == 0) load_qs();
 #pragma unroll
           for (int r = 0; r < kPageRegisters; ++r) pages[r] = next_pages[r];
           box_page = next_box_page;
@@ -819,11 +864,13 @@ __global__ void __launch_bounds__(Traits::threads, 1)
       ++items_begun;
       item = upcoming;
     }
-    // The end marker, once the consumers have read the last item's slot.
-    mbarrier_wait_parity(q_empty_barrier, (items_begun - 1) & 1);
-    if (threadIdx.x == 0) {
-      *consumer_slot = units;
-      mbarrier_arrive(item_barrier);
+    // The end marker, once each band's warpgroups have read the last item's slot.
+    for (int band = 0; band < Traits::q_bands; ++band) {
+      mbarrier_wait_parity(q_empty_barriers + band * 8, (items_begun - 1) & 1);
+      if (threadIdx.x == 0) {
+        *consumer_slot(band) = units;
+        mbarrier_arrive(item_barriers + band * 8);
+      }
     }
     cp_async_wait_all();  // no copy outlives its thread
     return;
@@ -892,13 +939,19 @@ __global__ void __launch_bounds__(Traits::threads, 1)
 
   // Tile i of the current item (key tile `tile`) uses stage (base + i) % stages.
   int base = 0;
+  const int band = Traits::q_banded ? consumer : 0;  // this warpgroup's band of Q
+  int q_phase = 0;  // banded: this warpgroup's Q full barrier, one phase per item
   auto wait_full = [&](int i, int tile) {
+    if (Traits::q_banded && i == 0) {
+      mbarrier_wait_parity(q_full_barriers + band * 8, q_phase);
+      q_phase ^= 1;
+    }
     mbarrier_wait_parity(full_barriers + ((base + i) % kStages) * 8, ((base + i) / kStages) & 1);
     // The wgmma reads through the async proxy; generic-proxy writes into the stage need a proxy fence
     // first: the cp.async gathers (every tile off the TMA path: all of them without kv_tma, the tile
-    // reaching past the keys at D <= 128), Q's copy (it lands with the item's first tile) and, TMA only,
-    // the zeroed V rows of the tile past the keys. A tile that TMA alone wrote needs none, and skips the
-    // fence's MEMBAR.ALL.CTA between the barrier wait and the S = Q K^T issue.
+    // reaching past the keys at D <= 128), Q's copy (it lands with the item's first tile) and,
+    // TMA only, the zeroed V rows of the tile past the keys. A tile that TMA alone wrote needs none, and
+    // skips the fence's MEMBAR.ALL.CTA between the barrier wait and the S = Q K^T issue.
     if (!Traits::kv_tma || i == 0 || (tile + 1) * kBlockN > kv_len) fence_proxy_async_shared();
   };
   auto release = [&](int i) { mbarrier_arrive(empty_barriers + ((base + i) % kStages) * 8); };
@@ -1072,8 +1125,32 @@ __global__ void __launch_bounds__(Traits::threads, 1)
     }
   };
 
+  // The stagger (two consumer warpgroups on the overlapped schedule, no ping-pong): at each unit's start
+  // warpgroup 1 issues its S(0) only once warpgroup 0's first softmax is done (named barrier 6), so that
+  // one's first softmax runs under the other's first S, and its last P V and stores under the other's last
+  // softmax; with Q in bands (Traits::q_bands) nothing at the next unit's start brings them back into
+  // step. Warpgroup 0 in turn starts a unit only once warpgroup 1 has issued its S(0) of the unit before
+  // (named barrier 7), so it never leads by a whole unit and every arrival on barrier 6 meets its own
+  // bar.sync. Warpgroup 1's hand-back after its last unit is taken at the end (end_stagger).
+  constexpr bool kStaggered =
+      Traits::overlap_softmax && !Traits::ping_pong && Traits::consumer_warpgroups == 2;
+  if constexpr (kStaggered) {
+    if (consumer == 1) named_barrier_arrive(7);
+  }
+  auto stagger_first = [&]() {  // before the unit's S(0)
+    if constexpr (kStaggered) named_barrier_sync(consumer == 0 ? 7 : 6);
+  };
+  auto stagger_second = [&]() {  // warpgroup 0: after its first softmax; warpgroup 1: after its S(0) issue
+    if constexpr (kStaggered) named_barrier_arrive(consumer == 0 ? 6 : 7);
+  };
+  auto end_stagger = [&]() {
+    if constexpr (kStaggered) {
+      if (consumer == 0) named_barrier_sync(7);
+    }
+  };
+
   // The consumers have read Q (every S = Q K^T of the item has completed): the producer may load the next.
-  auto release_q = [&]() { mbarrier_arrive(q_empty_barrier); };
+  auto release_q = [&]() { mbarrier_arrive(q_empty_barriers + band * 8); };
 
   // The end of a split item's part (AttentionParams::split_partials): leaves this part's O and row
   // statistics there, counts the part in, and returns whether it was the item's last, which then merges the
@@ -1179,14 +1256,17 @@ __global__ void __launch_bounds__(Traits::threads, 1)
       // head agree on what is in flight after it (nothing), which keeps ptxas from serializing the wgmmas
       // (a conditional wait there did). Checked by test_gpu "[sass]"; attention-notes.md, "Session 29".
       wait_full(0, tile);
+      stagger_first();
       begin_turn();
       wgmma_fence();
       issue_scores(score, 0);
       end_turn();
+      if (consumer == 1) stagger_second();
       wgmma_wait_group<0>();
       fence_registers(score);
       // O is still zero: its rescale by this correction keeps it zero.
       bool moved = softmax(score, tile, correction);
+      if (consumer == 0) stagger_second();
       for (int i = 1; i < tile_count; ++i) {
         wgmma_wait_group<0>();  // P V (i - 2) has completed (at i = 1 nothing is in flight)
         fence_registers(output);
@@ -1255,10 +1335,11 @@ __global__ void __launch_bounds__(Traits::threads, 1)
       }
     }
     base += tile_count;
-    mbarrier_wait_parity(item_barrier, items_done & 1);
-    item = *consumer_slot;
+    mbarrier_wait_parity(item_barriers + band * 8, items_done & 1);
+    item = *consumer_slot(band);
   }
   end_turns();
+  end_stagger();
 #else
   // Not an sm_90a target: the plan never picks this kernel there (choose_attention_kernel).
   __trap();

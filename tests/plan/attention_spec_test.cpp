@@ -532,19 +532,21 @@ TEST_CASE("sm_90a attention tiling: 128 query rows (192 at D 64), 128-key tiles 
           sm90_attention_shared_bytes(d, tiling.block_n, tiling.stages, false, false, tiling.block_m));
     CHECK(tiling.shared_bytes <= max_shared_bytes_per_block(kSm90a));
   }
-  // D 64 with 192 rows: Q [192, 64] + 3 x (K + V) [128, 64] bf16 = 120 KiB, plus slack, seven mbarriers and
-  // the item schedule's mbarrier and slots (24 bytes).
+  // D 64 with 192 rows: Q [192, 64] + 3 x (K + V) [128, 64] bf16 = 120 KiB, plus slack, six stage
+  // mbarriers, Q's one band's empty mbarrier (its copies ride the first tile's full one) and the item
+  // schedule's: an mbarrier, a slot and the producers' two slots (16 + 8 bytes).
   CHECK(sm90_attention_shared_bytes(64, 128, 3, false, false, 192) == 1024 + 120 * 1024 + 48 + 8 + 24);
   // Q [128, 128] + 2 x (K + V) [128, 128] bf16 = 160 KiB, plus alignment slack, four stage mbarriers, Q's
-  // and the item schedule's 24 bytes.
-  CHECK(sm90_attention_shared_bytes(128, 128, 2) == 1024 + 160 * 1024 + 32 + 8 + 24);
-  // Three stages: 224 KiB + slack + seven mbarriers + the item schedule's, just under the 227 KiB opt-in
+  // four (an empty and a full one for each warpgroup's band) and the item schedule's 40 bytes (an
+  // mbarrier and a slot per band, the producers' two slots).
+  CHECK(sm90_attention_shared_bytes(128, 128, 2) == 1024 + 160 * 1024 + 32 + 32 + 40);
+  // Three stages: 224 KiB + slack + ten mbarriers + the item schedule's, just under the 227 KiB opt-in
   // limit; D 256 would not fit.
-  CHECK(sm90_attention_shared_bytes(128, 128, 3) == 1024 + 224 * 1024 + 48 + 8 + 24);
+  CHECK(sm90_attention_shared_bytes(128, 128, 3) == 1024 + 224 * 1024 + 48 + 32 + 40);
   CHECK(sm90_attention_shared_bytes(256, 64, 3) > max_shared_bytes_per_block(kSm90a));
   // An fp8 cache adds two staging buffers of K and V codes: D 128 keeps two stages (224 KiB + slack), in
   // series; D 64 keeps three and the overlapped schedule.
-  CHECK(sm90_attention_shared_bytes(128, 128, 2, true) == 1024 + 224 * 1024 + 32 + 8 + 24);
+  CHECK(sm90_attention_shared_bytes(128, 128, 2, true) == 1024 + 224 * 1024 + 32 + 32 + 40);
   const AttentionTiling fp8_128 = choose_sm90_attention_tiling(128, 4, /*kv_fp8=*/true);
   CHECK(fp8_128.stages == 2);
   CHECK_FALSE(fp8_128.overlap_softmax);
