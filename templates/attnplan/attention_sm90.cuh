@@ -1131,7 +1131,9 @@ __global__ void __launch_bounds__(Traits::threads, 1)
   // softmax; with Q in bands (Traits::q_bands) nothing at the next unit's start brings them back into
   // step. Warpgroup 0 in turn starts a unit only once warpgroup 1 has issued its S(0) of the unit before
   // (named barrier 7), so it never leads by a whole unit and every arrival on barrier 6 meets its own
-  // bar.sync. Warpgroup 1's hand-back after its last unit is taken at the end (end_stagger).
+  // bar.sync. Warpgroup 1's hand-back after its last unit is taken at the end (end_stagger). This
+  // protocol, with the producer's order and the bands' barriers, is modelled in
+  // tools/attention_q_bands_model.py (ctest: no deadlock, no second arrival; broken variants fail).
   constexpr bool kStaggered =
       Traits::overlap_softmax && !Traits::ping_pong && Traits::consumer_warpgroups == 2;
   if constexpr (kStaggered) {

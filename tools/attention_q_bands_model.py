@@ -1,16 +1,23 @@
 #!/usr/bin/env python3
-"""The barrier protocol of attention-sm90-q-bands.patch as a model, explored over random interleavings.
+"""The sm_90a attention kernel's barrier protocol with Q in bands, as a model explored over random interleavings.
 
-Three actors: the producer (per item, on the TMA path tile 0, then Q band 0 and band 1, each after its
-warpgroup released the previous item's band, then the other tiles; on the gathering paths the two bands
-first; at the end one end marker per warpgroup) and two consumer warpgroups on the overlapped schedule (per unit: the item hand-over, their
-Q band, tile 0, the stagger's named barriers 6 and 7, then the tiles, releasing each stage as the kernel
-does, and their Q band after the last S). Items of 1 to 8 tiles, 2 or 3 stages. It reports a deadlock (no
-actor can move and not all are done) or a named barrier given a second arrival of one side before the
-other side's bar.sync took the first (which the hardware would count into the wrong generation).
+What it models (templates/attnplan/attention_sm90.cuh, two consumer warpgroups on the overlapped schedule:
+D 128; attention-notes.md "Session 46" and "Session 47"): three actors, the producer (per item, on the TMA
+path tile 0, then Q band 0 and band 1, each after its warpgroup released the previous item's band, then
+the other tiles; on the gathering paths the two bands first; at the end one end marker per warpgroup) and
+the two consumer warpgroups (per unit: the item hand-over, their Q band, tile 0, the stagger's named
+barriers 6 and 7, then the tiles, releasing each stage as the kernel does, and their Q band after the
+last S). Items of 1 to 8 tiles, 2 or 3 stages. It reports a deadlock (no actor can move and not all are
+done) or a named barrier given a second arrival of one side before the other side's bar.sync took the
+first (which the hardware would count into the wrong generation). Not modelled: the split tail's merge
+barrier (named barrier 5, which both warpgroups reach after their stagger points of the unit), the
+ping-pong turns of D 256 (bands without the stagger) and D 64's one band (the protocol before the bands).
 
 Exit 0 when the protocol passes and each of two broken variants fails (so the model can fail): warpgroup
-0 without barrier 7 (neither warpgroup 1's arrivals nor warpgroup 0's waits), and a producer that waits on a stage one release too late.
+0 without barrier 7 (neither warpgroup 1's arrivals nor warpgroup 0's waits), and a producer that waits
+on a stage one release too late. ctest runs it (tools_attention_q_bands_model).
+
+    tools/attention_q_bands_model.py [RUNS]   # RUNS seeds (default 5000), each over 2 x 2 configurations
 """
 import random
 import sys
@@ -136,7 +143,7 @@ def main():
     runs = int(sys.argv[1]) if len(sys.argv) > 1 else 5000
     ok = True
     protocol = failures(None, runs)
-    print(f"the patch's protocol: {len(protocol)} failures in {4 * runs} runs")
+    print(f"the protocol: {len(protocol)} failures in {4 * runs} runs")
     ok = ok and not protocol
     for broken in ("no-barrier-7", "late-stage"):
         found = failures(broken, runs)
