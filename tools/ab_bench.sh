@@ -8,14 +8,19 @@
 # host code is the build's), NAME=BUILD (a build directory holding its own `attnplan`: host code and
 # templates of another commit, for a change that is not templates alone), NAME=TREE (a source tree, a
 # CMakeLists.txt at its root, e.g. `git archive BRANCH | tar -x -C TREE`: its attnplan is built first, into
-# TREE/build-gpu, which then runs as a BUILD) or NAME alone (the templates built into attnplan). Writes
-# $OUT/ab.md and every run's JSON and log under $OUT/ab/NAME/. Ours only: no peers.
+# TREE/build-gpu, which then runs as a BUILD), NAME=BUILD:DIR or NAME=TREE:DIR (that build's host code with
+# the templates of DIR: variants of a change whose host code differs from this checkout's, e.g. a shared-
+# memory layout, each beside main as its own BUILD or TREE; no ':' in these paths) or NAME alone (the
+# templates built into attnplan). This checkout's build and the trees build at once, before the rounds.
+# Writes $OUT/ab.md and every run's JSON and log under $OUT/ab/NAME/. Ours only: no peers.
 # ATTNPLAN_COMMIT as for tools/bench_suite.sh.
 #
 #   tools/ab_bench.sh --only 'attn-d64-causal-16k-s1-b64' main new=/tmp/new/templates
 #   tools/ab_bench.sh --rounds 3 --only 'attn-d128-causal-4k|fp8act-qkv-8192' main old=/tmp/old/templates
 #   tools/ab_bench.sh --only 'layer' main old=/tmp/old/build   # /tmp/old: `git archive BASE`, built there
 #   tools/ab_bench.sh --only 'fp8-dynamic' main branch=.session/branch   # built here first
+#   tools/ab_bench.sh --only 'attn-d128' main=.session/main change=.session/change \
+#       variant=.session/change:.session/variant/templates   # the change's host code, other templates
 #
 # A tree from another commit must match the build's kernel parameters (templates/attnplan/*_params.h) and
 # launches: nothing here can tell (e.g. attention trees from before the persistent grid of 9b52ccc would run
@@ -34,7 +39,7 @@ ITERATIONS=30
 ONLY=""
 FULL=""
 variants=()
-usage="usage: tools/ab_bench.sh --only REGEX [--full] [--rounds R] [--iterations I] NAME[=TEMPLATE_DIR|BUILD|TREE]..."
+usage="usage: tools/ab_bench.sh --only REGEX [--full] [--rounds R] [--iterations I] NAME[=TEMPLATE_DIR|BUILD[:TEMPLATE_DIR]|TREE[:TEMPLATE_DIR]]..."
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --rounds) ROUNDS="$2"; shift ;;
@@ -57,26 +62,47 @@ for variant in "${variants[@]}"; do
     echo "variant name '$name': letters, digits, '.', '_' and '-' only" >&2
     exit 1
   fi
-  if [[ $variant == *=* && ! -d ${variant#*=} ]]; then
-    echo "variant $name: template or build directory '${variant#*=}' does not exist" >&2
-    exit 1
+  if [[ $variant == *=* ]]; then
+    location="${variant#*=}"
+    for directory in "${location%%:*}" "${location#*:}"; do
+      if [[ ! -d $directory ]]; then
+        echo "variant $name: directory '$directory' does not exist" >&2
+        exit 1
+      fi
+    done
+    if [[ $location == *:* && ! -f ${location%%:*}/CMakeLists.txt && ! -x ${location%%:*}/attnplan ]]; then
+      echo "variant $name: '${location%%:*}' before ':' must be a build (holding attnplan) or a source tree" >&2
+      exit 1
+    fi
   fi
   names+=("$name")
 done
 
 WORK="$OUT/ab"
 mkdir -p "$WORK"
-build_attnplan "$BUILD" "$WORK/build.log" || exit 1
-# The source trees (NAME=TREE), each built once before the rounds and from then on a NAME=BUILD variant.
+# This checkout's build and the source trees (NAME=TREE[:DIR]) at once: each tree is built into
+# TREE/build-gpu and from then on runs as a NAME=BUILD[:DIR] variant. Each build's log is its own.
+builds=("$BUILD") logs=("$WORK/build.log") sources=("$BENCH_ROOT")
 for i in "${!variants[@]}"; do
   name="${variants[$i]%%=*}"
-  tree="${variants[$i]#*=}"
+  location="${variants[$i]#*=}"
+  tree="${location%%:*}"
   if [[ ${variants[$i]} == *=* && -f $tree/CMakeLists.txt ]]; then
-    echo "== building $name from $tree"
-    build_attnplan "$tree/build-gpu" "$WORK/build-$name.log" "$tree" || exit 1
-    variants[i]="$name=$tree/build-gpu"
+    # A tree that two variants name (TREE and TREE:DIR) builds once.
+    [[ " ${builds[*]} " == *" $tree/build-gpu "* ]] ||
+      { builds+=("$tree/build-gpu") logs+=("$WORK/build-$name.log") sources+=("$tree"); }
+    variants[i]="$name=$tree/build-gpu${location:${#tree}}"
   fi
 done
+pids=()
+for i in "${!builds[@]}"; do
+  echo "== building ${builds[$i]} from ${sources[$i]}"
+  build_attnplan "${builds[$i]}" "${logs[$i]}" "${sources[$i]}" &
+  pids+=($!)
+done
+failed=0
+for pid in "${pids[@]}"; do wait "$pid" || failed=1; done
+[[ $failed == 0 ]] || exit 1
 python3 "$ROOT/tools/bench_matrix.py" rows "$WORK" ${FULL:+"$FULL"} --only "$ONLY" >"$WORK/runs.txt" || exit 1
 echo "== $(wc -l <"$WORK/runs.txt") runs x ${#variants[@]} variants x $ROUNDS rounds"
 
@@ -91,10 +117,14 @@ for ((round = 1; round <= ROUNDS; ++round)); do
     binary="$BUILD/attnplan"
     environment=(env -u ATTNPLAN_TEMPLATE_DIR)
     if [[ $variant == *=* ]]; then
-      if [[ -f ${variant#*=}/attnplan && -x ${variant#*=}/attnplan ]]; then
-        binary="${variant#*=}/attnplan"  # another build: its own host code and embedded templates
+      location="${variant#*=}"
+      if [[ $location == *:* ]]; then
+        binary="${location%%:*}/attnplan"  # another build's host code with these templates
+        environment=(env "ATTNPLAN_TEMPLATE_DIR=${location#*:}")
+      elif [[ -f $location/attnplan && -x $location/attnplan ]]; then
+        binary="$location/attnplan"  # another build: its own host code and embedded templates
       else
-        environment=(env "ATTNPLAN_TEMPLATE_DIR=${variant#*=}")
+        environment=(env "ATTNPLAN_TEMPLATE_DIR=$location")
       fi
     fi
     while read -r id config rest; do

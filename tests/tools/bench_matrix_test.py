@@ -274,7 +274,8 @@ def bench_json(output_ms, output_min_ms):
 
 class ABScript(unittest.TestCase):
     """tools/ab_bench.sh end to end with stand-in attnplans (no GPU): the build's own binary, a template
-    directory (ATTNPLAN_TEMPLATE_DIR set for it) and a source tree (NAME=TREE: built first, its binary run)."""
+    directory (ATTNPLAN_TEMPLATE_DIR set for it), a source tree (NAME=TREE: built first, its binary run) and
+    the tree's binary with the template directory (NAME=TREE:DIR)."""
 
     def test_build_template_dir_and_tree_variants(self):
         tools = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools")
@@ -292,28 +293,32 @@ class ABScript(unittest.TestCase):
                 f.write("build attnplan: phony\n")
             templates = os.path.join(directory, "templates")
             os.makedirs(templates)
-            # The tree: a CMake project whose attnplan answers 0.20 ms.
+            # The tree: a CMake project whose attnplan answers 0.20 ms, or 0.10 under a template directory.
             tree = os.path.join(directory, "tree")
             os.makedirs(tree)
             with open(os.path.join(tree, "CMakeLists.txt"), "w") as f:
                 f.write("cmake_minimum_required(VERSION 3.20)\nproject(stand_in CXX)\n"
                         "option(ATTNPLAN_WERROR \"\" OFF)\nadd_executable(attnplan main.cpp)\n")
             with open(os.path.join(tree, "main.cpp"), "w") as f:
-                f.write("#include <cstdio>\n"
-                        f"int main() {{ std::puts({json.dumps(bench_json(0.20, 0.19))}); return 0; }}\n")
+                f.write("#include <cstdio>\n#include <cstdlib>\n"
+                        "int main() { std::puts(std::getenv(\"ATTNPLAN_TEMPLATE_DIR\") ? "
+                        f"{json.dumps(bench_json(0.10, 0.10))} : {json.dumps(bench_json(0.20, 0.19))}); "
+                        "return 0; }\n")
             out = os.path.join(directory, "out")
             environment = dict(os.environ, OUT=out, ATTNPLAN_BUILD_DIR=build,
                                ATTNPLAN_CACHE_DIR=os.path.join(directory, "cache"), ATTNPLAN_COMMIT="test")
             result = subprocess.run(
                 ["bash", os.path.join(tools, "ab_bench.sh"), "--rounds", "1", "--iterations", "1", "--only",
-                 "proj-Llama-3.1-8B-o-8192", "main", "dir=" + templates, "tree=" + tree],
+                 "proj-Llama-3.1-8B-o-8192", "main", "dir=" + templates, "tree=" + tree,
+                 "treedir=" + tree + ":" + templates],
                 env=environment, capture_output=True, text=True, timeout=120)
             self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
             self.assertTrue(os.access(os.path.join(tree, "build-gpu", "attnplan"), os.X_OK))
             with open(os.path.join(out, "ab.md")) as f:
                 row = next(line for line in f if line.startswith("| proj-Llama-3.1-8B-o-8192 |"))
         self.assertEqual(row, "| proj-Llama-3.1-8B-o-8192 | output_projection | 0.400 (0.400; 0.400) | "
-                              "0.300 (0.300; 0.300) | 0.200 (0.200; 0.190) | 0.750 | 0.500 |\n")
+                              "0.300 (0.300; 0.300) | 0.200 (0.200; 0.190) | 0.100 (0.100; 0.100) | "
+                              "0.750 | 0.500 | 0.250 |\n")
 
 
 class Rope(unittest.TestCase):
