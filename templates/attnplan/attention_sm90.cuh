@@ -617,10 +617,11 @@ __global__ void __launch_bounds__(Traits::threads, 1)
     auto load_q = [&](int band) {
       if (items_begun > 0) {
         mbarrier_wait_parity(q_empty_barriers + band * 8, (items_begun - 1) & 1);
-        // This thread's earlier Q copies have landed by now (the consumers waited on their Q full barriers
-        // before releasing Q), so on the TMA path this returns at once; it is here for compute-sanitizer's
-        // racecheck, which follows a copy's completion only through its own thread's wait, not through
-        // other threads' barriers, and otherwise reports the new Q copy as a write-after-write hazard.
+        // This thread's earlier Q copies have landed by now (the consumers waited for them, on their band's
+        // Q full barrier or with one band on the first tile's, before releasing Q), so on the TMA path
+        // this returns at once; it is here for compute-sanitizer's racecheck, which follows a copy's
+        // completion only through its own thread's wait, not through other threads' barriers, and
+        // otherwise reports the new Q copy as a write-after-write hazard.
         // wait_all, not wait_group 0: the Q copies go to their barrier uncommitted, outside wait_group's
         // count (racecheck's report on the TMA case, session 43). Before the first band only: later bands
         // would wait for this item's first band's copies, just issued.
