@@ -47,7 +47,8 @@ __host__ __device__ constexpr unsigned swizzle128_offset(int row, int column, in
 
 // Named barriers 1 to 3 (0 is __syncthreads) for the consumers' ping-pong: warpgroup w waits on barrier
 // 1 + w (bar.sync: its 128 threads) until the warpgroup before it in the round arrived (bar.arrive: 128
-// more), 256 in all.
+// more), 256 in all. Barriers 6 and 7 the same way, for the stagger of two consumer warpgroups on the
+// overlapped schedule (the kernel's kStaggered).
 __device__ __forceinline__ void named_barrier_sync(int id) {
   asm volatile("bar.sync %0, 256;\n" ::"r"(id) : "memory");
 }
@@ -55,8 +56,6 @@ __device__ __forceinline__ void named_barrier_arrive(int id) {
   asm volatile("bar.arrive %0, 256;\n" ::"r"(id) : "memory");
 }
 
-// Named barriers 6 and 7: the stagger of two consumer warpgroups on the overlapped schedule (the kernel's
-// kStaggered), with the same two functions.
 // Named barrier 4: the producer warpgroup's 128 threads alone (the item schedule's hand-over).
 __device__ __forceinline__ void producer_barrier_sync() {
   asm volatile("bar.sync 4, 128;\n" ::: "memory");
@@ -614,6 +613,14 @@ __global__ void __launch_bounds__(Traits::threads, 1)
     // which frees Q); the gathering paths keep Q first, as their wait below would otherwise wait for that
     // tile's copies, and so does one band, whose copies ride that tile's full barrier.
     int item_now = first_item;  // the item load_q hands the consumers
+    // Band b's next item (or the end marker, `units`) into its slot, which its warpgroups read after
+    // their wait on b's item barrier; only once they have released b's Q, so they have read the last one.
+    auto hand_over = [&](int band, int next) {
+      if (threadIdx.x == 0) {
+        *consumer_slot(band) = next;
+        mbarrier_arrive(item_barriers + band * 8);
+      }
+    };
     auto load_q = [&](int band) {
       if (items_begun > 0) {
         mbarrier_wait_parity(q_empty_barriers + band * 8, (items_begun - 1) & 1);
@@ -626,10 +633,7 @@ __global__ void __launch_bounds__(Traits::threads, 1)
         // count (racecheck's report on the TMA case, session 43). Before the first band only: later bands
         // would wait for this item's first band's copies, just issued.
         if (band == 0) cp_async_wait_all();
-        if (threadIdx.x == 0) {
-          *consumer_slot(band) = item_now;  // its warpgroups read the previous item's before releasing Q
-          mbarrier_arrive(item_barriers + band * 8);
-        }
+        hand_over(band, item_now);
       }
       copy_q(band);
       if constexpr (Traits::q_banded) cp_async_mbarrier_arrive(q_full_barriers + band * 8);
@@ -868,10 +872,7 @@ __global__ void __launch_bounds__(Traits::threads, 1)
     // The end marker, once each band's warpgroups have read the last item's slot.
     for (int band = 0; band < Traits::q_bands; ++band) {
       mbarrier_wait_parity(q_empty_barriers + band * 8, (items_begun - 1) & 1);
-      if (threadIdx.x == 0) {
-        *consumer_slot(band) = units;
-        mbarrier_arrive(item_barriers + band * 8);
-      }
+      hand_over(band, units);
     }
     cp_async_wait_all();  // no copy outlives its thread
     return;
@@ -1143,9 +1144,6 @@ __global__ void __launch_bounds__(Traits::threads, 1)
   auto stagger_first = [&]() {  // before the unit's S(0)
     if constexpr (kStaggered) named_barrier_sync(consumer == 0 ? 7 : 6);
   };
-  auto stagger_second = [&]() {  // warpgroup 0: after its first softmax; warpgroup 1: after its S(0) issue
-    if constexpr (kStaggered) named_barrier_arrive(consumer == 0 ? 6 : 7);
-  };
   auto end_stagger = [&]() {
     if constexpr (kStaggered) {
       if (consumer == 0) named_barrier_sync(7);
@@ -1264,12 +1262,12 @@ __global__ void __launch_bounds__(Traits::threads, 1)
       wgmma_fence();
       issue_scores(score, 0);
       end_turn();
-      if (consumer == 1) stagger_second();
+      if (kStaggered && consumer == 1) named_barrier_arrive(7);  // the stagger: warpgroup 1 issued its S(0)
       wgmma_wait_group<0>();
       fence_registers(score);
       // O is still zero: its rescale by this correction keeps it zero.
       bool moved = softmax(score, tile, correction);
-      if (consumer == 0) stagger_second();
+      if (kStaggered && consumer == 0) named_barrier_arrive(6);  // the stagger: warpgroup 0's first softmax
       for (int i = 1; i < tile_count; ++i) {
         wgmma_wait_group<0>();  // P V (i - 2) has completed (at i = 1 nothing is in flight)
         fence_registers(output);
