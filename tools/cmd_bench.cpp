@@ -8,10 +8,13 @@
 #include <cmath>
 #include <functional>
 #include <optional>
+#include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
+#include "check/attention_trace.hpp"
 #include "check/bench_counts.hpp"
 #include "check/device_batch.hpp"
 #include "check/device_weights.hpp"
@@ -19,6 +22,7 @@
 #include "commands.hpp"
 #include "config/parse.hpp"
 #include "core/error.hpp"
+#include "core/files.hpp"
 #include "driver/context.hpp"
 #include "driver/cuda_api.hpp"
 #include "driver/device.hpp"
@@ -306,6 +310,37 @@ std::vector<Row> measure(const plan::PrefillPlan& plan, const std::vector<Device
   return rows;
 }
 
+// Launches the trace records (--trace-attention): one per rotation set, at most this many.
+constexpr int kTracedLaunches = 8;
+
+// Runs the plan once on each of the first kTracedLaunches sets, back to back after the timed passes (so at
+// the same clocks), with each set's trace region zeroed first, and returns every launch's trace.
+nlohmann::ordered_json trace_attention(const plan::PrefillPlan& plan, const std::vector<DeviceSet>& sets) {
+  const plan::AttentionSpec& spec = plan.compiled().kernels_planned.attention;
+  const plan::WorkspaceLayout layout = plan.workspace_layout(sets.front().args.batch.num_tokens);
+  if (!spec.traces || layout.attention_trace_bytes != static_cast<std::size_t>(kAttentionTraceBytes)) {
+    throw Error(Stage::internal, "bench: --trace-attention, but the plan's attention kernel does not trace");
+  }
+  const driver::CudaApi& cu = driver::api();
+  driver::Stream stream = driver::Stream::create();
+  const std::size_t launches = std::min(sets.size(), static_cast<std::size_t>(kTracedLaunches));
+  for (std::size_t i = 0; i < launches; ++i) {
+    driver::check(cu.cuMemsetD8Async(sets[i].workspace.address() + layout.attention_trace, 0,
+                                     layout.attention_trace_bytes, stream.handle()),
+                  "cuMemsetD8Async");
+  }
+  for (std::size_t i = 0; i < launches; ++i) plan.execute(sets[i].args, stream.handle());
+  stream.synchronize();
+  nlohmann::ordered_json traces = nlohmann::ordered_json::array();
+  const int roles = 1 + spec.tiling.block_m / 64;  // the producer and a consumer warpgroup per 64 rows
+  for (std::size_t i = 0; i < launches; ++i) {
+    std::vector<std::uint64_t> words(layout.attention_trace_bytes / 8);
+    sets[i].workspace.download(words.data(), layout.attention_trace_bytes, layout.attention_trace);
+    traces.push_back(check::to_json(check::decode_attention_trace(words, roles)));
+  }
+  return traces;
+}
+
 double tflops(const Row& row) {
   return row.flops / (row.ms.median * 1e-3) / 1e12;
 }
@@ -320,7 +355,7 @@ Command bench_command() {
   command.name = "bench";
   command.synopsis =
       "bench CONFIG [--tokens N] [--seqs S] [--prefix P] [--block-size B] [--mask M] [--iterations I] "
-      "[--warmup W] [--warmup-ms T] [--json]";
+      "[--warmup W] [--warmup-ms T] [--trace-attention FILE] [--json]";
   command.description =
       "Times each stage of the config's prefill plan on the GPU (CUDA events; first at least W warm-up runs\n"
       "and T ms of back-to-back work, so the GPU runs at its sustained clocks; then the median, min and max\n"
@@ -343,6 +378,10 @@ Command bench_command() {
       kCacheDirOption,
       kCachePathOption,
       kJitOption,
+      {"--trace-attention", "FILE",
+       "run the attention kernel's traced specialization (sm_90a: each warpgroup's clock at fixed points of "
+       "every work item) and write the records of a few launches as JSON to FILE (tools/attention_trace.py "
+       "reads it; docs/attention-trace.md). The stage times then include the trace's stores"},
       {"--json", "", "print one JSON object with a row per stage"}};
   command.run = [](const Arguments& args) {
     BenchRequest request = parse_request(args);
@@ -354,7 +393,13 @@ Command bench_command() {
                   fmt::format("bench: no CUDA device ({}); bench times kernels on a GPU", reason));
     }
 
-    Runtime runtime(runtime_options(args));
+    const std::optional<std::string> trace_file = args.value("--trace-attention");
+    if (trace_file && trace_file->empty()) {
+      throw Error(Stage::input, "--trace-attention: needs a file name to write the trace to");
+    }
+    RuntimeOptions options = runtime_options(args);
+    options.trace_attention = trace_file.has_value();
+    Runtime runtime(std::move(options));
     driver::Context context(runtime.options().device);
     context.make_current();
     const driver::DeviceInfo device = driver::query_device(runtime.options().device);
@@ -394,6 +439,30 @@ Command bench_command() {
 
     std::vector<int> lengths;
     for (const auto& sequence : request.sequences) lengths.push_back(sequence.chunk_len);
+    // The run's shape, leading both the --json output and the trace file.
+    const nlohmann::ordered_json shape = {{"config", config.name},
+                                          {"arch", plan.compiled().arch.name()},
+                                          {"device", device.name},
+                                          {"driver_version", device.driver_version},
+                                          {"tokens", request.tokens},
+                                          {"seqs", lengths.size()},
+                                          {"chunk_lens", lengths},
+                                          {"prefix", request.prefix},
+                                          {"block_size", config.kv_cache.block_size},
+                                          {"mask", request.bidirectional ? "bidirectional" : "causal"},
+                                          {"window", config.sliding_window.value_or(0)}};
+    if (trace_file) {
+      const auto names = [](std::span<const std::string_view> events) {
+        return std::vector<std::string_view>(events.begin(), events.end());
+      };
+      nlohmann::ordered_json trace = shape;
+      trace["kernels"] = plan.stage_kernels(plan::StageKind::attention, request.tokens);
+      trace["attention"] = plan.compiled().kernels_planned.attention.source().spec;
+      trace["producer_events"] = names(check::producer_event_names());
+      trace["consumer_events"] = names(check::consumer_event_names());
+      trace["launches"] = trace_attention(plan, sets);
+      core::write_file_atomic(*trace_file, trace.dump() + "\n");
+    }
     if (args.flag("--json")) {
       nlohmann::ordered_json out_rows = nlohmann::ordered_json::array();
       for (const Row& row : rows) {
@@ -409,24 +478,14 @@ Command bench_command() {
         entry["runs_ms"] = std::move(runs);
         out_rows.push_back(entry);
       }
-      nlohmann::ordered_json out = {{"config", config.name},
-                                    {"arch", plan.compiled().arch.name()},
-                                    {"device", device.name},
-                                    {"driver_version", device.driver_version},
-                                    {"tokens", request.tokens},
-                                    {"seqs", lengths.size()},
-                                    {"chunk_lens", lengths},
-                                    {"prefix", request.prefix},
-                                    {"block_size", config.kv_cache.block_size},
-                                    {"mask", request.bidirectional ? "bidirectional" : "causal"},
-                                    {"window", config.sliding_window.value_or(0)},
-                                    {"iterations", request.iterations},
-                                    {"warmup", request.warmup},
-                                    {"warmup_ms", request.warmup_ms},
-                                    {"rotation_sets", sets.size()},
-                                    {"set_bytes", sets.front().bytes()},
-                                    {"l2_bytes", device.l2_bytes},
-                                    {"rows", out_rows}};
+      nlohmann::ordered_json out = shape;
+      out["iterations"] = request.iterations;
+      out["warmup"] = request.warmup;
+      out["warmup_ms"] = request.warmup_ms;
+      out["rotation_sets"] = sets.size();
+      out["set_bytes"] = sets.front().bytes();
+      out["l2_bytes"] = device.l2_bytes;
+      out["rows"] = std::move(out_rows);
       fmt::print("{}\n", out.dump(2));
     } else {
       fmt::print("{} on {} ({}): {} tokens in {} sequence(s) [{}], prefix {}, block {}, {}{}\n",

@@ -208,6 +208,12 @@ compiler::KernelSource AttentionSpec::source() const {
                     "got head_dim {} on {}",
                     head_dim, to_string(kernel)));
   }
+  if (traces && !(sm90 && tiling.persistent)) {
+    throw Error(Stage::config,
+                fmt::format("attention: a trace (traces) needs the sm_90a kernel on its persistent grid (at "
+                            "most kAttentionTraceCtas = {} CTAs); this plan's attention runs {}",
+                            kAttentionTraceCtas, to_string(kernel)));
+  }
   if (tiling.kv_tma && (!sm90 || kv_fp8 || !sm90_kv_tma_supported(head_dim, block_size, tiling.block_n))) {
     throw Error(
         Stage::config,
@@ -238,6 +244,7 @@ compiler::KernelSource AttentionSpec::source() const {
         {"kv_fp8", cxx_bool(kv_fp8)},
         {"consumers", std::to_string(tiling.block_m / 64)},
         {"splits_tail", cxx_bool(splits_tail)},
+        {"traces", cxx_bool(traces)},
     };
     source.grid_constant = true;  // the kernel takes the address of its parameters (and TMA of its maps)
   } else {
@@ -281,6 +288,7 @@ compiler::KernelSource AttentionSpec::source() const {
     source.spec["ping_pong"] = tiling.ping_pong;
     source.spec["kv_tma"] = tiling.kv_tma;
     source.spec["splits_tail"] = splits_tail;
+    source.spec["traces"] = traces;
   } else {
     source.spec["min_blocks_per_sm"] = tiling.min_blocks_per_sm;
   }
@@ -407,6 +415,10 @@ void AttentionSpec::check(const AttentionParams& params, int query_heads) const 
                         params.split_items, params.split_parts, kMaxTailSplitUnits));
     require(params.split_partials != nullptr && params.split_counters != nullptr,
             "split_partials and split_counters must be set for a split tail");
+  }
+  if (traces) {
+    require(params.trace != nullptr,
+            "trace must be set: the kernel was specialized with a trace (kAttentionTraceBytes of records)");
   }
   if (kv_fp8) {
     for (const auto& [name, scale] :

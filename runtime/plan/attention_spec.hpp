@@ -128,6 +128,11 @@ struct AttentionSpec {
   // KernelPlan::attention_split, which the launches that split take (choose_tail_split); the others run
   // without the merge's code (5% at D 128, 1k tokens bidirectional: attention-notes.md, "Session 46").
   bool splits_tail = false;
+  // The sm_90a kernel's trace compiled in (AttentionSm90Traits::traces, attention_params.h's
+  // AttentionTraceEvent): each warpgroup records the clock at fixed points of every work unit into
+  // AttentionParams::trace. Planned only when asked (PlanOptions::trace_attention: `attnplan bench
+  // --trace-attention`), as its own specialization; see docs/attention-trace.md.
+  bool traces = false;
   AttentionTiling tiling;
 
   // The config's shapes and feature flags, choose_attention_kernel and that kernel's tiling
@@ -166,7 +171,7 @@ struct AttentionSpec {
   // kAttentionOrderedSeqs), not 0 for the mma.sync kernel, or seq_order not listing every sequence once;
   // a split tail (split_items > 0) on a kernel without splits_tail, with split_parts outside [2,
   // kAttentionMaxSplitParts], more split items than work items or more parts than kMaxTailSplitUnits, or
-  // null split_partials / split_counters.
+  // null split_partials / split_counters; a null trace for a spec that traces.
   void check(const AttentionParams& params, int query_heads) const;
 };
 

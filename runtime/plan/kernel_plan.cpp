@@ -336,7 +336,8 @@ bool needs_qkv_postprocess_kernel(const KernelPlan& plan) {
 
 }  // namespace
 
-KernelPlan plan_kernels(const config::AttentionConfig& config, const config::Arch& arch) {
+KernelPlan plan_kernels(const config::AttentionConfig& config, const config::Arch& arch,
+                        const PlanOptions& options) {
   require_supported(config, arch);
   KernelPlan plan;
   const int hidden = config.hidden_size;
@@ -380,7 +381,17 @@ KernelPlan plan_kernels(const config::AttentionConfig& config, const config::Arc
   plan.kv_store.tiling = choose_kv_store_tiling(config.kv_heads, config.head_dim, config.value_head_dim);
 
   plan.attention = AttentionSpec::from_config(config, arch);
-  plan.attention_split = split_tail_specialization(plan.attention);
+  if (options.trace_attention) {
+    if (plan.attention.kernel != AttentionKernel::wgmma_sm90) {
+      throw Error(
+          Stage::config,
+          fmt::format("trace_attention: only the sm_90a attention kernel records a trace; this plan's "
+                      "attention runs {} (arch {})",
+                      to_string(plan.attention.kernel), arch.name()));
+    }
+    plan.attention.traces = true;
+  }
+  plan.attention_split = split_tail_specialization(plan.attention);  // traced with it
 
   plan.output_projection.segments = 1;
   plan.output_projection.has_bias = config.output_bias;

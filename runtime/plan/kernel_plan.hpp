@@ -146,11 +146,20 @@ const GemmSpec* launched_qkv_gemm(const KernelPlan& kernels, int num_tokens, int
 // postprocess kernel, and the GEMM's output is already normed and rotated). Pure.
 bool qkv_postprocess_fused(const KernelPlan& kernels, int num_tokens, int n, int multiprocessors);
 
+// What a plan may be asked for beyond its config (RuntimeOptions carries them to Runtime::compile).
+struct PlanOptions {
+  // The attention kernels with the trace compiled in (AttentionSpec::traces: `attnplan bench
+  // --trace-attention`, docs/attention-trace.md); Error(config) unless the plan's attention is the sm_90a
+  // kernel.
+  bool trace_attention = false;
+};
+
 // Throws Error(config) when the config asks for something the kernels cannot do yet (a quantized
 // projection format without a loader, fp8 activations on an arch without the fp8-activation GEMM or with
 // q/k segments that are not 128-column multiples, a head dim the attention kernel does not support), one
 // detail per problem naming the field, the arch and the rule.
-KernelPlan plan_kernels(const config::AttentionConfig& config, const config::Arch& arch);
+KernelPlan plan_kernels(const config::AttentionConfig& config, const config::Arch& arch,
+                        const PlanOptions& options = {});
 
 // Elements of one row of the fused QKV buffer: Hq * D + Hkv * D + Hkv * Dv.
 long long qkv_row_width(const config::AttentionConfig& config);

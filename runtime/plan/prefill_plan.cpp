@@ -181,7 +181,9 @@ WorkspaceLayout plan_workspace(const config::AttentionConfig& config, const Kern
         attention_sm90_split_unit_floats(split->head_dim, split->tiling.block_m);
   }
   layout.attention_items = align_up(layout.attention_partials + layout.attention_partials_bytes, 256);
-  layout.bytes = layout.attention_items + kAttentionCounterBytes;
+  layout.attention_trace = layout.attention_items + kAttentionCounterBytes;  // 256-byte multiple
+  if (kernels.attention.traces) layout.attention_trace_bytes = kAttentionTraceBytes;
+  layout.bytes = layout.attention_trace + layout.attention_trace_bytes;
   return layout;
 }
 
@@ -364,6 +366,7 @@ void PrefillPlan::execute(const ExecuteArgs& args, CUstream stream, const StageO
   attend.sinks = w.sinks;
   if (kernels.attention.dynamic_items())
     attend.item_counter = at<int>(args.workspace, layout.attention_items);
+  if (kernels.attention.traces) attend.trace = at<unsigned long long>(args.workspace, layout.attention_trace);
   attend.query_row_stride = layout.qkv_row_width;
   attend.output_row_stride = attention_width;
   attend.scale =

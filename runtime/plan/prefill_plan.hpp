@@ -109,6 +109,11 @@ struct WorkspaceLayout {
   // tail's part counters (split_counters: at most kMaxTailSplitUnits / 2 items), all zeroed by the KV store
   // kernel before each attention launch whose kernel claims its items; kAttentionCounterBytes kept.
   std::size_t attention_items = 0;
+  // A plan whose attention traces (AttentionSpec::traces): byte offset of its records
+  // (AttentionParams::trace), kAttentionTraceBytes of them, written by every attention launch. 0 bytes
+  // otherwise.
+  std::size_t attention_trace = 0;
+  std::size_t attention_trace_bytes = 0;
   std::size_t bytes = 0;  // total
   long long qkv_row_width = 0;
 };

@@ -120,7 +120,7 @@ config::Arch Runtime::auto_arch() const {
 
 std::vector<PlannedKey> Runtime::plan_keys(const config::AttentionConfig& config) {
   const config::Arch arch = resolve_arch(config);
-  return plan_keys(plan::plan_kernels(config, arch), arch);
+  return plan_keys(plan::plan_kernels(config, arch, plan_options()), arch);
 }
 
 std::vector<PlannedKey> Runtime::plan_keys(const plan::KernelPlan& kernels, const config::Arch& arch) {
@@ -163,7 +163,7 @@ plan::CompiledPlan Runtime::compile(const config::AttentionConfig& config, const
   plan::CompiledPlan compiled;
   compiled.config = config;
   compiled.arch = resolve_arch(config);
-  compiled.kernels_planned = plan::plan_kernels(config, compiled.arch);
+  compiled.kernels_planned = plan::plan_kernels(config, compiled.arch, plan_options());
 
   // Keys first, all of them: cheap next to a compile, and JitPolicy::off then fails on the first
   // missing kernel in launch order however the workers are scheduled.

@@ -78,6 +78,8 @@ class Runtime {
   const compiler::Compiler& compiler();
   compiler::CompileOptions compile_options(const config::Arch& arch) const;
   const RuntimeOptions& options() const { return options_; }
+  // What RuntimeOptions asks of every plan beyond its config (the trace).
+  plan::PlanOptions plan_options() const { return {.trace_attention = options_.trace_attention}; }
 
  private:
   // What target.arch "auto" means here: the device's arch (remembered per machine), else sm_90a.

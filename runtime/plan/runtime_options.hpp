@@ -45,6 +45,9 @@ struct RuntimeOptions {
   int device = 0;                                     // ATTNPLAN_DEVICE: CUDA device ordinal
   unsigned compile_workers = 0;                       // parallel NVRTC compiles; 0 = one per core
   bool keep_ptx = false;                              // store PTX beside each cubin
+  // Plans with the attention trace compiled in (plan::PlanOptions::trace_attention; no variable: CLI/API
+  // only, for `attnplan bench --trace-attention`).
+  bool trace_attention = false;
 
   // Reads the variables above. Throws Error(input) for malformed values (a non-numeric size, an
   // unknown ATTNPLAN_JIT).

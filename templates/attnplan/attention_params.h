@@ -55,6 +55,10 @@ struct AttentionParams {
   int* split_counters;
   int split_items;
   int split_parts;
+  // The sm_90a kernel's trace (AttentionSpec::traces; read only by that specialization, which the plan
+  // has only when asked: `attnplan bench --trace-attention`): kAttentionTraceCtas x kAttentionTraceRoles
+  // slots of kAttentionTraceRecords records, laid out as attention_params.h's AttentionTraceRecord says.
+  unsigned long long* trace;
 
   long long query_row_stride;   // elements between consecutive query rows
   long long output_row_stride;  // elements between consecutive output rows
@@ -129,6 +133,46 @@ ATTNPLAN_HOST_DEVICE constexpr int attention_sm90_threads(int block_m) {
 ATTNPLAN_HOST_DEVICE constexpr int attention_sm90_kv_tma_boxes(int head_dim, int block_size, int block_n) {
   return 2 * (block_n / (block_size < block_n ? block_size : block_n)) * (head_dim / 64);
 }
+
+// The sm_90a kernel's trace (AttentionSpec::traces): one lane of each warpgroup (the producer's thread 0,
+// each consumer warpgroup's first) reads %clock64 at fixed points of every work unit and writes a record
+// to its own slot, CTA-major: slot (blockIdx.x * kAttentionTraceRoles + role), role 0 the producer and
+// 1 + w consumer warpgroup w. A slot is kAttentionTraceRecords records of two 64-bit words:
+//   record 0: {%clock64, %globaltimer} when the warpgroup starts its first unit;
+//   record 1: {%clock64, %globaltimer} when it has ended its last (the pair gives the SM's clock rate);
+//   record 2: {%smid, units walked};
+//   record 3 + kAttentionTraceEventsPerUnit * n + e: {%clock64, unit} of event e of the n-th unit it
+//   walked (AttentionTraceEvent; a unit past the slot's capacity is counted, not recorded).
+// A slot whose record 2 reads zero units was not used (the host zeroes the buffer before a traced launch).
+// The persistent grid has at most one CTA per SM: kAttentionTraceCtas covers the sm_90 parts (132 on an
+// H100 / H200 SXM, 148 on a B200).
+inline constexpr int kAttentionTraceCtas = 160;
+inline constexpr int kAttentionTraceRoles = 4;  // the producer and up to three consumer warpgroups
+inline constexpr int kAttentionTraceRecords = 512;
+inline constexpr int kAttentionTraceHeaderRecords = 3;
+inline constexpr int kAttentionTraceEventsPerUnit = 6;
+
+// Events of a work unit, in the order each role reaches them (the index e of its record).
+enum AttentionTraceEvent {
+  // The producer (role 0):
+  kTraceProducerBegin = 0,       // the unit's place and tile schedule known (begin_item)
+  kTraceProducerFirstTile = 1,   // its first K/V tile's copies issued (and arrived on the full barrier)
+  kTraceProducerQ = 2,           // its Q copies issued (after waiting for Q's buffer to be free)
+  kTraceProducerLastTile = 3,    // its last K/V tile's copies issued
+  kTraceProducerClaimed = 4,     // the next unit claimed and shared among the producer's threads
+  kTraceProducerPrefetched = 5,  // the next unit's Q prefetched into L2 (TMA K/V only; else as 4)
+  // A consumer warpgroup (roles 1 to 3):
+  kTraceConsumerBegin = 0,         // the unit's rows set up (begin_rows)
+  kTraceConsumerFirstTile = 1,     // the first K/V tile and Q have landed (its full barrier passed)
+  kTraceConsumerFirstSoftmax = 2,  // the first tile's softmax done
+  kTraceConsumerLastProduct = 3,   // the last P V has completed
+  kTraceConsumerStored = 4,        // the normalized rows' stores issued
+  kTraceConsumerNext = 5,          // the next unit handed over (its item barrier passed)
+};
+
+// Bytes of the trace buffer (AttentionParams::trace).
+inline constexpr long long kAttentionTraceBytes =
+    16LL * kAttentionTraceCtas * kAttentionTraceRoles * kAttentionTraceRecords;
 
 // The sm_90a kernel's parameters when it loads K/V pages with TMA (AttentionSm90Traits::kv_tma): the
 // common block plus one tensor map per cache, encoded by the host per launch (plan::launch_attention). Each

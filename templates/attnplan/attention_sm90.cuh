@@ -110,12 +110,52 @@ __device__ __forceinline__ const AttentionParams& common_params(const AttentionS
   return params.common;
 }
 
+// The trace (AttentionParams::trace, attention_params.h): written by one lane of each warpgroup, with plain
+// stores that nothing in the kernel waits for. The slot's address is recomputed at each record from the
+// parameters and blockIdx rather than kept in registers: the producer has none to spare (ptxas spilled 32-40
+// bytes with a pointer kept live through its loop).
+__device__ __forceinline__ unsigned long long trace_clock() {
+  unsigned long long value;
+  asm volatile("mov.u64 %0, %%clock64;" : "=l"(value));
+  return value;
+}
+__device__ __forceinline__ unsigned long long trace_global_time() {
+  unsigned long long value;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(value));
+  return value;
+}
+// Record `record` of warpgroup `role`'s slot; nothing past kAttentionTraceCtas CTAs or the slot's records.
+__device__ __forceinline__ void trace_put(const AttentionParams& params, int role, int record,
+                                          unsigned long long first, unsigned long long second) {
+  if (static_cast<int>(blockIdx.x) < kAttentionTraceCtas && record < kAttentionTraceRecords) {
+    unsigned long long* const slot =
+        params.trace +
+        2LL * kAttentionTraceRecords * (static_cast<long long>(blockIdx.x) * kAttentionTraceRoles + role);
+    *reinterpret_cast<ulonglong2*>(slot + 2 * record) = make_ulonglong2(first, second);
+  }
+}
+__device__ __forceinline__ void trace_begin(const AttentionParams& params, int role) {
+  trace_put(params, role, 0, trace_clock(), trace_global_time());
+}
+// Event `event` of the warpgroup's `walked`-th unit (counted from 0), unit `unit`.
+__device__ __forceinline__ void trace_event(const AttentionParams& params, int role, int walked, int event,
+                                            int unit) {
+  trace_put(params, role, kAttentionTraceHeaderRecords + kAttentionTraceEventsPerUnit * walked + event,
+            trace_clock(), static_cast<unsigned long long>(unit));
+}
+__device__ __forceinline__ void trace_end(const AttentionParams& params, int role, int walked) {
+  unsigned sm;
+  asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+  trace_put(params, role, 1, trace_clock(), trace_global_time());
+  trace_put(params, role, 2, sm, static_cast<unsigned long long>(walked));
+}
+
 }  // namespace attention_sm90_detail
 
 template <int kHeadDim, int kGroupSize, int kHeadsPerCta, int kBlockSize, int kBlockN, bool kHasWindow,
           bool kHasSpans = false, bool kHasSinks = false, bool kHasSoftcap = false, int kStages = 2,
           bool kOverlapSoftmax = false, bool kPingPong = false, bool kKvTma = false, bool kKvFp8 = false,
-          int kConsumers = 2, bool kSplitsTail = false>
+          int kConsumers = 2, bool kSplitsTail = false, bool kTraces = false>
 struct AttentionSm90Traits {
   // K/V pages by TMA: one producer warp issues a box per page and 64-column block of each tile, completing
   // on the stage's full barrier, instead of 128 threads gathering 16-byte chunks with cp.async (whose
@@ -163,6 +203,10 @@ struct AttentionSm90Traits {
   static constexpr bool splits_tail = kSplitsTail;
   static_assert(!kSplitsTail || attention_sm90_splits(kHeadDim),
                 "a split tail at D <= 128 only (attention_sm90_splits)");
+  // The trace (AttentionParams::trace): each warpgroup's events per unit, for `attnplan bench
+  // --trace-attention` (docs/attention-trace.md). Never planned unless asked: it is its own specialization.
+  static constexpr bool traces = kTraces;
+  static_assert(1 + kConsumers <= kAttentionTraceRoles, "a trace slot per warpgroup");
   // Of every 8 n8 column tiles of S, how many take their exponentials from polynomial_exp2 on the FMA
   // pipe rather than the MUFU unit: at D 64 the MUFU's 16 ex2 per SM and clock match the tensor cores'
   // rate exactly (one per 4 D FLOPs), so the softmax waits on it (Nsight Compute: MIO throttle). Measured
@@ -518,6 +562,9 @@ __global__ void __launch_bounds__(Traits::threads, 1)
   if (threadIdx.x < Traits::producer_threads) {
     // ---- producer: gathers, then hands them to the stage's full barrier ------------------------------
     setmaxnreg_decrease<Traits::producer_registers>();
+    // The trace's lane (Traits::traces): producer thread 0, role 0.
+    const bool tracer = Traits::traces && threadIdx.x == 0;
+    if (tracer) trace_begin(params, 0);
     // Thread layout of the Q copy: `chunks` consecutive threads per row, rows_per_pass rows per pass.
     const int chunk = threadIdx.x % Traits::chunks;
     const int first_row = threadIdx.x / Traits::chunks;
@@ -646,7 +693,11 @@ __global__ void __launch_bounds__(Traits::threads, 1)
     for (int item = first_item; item < units;) {
       begin_item(item);
       item_now = item;
-      if constexpr (!kQAfterFirstTile) load_qs();
+      if (tracer) trace_event(params, 0, items_begun, kTraceProducerBegin, item);
+      if constexpr (!kQAfterFirstTile) {
+        load_qs();
+        if (tracer) trace_event(params, 0, items_begun, kTraceProducerQ, item);
+      }
       int pages[kPageRegisters];
       int tile = first_tile;
       if constexpr (Traits::kv_fp8) {
@@ -726,6 +777,7 @@ __global__ void __launch_bounds__(Traits::threads, 1)
               }
             }
             mbarrier_arrive(full_barriers + stage * 8);
+            if (tracer && i == 1) trace_event(params, 0, items_begun, kTraceProducerFirstTile, item);
           }
           if (i < tile_count) {
 #pragma unroll
@@ -838,7 +890,11 @@ __global__ void __launch_bounds__(Traits::threads, 1)
           } else {
             cp_async_mbarrier_arrive(full);
           }
-          if (kQAfterFirstTile && i == 0) load_qs();
+          if (tracer && i == 0) trace_event(params, 0, items_begun, kTraceProducerFirstTile, item);
+          if (kQAfterFirstTile && i == 0) {
+            load_qs();
+            if (tracer) trace_event(params, 0, items_begun, kTraceProducerQ, item);
+          }
 #pragma unroll
           for (int r = 0; r < kPageRegisters; ++r) pages[r] = next_pages[r];
           box_page = next_box_page;
@@ -849,9 +905,11 @@ __global__ void __launch_bounds__(Traits::threads, 1)
       // covers the atomic's round trip), not at its start: claimed an item ahead, the CTAs would take items
       // in the order they began their previous ones rather than the order they become free (the model's 4 x
       // 4k bidirectional batch: 1.18 over the mean load instead of 1.15).
+      if (tracer) trace_event(params, 0, items_begun, kTraceProducerLastTile, item);
       if (threadIdx.x == 0) producer_slots[items_begun % 2] = claim_from(claim());
       producer_barrier_sync();
       const int upcoming = producer_slots[items_begun % 2];
+      if (tracer) trace_event(params, 0, items_begun, kTraceProducerClaimed, item);
       // Its Q into L2, now that this item's tiles are all issued and the producer would only wait for the
       // consumers to finish with Q: at the item boundary its copy then starts from L2 rather than device
       // memory. A token's kHeads rows are contiguous: one bulk prefetch each. TMA K/V only: the gathering
@@ -865,6 +923,7 @@ __global__ void __launch_bounds__(Traits::threads, 1)
                       kHeads * kHeadDim * 2);
         }
       }
+      if (tracer) trace_event(params, 0, items_begun, kTraceProducerPrefetched, item);
       base += tile_count;
       ++items_begun;
       item = upcoming;
@@ -875,6 +934,7 @@ __global__ void __launch_bounds__(Traits::threads, 1)
       hand_over(band, units);
     }
     cp_async_wait_all();  // no copy outlives its thread
+    if (tracer) trace_end(params, 0, items_begun);
     return;
   }
 
@@ -1220,12 +1280,18 @@ __global__ void __launch_bounds__(Traits::threads, 1)
   float score[kScoreRegisters];
   unsigned p[kPSteps][4];
   float correction[2];
-  for (int item = first_item, items_done = 0; item < units; ++items_done) {
+  // The trace's lane (Traits::traces): each consumer warpgroup's first thread, role 1 + consumer.
+  const bool tracer = Traits::traces && threadIdx.x % 128 == 0;
+  if (tracer) trace_begin(params, 1 + consumer);
+  int items_done = 0;
+  for (int item = first_item; item < units; ++items_done) {
     begin_rows(begin_item(item));
+    if (tracer) trace_event(params, 1 + consumer, items_done, kTraceConsumerBegin, item);
     int tile = first_tile;  // the key tile of iteration i
     if constexpr (!Traits::overlap_softmax) {
       for (int i = 0; i < tile_count; ++i, tile = next_tile(tile)) {
         wait_full(i, tile);
+        if (tracer && i == 0) trace_event(params, 1 + consumer, items_done, kTraceConsumerFirstTile, item);
         begin_turn();
         wgmma_fence();
         issue_scores(score, i);
@@ -1233,6 +1299,7 @@ __global__ void __launch_bounds__(Traits::threads, 1)
         wgmma_wait_group<0>();
         fence_registers(score);
         if (softmax(score, tile, correction)) rescale(correction);
+        if (tracer && i == 0) trace_event(params, 1 + consumer, items_done, kTraceConsumerFirstSoftmax, item);
         pack(score, p);
         if (i == tile_count - 1) release_q();
         begin_turn();
@@ -1257,6 +1324,7 @@ __global__ void __launch_bounds__(Traits::threads, 1)
       // head agree on what is in flight after it (nothing), which keeps ptxas from serializing the wgmmas
       // (a conditional wait there did). Checked by test_gpu "[sass]"; attention-notes.md, "Session 29".
       wait_full(0, tile);
+      if (tracer) trace_event(params, 1 + consumer, items_done, kTraceConsumerFirstTile, item);
       stagger_first();
       begin_turn();
       wgmma_fence();
@@ -1267,6 +1335,7 @@ __global__ void __launch_bounds__(Traits::threads, 1)
       fence_registers(score);
       // O is still zero: its rescale by this correction keeps it zero.
       bool moved = softmax(score, tile, correction);
+      if (tracer) trace_event(params, 1 + consumer, items_done, kTraceConsumerFirstSoftmax, item);
       if (kStaggered && consumer == 0) named_barrier_arrive(6);  // the stagger: warpgroup 0's first softmax
       for (int i = 1; i < tile_count; ++i) {
         wgmma_wait_group<0>();  // P V (i - 2) has completed (at i = 1 nothing is in flight)
@@ -1301,6 +1370,7 @@ __global__ void __launch_bounds__(Traits::threads, 1)
       fence_registers(output);
       release(tile_count - 1);
     }
+    if (tracer) trace_event(params, 1 + consumer, items_done, kTraceConsumerLastProduct, item);
 
     // ---- epilogue: normalize and store bf16 pairs ------------------------------------------------------
     // output: [num_tokens, query_heads * head_dim], rows output_row_stride apart. The item's place is
@@ -1335,10 +1405,13 @@ __global__ void __launch_bounds__(Traits::threads, 1)
         if (stored) store_global_16(destination + 8 * (4 * k + in_group), words);
       }
     }
+    if (tracer) trace_event(params, 1 + consumer, items_done, kTraceConsumerStored, item);
     base += tile_count;
     mbarrier_wait_parity(item_barriers + band * 8, items_done & 1);
+    if (tracer) trace_event(params, 1 + consumer, items_done, kTraceConsumerNext, item);
     item = *consumer_slot(band);
   }
+  if (tracer) trace_end(params, 1 + consumer, items_done);
   end_turns();
   end_stagger();
 #else

@@ -2,8 +2,14 @@
 // stage of the plan, positive times in order (min <= median <= max) and the host's work counts.
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
 
 #include "../tools/cli_testing.hpp"
 #include "check/bench_counts.hpp"
@@ -103,4 +109,82 @@ TEST_CASE("attnplan bench names a q|k|v stage that ran the norms and RoPE in its
     }
   }
   CHECK(qkv_seen);
+}
+
+TEST_CASE("attnplan bench --trace-attention records every work item of each launch in order",
+          "[gpu][bench]") {
+  // Qwen3-8B: D 128, GQA 32 / 8, so 4 heads of a kv group share a CTA's 128 rows: 32 tokens per item. A
+  // causal batch (no split tail): the kernel numbers ceil(longest chunk / 32) query tiles x sequences x 8
+  // head groups of items and passes over those past their chunk, so a chunk of L tokens has ceil(L / 32) x 8
+  // items with rows, each walked by one CTA's producer and both its consumer warpgroups.
+  attnplan::testing::TempDir scratch;
+  const std::filesystem::path file = scratch.path() / "trace.json";
+  const nlohmann::json out = bench_json(
+      scratch, {"--tokens", "1000", "--seqs", "3", "--prefix", "64", "--trace-attention", file.string()});
+  INFO(out.dump(1));
+  std::ifstream stream(file);
+  REQUIRE(stream.good());
+  const nlohmann::json trace = nlohmann::json::parse(stream);
+  CHECK(trace["attention"]["traces"] == true);
+  CHECK(trace["kernels"] == std::vector<std::string>{"attention"});
+  const std::vector<std::string> producer = trace["producer_events"], consumer = trace["consumer_events"];
+  REQUIRE(producer.size() == 6);
+  REQUIRE(consumer.size() == 6);
+  const std::vector<int> lengths = trace["chunk_lens"];
+  int walked = 0;
+  for (const int length : lengths) walked += (length + 31) / 32 * 8;
+  const int items = (*std::max_element(lengths.begin(), lengths.end()) + 31) / 32 * int(lengths.size()) * 8;
+  REQUIRE(!trace["launches"].empty());
+  for (const nlohmann::json& launch : trace["launches"]) {
+    CHECK(launch["dropped_units"] == 0);
+    std::vector<int> walks(static_cast<std::size_t>(items) * 3, 0);  // per item, per role
+    for (const nlohmann::json& cta : launch["ctas"]) {
+      const nlohmann::json& roles = cta["roles"];
+      REQUIRE(roles.size() == 3);  // the producer and two consumer warpgroups
+      for (const nlohmann::json& role : roles) {
+        const int r = role["role"];
+        const nlohmann::json& units = role["units"];
+        CHECK(role["units_walked"] == units.size());
+        CHECK(role["end_ns"].get<std::uint64_t>() > role["start_ns"].get<std::uint64_t>());
+        CHECK(units.size() == roles[0]["units"].size());  // every warpgroup walks the CTA's items
+        std::uint64_t last = role["start_clock"];
+        for (std::size_t n = 0; n < units.size(); ++n) {
+          const int item = units[n]["unit"];
+          REQUIRE(item >= 0);
+          REQUIRE(item < items);
+          CHECK(item == roles[0]["units"][n]["unit"].get<int>());
+          ++walks[static_cast<std::size_t>(item) * 3 + r];
+          // Events in the order the role reaches them: all of them for a consumer; the producer issues Q
+          // either before or after its first tile (the TMA path: after), so its order skips q_issued.
+          const std::vector<std::uint64_t> clocks = units[n]["clocks"];
+          for (std::size_t e = 0; e < clocks.size(); ++e) {
+            if (r == 0 && e == 2) continue;
+            INFO("CTA " << cta["cta"] << " role " << r << " unit " << n << " event " << e);
+            CHECK(clocks[e] >= last);
+            last = clocks[e];
+          }
+        }
+        CHECK(role["end_clock"].get<std::uint64_t>() >= last);
+      }
+    }
+    // Each walked once by each role, and as many as have rows.
+    for (std::size_t i = 0; i < walks.size(); ++i) {
+      INFO("item " << i / 3 << " role " << i % 3);
+      CHECK(walks[i] <= 1);
+      CHECK(walks[i] == walks[i - i % 3]);  // the producer's
+    }
+    CHECK(std::count(walks.begin(), walks.end(), 1) == 3 * walked);
+  }
+}
+
+TEST_CASE("attnplan bench --trace-attention refuses a plan whose attention cannot trace", "[gpu][bench]") {
+  attnplan::testing::TempDir scratch;
+  const std::filesystem::path file = scratch.path() / "trace.json";
+  const Result result = run_cli(scratch.path(),
+                                {"bench", plan_path("qwen3-8b.json"), "--tokens", "64", "--arch", "sm_80",
+                                 "--trace-attention", file.string()},
+                                {"ATTNPLAN_CACHE_DIR=" + (scratch.path() / "cache").string()});
+  CHECK(result.exit_code == 1);
+  CHECK(result.err.find("trace_attention") != std::string::npos);
+  CHECK_FALSE(std::filesystem::exists(file));
 }

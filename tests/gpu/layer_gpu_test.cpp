@@ -21,11 +21,9 @@ using namespace attnplan::gpu_testing;
 
 namespace {
 
-void check_layer(const std::string& what, const config::AttentionConfig& config,
-                 const check::Scenario& scenario) {
-  INFO(what << ": " << scenario.tokens << " tokens, " << scenario.seqs << " seqs, prefix "
-            << scenario.prefix);
-  const plan::PrefillPlan plan = gpu().load(config);
+// `plan` (of `config`) on a random case of `scenario` against the reference, stage by stage.
+void check_plan(const plan::PrefillPlan& plan, const config::AttentionConfig& config,
+                const check::Scenario& scenario) {
   const check::Report report = check::run_case(plan, check::random_case(config, scenario));
   for (const check::StageResult& stage : report.stages) {
     INFO(stage.stage << " relative L2 " << stage.relative_l2);
@@ -33,6 +31,13 @@ void check_layer(const std::string& what, const config::AttentionConfig& config,
   }
   CHECK(report.unwritten == 0);
   CHECK(report.cache_slots_damaged == 0);
+}
+
+void check_layer(const std::string& what, const config::AttentionConfig& config,
+                 const check::Scenario& scenario) {
+  INFO(what << ": " << scenario.tokens << " tokens, " << scenario.seqs << " seqs, prefix "
+            << scenario.prefix);
+  check_plan(gpu().load(config), config, scenario);
 }
 
 // check_layer, first checking which path the chunk takes for its q/k/v norms and RoPE: the q|k|v GEMM's
@@ -321,3 +326,26 @@ TEST_CASE("execute captured in a CUDA graph replays the direct result", "[gpu][l
 }
 
 // Rejected inputs (every field execute() checks): reliability_gpu_test.cpp.
+
+TEST_CASE("a plan with the attention trace computes what the plan without it does", "[gpu][layer][trace]") {
+  // The traced specialization (`attnplan bench --trace-attention`) at each head dim's schedule: D 64's
+  // three consumer warpgroups, D 128's overlapped softmax, D 256's ping-pong; causal with a prefix, and one
+  // span per chunk (D <= 128: the split tail's specialization, traced too).
+  RuntimeOptions options = gpu().runtime.options();
+  options.trace_attention = true;
+  Runtime traced(options);
+  for (int head_dim : {64, 128, 256}) {
+    const config::AttentionConfig config =
+        config_from({{"head_dim", head_dim}, {"value_head_dim", head_dim}, {"bidirectional_spans", true}});
+    const plan::PrefillPlan plan = traced.load(traced.compile(config));
+    REQUIRE(plan.compiled().kernels_planned.attention.traces);
+    CHECK(plan.workspace_layout(300).attention_trace_bytes == static_cast<std::size_t>(kAttentionTraceBytes));
+    check::Scenario causal = scenario(300, 3, 40, 60 + head_dim);
+    check::Scenario bidirectional = scenario(300, 2, 0, 61 + head_dim);
+    bidirectional.bidirectional = true;
+    for (const check::Scenario& batch : {causal, bidirectional}) {
+      INFO("D " << head_dim << (batch.bidirectional ? " bidirectional" : " causal"));
+      check_plan(plan, config, batch);
+    }
+  }
+}

@@ -423,6 +423,15 @@ TEST_CASE("attention Params checks name the broken field", "[plan][attention]") 
   CHECK(expect_error([&] { wide_claims.check(wide_split, 32); }).message().find("split_items") !=
         std::string::npos);
 
+  // A traced kernel needs its trace buffer; the others ignore the pointer.
+  AttentionSpec traced = claims;
+  traced.traces = true;
+  CHECK(expect_error([&] { traced.check(split, 32); }).message().find("trace") != std::string::npos);
+  AttentionParams with_trace = split;
+  with_trace.trace = fake_pointer<unsigned long long>(0x600000);
+  CHECK_NOTHROW(traced.check(with_trace, 32));
+  CHECK_NOTHROW(claims.check(with_trace, 32));
+
   // An fp8 cache needs finite positive scales.
   spec.kv_fp8 = true;
   good.k_scale = 0.05f;
@@ -708,6 +717,74 @@ TEST_CASE("attention spec on sm_90a: the wgmma kernel's stub, launch shape and c
   AttentionSpec wide_split = wide_spec;
   wide_split.splits_tail = true;
   CHECK(expect_error([&] { (void)wide_split.source(); }).message().find("splits_tail") != std::string::npos);
+
+  // The trace: the last trait, in the spec (its own cache entry), on the persistent sm_90a kernel only.
+  CHECK(stub.find("/*splits_tail=*/false, /*traces=*/false") != std::string::npos);
+  CHECK(source.spec.at("traces") == false);
+  AttentionSpec traced = spec;
+  traced.traces = true;
+  CHECK(traced.source().render_stub().find("/*traces=*/true") != std::string::npos);
+  CHECK(traced.source().spec.at("traces") == true);
+  CHECK(traced.source().spec != source.spec);
+  traced.tiling.persistent = false;
+  CHECK(expect_error([&] { (void)traced.source(); }).message().find("persistent") != std::string::npos);
+  AttentionSpec traced_sm80 = AttentionSpec::from_config(llama, kSm80);
+  traced_sm80.traces = true;
+  CHECK(expect_error([&] { (void)traced_sm80.source(); }).message().find("traces") != std::string::npos);
+}
+
+TEST_CASE("sm_90a attention's traced specialization compiles without spills", "[plan][attention][nvrtc]") {
+  // The three schedules (D 64's three consumer warpgroups, D 128's overlapped softmax, D 256's ping-pong),
+  // D 128 with its split tail and an fp8 cache (whose producer records its first tile elsewhere): the
+  // trace's clocks and stores must not push a warpgroup into spills, or it would time another kernel.
+  struct Case {
+    int head_dim;
+    bool spans;
+    bool kv_fp8;
+    bool split;
+  };
+  const Case cases[] = {{64, true, false, false},
+                        {128, false, false, false},
+                        {128, true, false, true},
+                        {128, false, true, false},
+                        {256, true, false, false}};
+  std::vector<AttentionSpec> specs;
+  for (const Case& c : cases) {
+    AttentionSpec spec;
+    spec.kernel = AttentionKernel::wgmma_sm90;
+    spec.head_dim = spec.value_head_dim = c.head_dim;
+    spec.group_size = 4;
+    spec.block_size = 64;
+    spec.has_spans = c.spans;
+    spec.kv_fp8 = c.kv_fp8;
+    spec.splits_tail = c.split;
+    spec.traces = true;
+    spec.tiling = choose_sm90_attention_tiling(c.head_dim, 4, c.kv_fp8);
+    spec.tiling.kv_tma = !c.kv_fp8;
+    specs.push_back(spec);
+  }
+  std::vector<compiler::CompiledKernel> kernels(specs.size());
+  try {
+    compiler::for_each_parallel(specs.size(), 0, [&](std::size_t i) {
+      kernels[i] = plan_testing::source_tree_compiler().compile(
+          specs[i].source(), compiler::CompileOptions{.arch = kSm90a, .keep_ptx = true});
+    });
+  } catch (const Error& error) {
+    FAIL(error.what() << "\n" << error.payload());
+  }
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    const compiler::ResourceUsage& r = kernels[i].resources;
+    INFO(specs[i].source().spec.dump());
+    INFO(kernels[i].log);
+    std::printf("traced attention sm_90a D %3d spans %d fp8 %d split %d: %3d registers, %d spill bytes\n",
+                specs[i].head_dim, int(specs[i].has_spans), int(specs[i].kv_fp8), int(specs[i].splits_tail),
+                r.registers, r.spill_bytes());
+    // Each warpgroup's start and end read the global timer; the events read the SM clock.
+    CHECK(kernels[i].ptx.find("%globaltimer") != std::string::npos);
+    CHECK(kernels[i].ptx.find("%clock64") != std::string::npos);
+    CHECK(r.spill_bytes() == 0);
+    CHECK(r.stack_bytes == 0);
+  }
 }
 
 TEST_CASE("sm_90a attention compiles to wgmma without spills", "[plan][attention][nvrtc]") {
@@ -837,6 +914,7 @@ TEST_CASE("sm_90a attention compiles to wgmma without spills", "[plan][attention
     CHECK(count_in(kernels[i].ptx, "st.global.v4.b32", 0, std::string::npos) == 2 * spec.head_dim / 32);
     CHECK(kernels[i].ptx.find("st.global.u32") == std::string::npos);
     CHECK(kernels[i].ptx.find("st.global.b32") == std::string::npos);
+    CHECK(kernels[i].ptx.find("%globaltimer") == std::string::npos);  // no trace unless asked
     CHECK(r.registers > 0);
     CHECK(r.spill_bytes() == 0);
     CHECK(r.stack_bytes == 0);
