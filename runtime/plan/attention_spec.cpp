@@ -398,6 +398,10 @@ void AttentionSpec::check(const AttentionParams& params, int query_heads) const 
                         i, seq, params.num_seqs));
     listed[seq] = true;
   }
+  require(params.whole_chunk_spans == 0 ||
+              (params.whole_chunk_spans == 1 && has_spans && kernel == AttentionKernel::wgmma_sm90),
+          fmt::format("whole_chunk_spans = {} must be 0, or 1 for the sm_90a kernel with spans",
+                      params.whole_chunk_spans));
   require(params.split_items >= 0, fmt::format("split_items = {} must be >= 0", params.split_items));
   if (params.split_items > 0) {
     require(splits_tail,
@@ -429,22 +433,31 @@ void AttentionSpec::check(const AttentionParams& params, int query_heads) const 
   }
 }
 
-std::vector<int> longest_first_sequences(std::span<const int> query_starts, std::span<const int> context_lens,
-                                         std::span<const int> span_offsets,
-                                         std::span<const int> span_bounds) {
-  const int seqs = static_cast<int>(context_lens.size());
-  // No spans: every chunk is causal. More sequences than seq_order holds: tile-major as well.
-  if (span_offsets.empty() || seqs > kAttentionOrderedSeqs) return {};
-  const auto chunk_len = [&](int s) { return query_starts[s + 1] - query_starts[s]; };
-  for (int s = 0; s < seqs; ++s) {
-    const int chunk = chunk_len(s);
+bool every_chunk_one_span(std::span<const int> query_starts, std::span<const int> context_lens,
+                          std::span<const int> span_offsets, std::span<const int> span_bounds) {
+  if (span_offsets.empty()) return false;  // no spans: every chunk is causal
+  for (std::size_t s = 0; s < context_lens.size(); ++s) {
+    const int chunk = query_starts[s + 1] - query_starts[s];
     if (chunk == 0) continue;
     const int begin = context_lens[s], end = begin + chunk;
     bool whole = false;
     for (int i = span_offsets[s]; i < span_offsets[s + 1] && !whole; ++i)
       whole = span_bounds[2 * i] == begin && span_bounds[2 * i + 1] == end;
-    if (!whole) return {};
+    if (!whole) return false;
   }
+  return true;
+}
+
+std::vector<int> longest_first_sequences(std::span<const int> query_starts, std::span<const int> context_lens,
+                                         std::span<const int> span_offsets,
+                                         std::span<const int> span_bounds) {
+  const int seqs = static_cast<int>(context_lens.size());
+  // More sequences than seq_order holds: tile-major.
+  if (seqs > kAttentionOrderedSeqs ||
+      !every_chunk_one_span(query_starts, context_lens, span_offsets, span_bounds)) {
+    return {};
+  }
+  const auto chunk_len = [&](int s) { return query_starts[s + 1] - query_starts[s]; };
   // Every sequence, so that the walk covers the batch whatever the host arrays say (a graph replayed over
   // other chunk lengths keeps this order: it may then be slower, never incomplete); empty chunks last.
   const auto keys = [&](int s) {

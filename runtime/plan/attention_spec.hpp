@@ -169,11 +169,19 @@ struct AttentionSpec {
   // window < 1 or softcap <= 0 (when the spec has them); null span_offsets or sinks when the spec has them;
   // k_scale or v_scale not finite and > 0 (kv_fp8); ordered_seqs neither 0 nor num_seqs (at most
   // kAttentionOrderedSeqs), not 0 for the mma.sync kernel, or seq_order not listing every sequence once;
-  // a split tail (split_items > 0) on a kernel without splits_tail, with split_parts outside [2,
-  // kAttentionMaxSplitParts], more split items than work items or more parts than kMaxTailSplitUnits, or
-  // null split_partials / split_counters; a null trace for a spec that traces.
+  // whole_chunk_spans neither 0 nor 1, or 1 without spans on the sm_90a kernel; a split tail (split_items >
+  // 0) on a kernel without splits_tail, with split_parts outside [2, kAttentionMaxSplitParts], more split
+  // items than work items or more parts than kMaxTailSplitUnits, or null split_partials / split_counters; a
+  // null trace for a spec that traces.
   void check(const AttentionParams& params, int query_heads) const;
 };
+
+// Whether every chunk with tokens is one span over exactly itself, [context_len, context_len + chunk_len)
+// (AttentionParams::whole_chunk_spans), from the batch's host arrays (BatchDescription's host_*; span
+// arrays empty: no spans, false). Its other spans, if any, lie in the cached prefix, whose keys every row
+// of the chunk sees anyway. Pure.
+bool every_chunk_one_span(std::span<const int> query_starts, std::span<const int> context_lens,
+                          std::span<const int> span_offsets, std::span<const int> span_bounds);
 
 // The order in which the sm_90a kernel walks a batch's work items (AttentionParams::seq_order), from the
 // batch's host arrays (BatchDescription's host_*; span arrays empty: no spans). When every chunk with

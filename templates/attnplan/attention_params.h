@@ -42,6 +42,13 @@ struct AttentionParams {
   // tile. Passed by value, so a graph that captured the launch keeps its batch's order, as it keeps num_seqs.
   int ordered_seqs;
   unsigned short seq_order[kAttentionOrderedSeqs];
+  // 1 when every chunk with tokens is one span over exactly itself, [context_len, context_len + chunk_len)
+  // (plan::every_chunk_one_span: non-causal prompts), so that each of its rows sees all of its sequence's
+  // keys: the sm_90a kernel then takes an item's key tiles and its rows' span from context_lens and
+  // query_starts alone and reads neither span array, whose walk at each item's start cost ~1.5 us per item
+  // with the tensor cores idle (attention-notes.md, "Session 48"). 0: it walks the spans. Read only by a
+  // kernel with spans; passed by value, so a captured graph replays its batch's choice (embedding.md).
+  int whole_chunk_spans;
   // The sm_90a kernel's split tail (plan::split_tail_items; split_items 0: none; read only by its
   // splits_tail specialization, the plan's attention_split). When the items do not fill the last round of
   // the persistent grid, the last split_items items are each split over their key tiles into

@@ -385,6 +385,9 @@ __global__ void __launch_bounds__(Traits::threads, 1)
   // seq_order lists every sequence once (ordered_seqs is 0 or num_seqs: AttentionSpec::check), so both walks
   // number the same items.
   const bool sequence_major = Traits::has_spans && params.ordered_seqs > 0;  // no order without spans
+  // Every chunk one span over itself (AttentionParams::whole_chunk_spans): an item sees keys [0, kv_len)
+  // and each of its rows the span [context_len, kv_len), with no span array read.
+  const bool whole_chunk_spans = Traits::has_spans && params.whole_chunk_spans != 0;
   const int items = q_tiles * params.num_seqs * head_groups;
   // The walk is over work units: the items before the split tail whole, then each split item's parts
   // (AttentionParams::split_items; without a split, unit == item).
@@ -436,6 +439,10 @@ __global__ void __launch_bounds__(Traits::threads, 1)
     schedule.spans = nullptr;
     schedule.span_count = 0;
     if constexpr (Traits::has_spans) {
+      if (whole_chunk_spans) {  // the band is every key tile: no span is attached
+        schedule.band_end = (params.context_lens[place.seq] + place.query_len + kBlockN - 1) / kBlockN;
+        return schedule.band_end - schedule.band_begin;
+      }
       schedule.attach_spans(params, place.seq, q_first, q_last);
       return schedule.count();
     } else {
@@ -499,7 +506,11 @@ __global__ void __launch_bounds__(Traits::threads, 1)
     first_tile = schedule.band_begin;
     all_rows_span_first = 0;
     all_rows_span_end = 0;
-    if constexpr (Traits::has_spans) {
+    if (Traits::has_spans && whole_chunk_spans) {  // one band of tiles; every row in the chunk's span
+      all_rows_span_first = context_len;
+      all_rows_span_end = kv_len;
+      run_end = schedule.band_end;
+    } else if constexpr (Traits::has_spans) {
       int first_row_span_last;  // the span of the first token, if it holds the last one too
       schedule.row_span(q_first, kv_len, all_rows_span_first, first_row_span_last);
       if (all_rows_span_first <= first_row_span_last && q_last <= first_row_span_last)
@@ -978,8 +989,14 @@ __global__ void __launch_bounds__(Traits::threads, 1)
       row_band_first[half] = Traits::has_window ? position - params.window + 1 : 0;
       row_span_first[half] = 0;
       row_span_last[half] = -1;
-      if constexpr (Traits::has_spans)
-        schedule.row_span(position, kv_len, row_span_first[half], row_span_last[half]);
+      if constexpr (Traits::has_spans) {
+        if (whole_chunk_spans) {
+          row_span_first[half] = all_rows_span_first;
+          row_span_last[half] = all_rows_span_end - 1;
+        } else {
+          schedule.row_span(position, kv_len, row_span_first[half], row_span_last[half]);
+        }
+      }
       row_max[half] = minus_infinity();
       row_sum[half] = 0.0f;
       if (Traits::has_sinks && part <= 0) {

@@ -317,6 +317,9 @@ KernelOutput run_kernel(const plan::AttentionSpec& spec, const Problem& p, int t
   if (spec.kernel == plan::AttentionKernel::wgmma_sm90) {  // the walk execute picks for this batch
     plan::set_item_order(params, plan::longest_first_sequences(p.batch.query_starts, p.batch.context_lens,
                                                                p.spans.offsets, span_bounds));
+    params.whole_chunk_spans =
+        spec.has_spans &&
+        plan::every_chunk_one_span(p.batch.query_starts, p.batch.context_lens, p.spans.offsets, span_bounds);
   }
   spec.check(params, query_heads);
 

@@ -226,6 +226,8 @@ TEST_CASE("the sm_90a kernel walks prompts that are one span each longest first"
     const std::vector<int> order =
         longest_first_sequences(many_starts, many_contexts, many_offsets, many_bounds);
     INFO(seqs);
+    // The span walk is skipped whatever the count: it does not need seq_order.
+    CHECK(every_chunk_one_span(many_starts, many_contexts, many_offsets, many_bounds));
     if (seqs > kAttentionOrderedSeqs) {
       CHECK(order.empty());
     } else {
@@ -234,6 +236,24 @@ TEST_CASE("the sm_90a kernel walks prompts that are one span each longest first"
       CHECK(order.back() == 126);  // the last of the 1-token chunks (s % 7 == 0)
     }
   }
+}
+
+TEST_CASE("non-causal prompts, every chunk one span over itself, skip the span walk", "[plan][attention]") {
+  // The batch above: chunks of 129, 0, 200 and 700 tokens after prefixes of 0, 1000, 300 and 0.
+  const std::vector<int> starts = {0, 129, 129, 329, 1029};
+  const std::vector<int> contexts = {0, 1000, 300, 0};
+  const std::vector<int> offsets = {0, 1, 1, 2, 3};
+  CHECK(every_chunk_one_span(starts, contexts, offsets, std::vector<int>{0, 129, 300, 500, 0, 700}));
+  // A span inside the cached prefix beside the chunk's own: the chunk's rows see the prefix anyway.
+  CHECK(every_chunk_one_span(starts, contexts, std::vector<int>{0, 1, 1, 3, 4},
+                             std::vector<int>{0, 129, 10, 20, 300, 500, 0, 700}));
+  // No spans; a span one key short of the chunk; a chunk in two spans; a chunk without its span.
+  CHECK_FALSE(every_chunk_one_span(starts, contexts, {}, {}));
+  CHECK_FALSE(every_chunk_one_span(starts, contexts, offsets, std::vector<int>{0, 129, 300, 499, 0, 700}));
+  CHECK_FALSE(every_chunk_one_span(starts, contexts, std::vector<int>{0, 1, 1, 3, 4},
+                                   std::vector<int>{0, 129, 300, 400, 400, 500, 0, 700}));
+  CHECK_FALSE(every_chunk_one_span(starts, contexts, std::vector<int>{0, 1, 1, 1, 2},
+                                   std::vector<int>{0, 129, 0, 700}));
 }
 
 TEST_CASE("the sm_90a kernel splits a tail round that would leave most CTAs idle", "[plan][attention]") {
@@ -421,6 +441,20 @@ TEST_CASE("attention Params checks name the broken field", "[plan][attention]") 
   CHECK_NOTHROW(wide_claims.check(wide_split, 32));
   wide_split.split_items = 8;
   CHECK(expect_error([&] { wide_claims.check(wide_split, 32); }).message().find("split_items") !=
+        std::string::npos);
+
+  // whole_chunk_spans: 0 or 1, and 1 only for the sm_90a kernel with spans.
+  AttentionParams whole = split;
+  whole.split_items = 0;
+  whole.whole_chunk_spans = 1;
+  CHECK(expect_error([&] { claims.check(whole, 32); }).message().find("whole_chunk_spans") !=
+        std::string::npos);
+  AttentionSpec claims_spans = claims;
+  claims_spans.has_spans = true;
+  whole.span_offsets = fake_pointer<int>(0x700000);
+  CHECK_NOTHROW(claims_spans.check(whole, 32));
+  whole.whole_chunk_spans = 2;
+  CHECK(expect_error([&] { claims_spans.check(whole, 32); }).message().find("whole_chunk_spans") !=
         std::string::npos);
 
   // A traced kernel needs its trace buffer; the others ignore the pointer.
