@@ -13,6 +13,10 @@
 # memory layout, each beside main as its own BUILD or TREE; no ':' in these paths) or NAME alone (the
 # templates built into attnplan). This checkout's build and the trees build at once, before the rounds.
 # Writes $OUT/ab.md and every run's JSON and log under $OUT/ab/NAME/. Ours only: no peers.
+# --trace: after the rounds, each variant runs every attention row once more with `attnplan bench
+# --trace-attention` (docs/attention-trace.md: the traced kernels, so not timed against the rounds) and
+# $OUT/ab-trace.md gets tools/attention_trace.py's summary of each, variant by variant; the traces stay
+# under $OUT/ab/NAME/ID.trace.json. A variant whose attnplan cannot trace (an older tree) is noted there.
 # ATTNPLAN_COMMIT as for tools/bench_suite.sh.
 #
 #   tools/ab_bench.sh --only 'attn-d64-causal-16k-s1-b64' main new=/tmp/new/templates
@@ -38,14 +42,16 @@ ROUNDS=2
 ITERATIONS=30
 ONLY=""
 FULL=""
+TRACE=""
 variants=()
-usage="usage: tools/ab_bench.sh --only REGEX [--full] [--rounds R] [--iterations I] NAME[=TEMPLATE_DIR|BUILD[:TEMPLATE_DIR]|TREE[:TEMPLATE_DIR]]..."
+usage="usage: tools/ab_bench.sh --only REGEX [--full] [--rounds R] [--iterations I] [--trace] NAME[=TEMPLATE_DIR|BUILD[:TEMPLATE_DIR]|TREE[:TEMPLATE_DIR]]..."
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --rounds) ROUNDS="$2"; shift ;;
     --iterations) ITERATIONS="$2"; shift ;;
     --only) ONLY="$2"; shift ;;
     --full) FULL="--full" ;;
+    --trace) TRACE=1 ;;
     -*) echo "$usage" >&2; exit 1 ;;
     *) variants+=("$1") ;;
   esac
@@ -106,27 +112,32 @@ for pid in "${pids[@]}"; do wait "$pid" || failed=1; done
 python3 "$ROOT/tools/bench_matrix.py" rows "$WORK" ${FULL:+"$FULL"} --only "$ONLY" >"$WORK/runs.txt" || exit 1
 echo "== $(wc -l <"$WORK/runs.txt") runs x ${#variants[@]} variants x $ROUNDS rounds"
 
+# Sets `name`, `binary` and `environment` (the command prefix) for variant $1.
+resolve_variant() {
+  local variant="$1" location
+  name="${variant%%=*}"
+  binary="$BUILD/attnplan"
+  environment=(env -u ATTNPLAN_TEMPLATE_DIR)
+  if [[ $variant == *=* ]]; then
+    location="${variant#*=}"
+    if [[ $location == *:* ]]; then
+      binary="${location%%:*}/attnplan"  # another build's host code with these templates
+      environment=(env "ATTNPLAN_TEMPLATE_DIR=${location#*:}")
+    elif [[ -f $location/attnplan && -x $location/attnplan ]]; then
+      binary="$location/attnplan"  # another build: its own host code and embedded templates
+    else
+      environment=(env "ATTNPLAN_TEMPLATE_DIR=$location")
+    fi
+  fi
+}
+
 start_clock_log "$WORK/clocks.csv"
 trap stop_clock_log EXIT
 start=$SECONDS
 for ((round = 1; round <= ROUNDS; ++round)); do
   for ((i = 0; i < ${#variants[@]}; ++i)); do
-    variant="${variants[$(((i + round - 1) % ${#variants[@]}))]}"
-    name="${variant%%=*}"
+    resolve_variant "${variants[$(((i + round - 1) % ${#variants[@]}))]}"
     mkdir -p "$WORK/$name"
-    binary="$BUILD/attnplan"
-    environment=(env -u ATTNPLAN_TEMPLATE_DIR)
-    if [[ $variant == *=* ]]; then
-      location="${variant#*=}"
-      if [[ $location == *:* ]]; then
-        binary="${location%%:*}/attnplan"  # another build's host code with these templates
-        environment=(env "ATTNPLAN_TEMPLATE_DIR=${location#*:}")
-      elif [[ -f $location/attnplan && -x $location/attnplan ]]; then
-        binary="$location/attnplan"  # another build: its own host code and embedded templates
-      else
-        environment=(env "ATTNPLAN_TEMPLATE_DIR=$location")
-      fi
-    fi
     while read -r id config rest; do
       # shellcheck disable=SC2086  # rest is the run's own argument list
       if ! "${environment[@]}" "$binary" bench "$config" $rest --iterations "$ITERATIONS" --json \
@@ -139,6 +150,26 @@ for ((round = 1; round <= ROUNDS; ++round)); do
   done
   echo "round $round done ($((SECONDS - start)) s)"
 done
+
+if [[ -n $TRACE ]]; then
+  : >"$OUT/ab-trace.md"
+  for variant in "${variants[@]}"; do
+    resolve_variant "$variant"
+    while read -r id config rest; do
+      [[ $id == attn-* ]] || continue
+      trace="$WORK/$name/$id.trace.json"
+      echo "== $name $id" >>"$OUT/ab-trace.md"
+      # shellcheck disable=SC2086  # rest is the run's own argument list
+      if "${environment[@]}" "$binary" bench "$config" $rest --iterations 5 --trace-attention "$trace" \
+           >/dev/null 2>"$WORK/$name/$id.trace.log"; then
+        python3 "$ROOT/tools/attention_trace.py" "$trace" >>"$OUT/ab-trace.md" 2>&1
+      else
+        echo "no trace: $(tail -1 "$WORK/$name/$id.trace.log")" >>"$OUT/ab-trace.md"
+      fi
+    done <"$WORK/runs.txt"
+  done
+  echo "== traces: $OUT/ab-trace.md"
+fi
 
 stop_clock_log
 {

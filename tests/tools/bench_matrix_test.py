@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Host tests of tools/bench_matrix.py (the suite's rows and table; no torch, no GPU): the window and quantized
 rows, a refused plan's note, the layer row's agreement gate, --only bringing back a window row's baseline, and
-the llama3 RoPE frequencies the eager layer uses; and of tools/ab_bench.sh's variants, run end to end with
-stand-in attnplans.
+the llama3 RoPE frequencies the eager layer uses; and of tools/ab_bench.sh's variants and its --trace, run end
+to end with stand-in attnplans.
 
   python3 tests/tools/bench_matrix_test.py
 """
@@ -319,6 +319,51 @@ class ABScript(unittest.TestCase):
         self.assertEqual(row, "| proj-Llama-3.1-8B-o-8192 | output_projection | 0.400 (0.400; 0.400) | "
                               "0.300 (0.300; 0.300) | 0.200 (0.200; 0.190) | 0.100 (0.100; 0.100) | "
                               "0.750 | 0.500 | 0.250 |\n")
+
+
+class ABTrace(unittest.TestCase):
+    """tools/ab_bench.sh --trace with stand-in attnplans: a build that writes a trace where `--trace-attention`
+    asks (the synthetic one of attention_trace_test.py) and one that refuses the option, as an older tree's
+    would."""
+
+    def test_trace_summaries(self):
+        tools = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools")
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import attention_trace_test  # noqa: E402
+        row = json.dumps({"rows": [{"stage": "attention", "median_ms": 0.25, "min_ms": 0.25}]})
+        with tempfile.TemporaryDirectory() as directory:
+            prepared = os.path.join(directory, "prepared.json")
+            with open(prepared, "w") as f:
+                json.dump(attention_trace_test.trace(), f)
+            builds = {}
+            for name, on_trace in (("new", f'cp {prepared} "$out"'),
+                                   ("old", "echo 'unknown option --trace-attention' >&2; exit 1")):
+                build = builds[name] = os.path.join(directory, name)
+                os.makedirs(build)
+                with open(os.path.join(build, "attnplan"), "w") as f:
+                    f.write("#!/bin/sh\nout=''; previous=''\n"
+                            'for argument in "$@"; do [ "$previous" = --trace-attention ] && out="$argument"; '
+                            'previous="$argument"; done\n'
+                            f'if [ -n "$out" ]; then {on_trace}; fi\n'
+                            f"echo '{row}'\n")
+                os.chmod(os.path.join(build, "attnplan"), 0o755)
+                with open(os.path.join(build, "build.ninja"), "w") as f:
+                    f.write("build attnplan: phony\n")
+            out = os.path.join(directory, "out")
+            environment = dict(os.environ, OUT=out, ATTNPLAN_BUILD_DIR=builds["new"],
+                               ATTNPLAN_CACHE_DIR=os.path.join(directory, "cache"), ATTNPLAN_COMMIT="test")
+            result = subprocess.run(
+                ["bash", os.path.join(tools, "ab_bench.sh"), "--rounds", "1", "--iterations", "1", "--trace",
+                 "--only", "attn-d128-causal-4k-s1-b64", "main", "old=" + builds["old"]],
+                env=environment, capture_output=True, text=True, timeout=120)
+            self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
+            with open(os.path.join(out, "ab-trace.md")) as f:
+                traces = f.read()
+            self.assertTrue(os.path.exists(os.path.join(out, "ab", "main", "attn-d128-causal-4k-s1-b64.trace.json")))
+        main, old = traces.split("== old attn-d128-causal-4k-s1-b64\n")
+        self.assertTrue(main.startswith("== main attn-d128-causal-4k-s1-b64\n"))
+        self.assertIn("consumer warpgroup, per unit", main)
+        self.assertIn("no trace: unknown option --trace-attention", old)
 
 
 class Rope(unittest.TestCase):
