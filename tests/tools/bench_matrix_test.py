@@ -272,6 +272,19 @@ def bench_json(output_ms, output_min_ms):
                                 {"stage": "output_projection", "median_ms": output_ms, "min_ms": output_min_ms}]})
 
 
+def stand_in_build(directory, name, script):
+    """A build directory whose attnplan is the shell `script`, in a build.ninja where it is up to date, so
+    tools/ab_bench.sh's build_attnplan leaves it alone."""
+    build = os.path.join(directory, name)
+    os.makedirs(build)
+    with open(os.path.join(build, "attnplan"), "w") as f:
+        f.write("#!/bin/sh\n" + script)
+    os.chmod(os.path.join(build, "attnplan"), 0o755)
+    with open(os.path.join(build, "build.ninja"), "w") as f:
+        f.write("build attnplan: phony\n")
+    return build
+
+
 class ABScript(unittest.TestCase):
     """tools/ab_bench.sh end to end with stand-in attnplans (no GPU): the build's own binary, a template
     directory (ATTNPLAN_TEMPLATE_DIR set for it), a source tree (NAME=TREE: built first, its binary run) and
@@ -280,17 +293,10 @@ class ABScript(unittest.TestCase):
     def test_build_template_dir_and_tree_variants(self):
         tools = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools")
         with tempfile.TemporaryDirectory() as directory:
-            # The build: an attnplan that answers 0.40 ms, or 0.30 under a template directory, in a build.ninja
-            # where it is up to date, so build_attnplan leaves it alone.
-            build = os.path.join(directory, "build")
-            os.makedirs(build)
-            with open(os.path.join(build, "attnplan"), "w") as f:
-                f.write("#!/bin/sh\n"
-                        f"if [ -n \"$ATTNPLAN_TEMPLATE_DIR\" ]; then echo '{bench_json(0.30, 0.30)}'; "
-                        f"else echo '{bench_json(0.40, 0.40)}'; fi\n")
-            os.chmod(os.path.join(build, "attnplan"), 0o755)
-            with open(os.path.join(build, "build.ninja"), "w") as f:
-                f.write("build attnplan: phony\n")
+            # The build: an attnplan that answers 0.40 ms, or 0.30 under a template directory.
+            build = stand_in_build(directory, "build",
+                                   f"if [ -n \"$ATTNPLAN_TEMPLATE_DIR\" ]; then echo '{bench_json(0.30, 0.30)}'; "
+                                   f"else echo '{bench_json(0.40, 0.40)}'; fi\n")
             templates = os.path.join(directory, "templates")
             os.makedirs(templates)
             # The tree: a CMake project whose attnplan answers 0.20 ms, or 0.10 under a template directory.
@@ -338,17 +344,13 @@ class ABTrace(unittest.TestCase):
             builds = {}
             for name, on_trace in (("new", f'cp {prepared} "$out"'),
                                    ("old", "echo 'unknown option --trace-attention' >&2; exit 1")):
-                build = builds[name] = os.path.join(directory, name)
-                os.makedirs(build)
-                with open(os.path.join(build, "attnplan"), "w") as f:
-                    f.write("#!/bin/sh\nout=''; previous=''\n"
-                            'for argument in "$@"; do [ "$previous" = --trace-attention ] && out="$argument"; '
-                            'previous="$argument"; done\n'
-                            f'if [ -n "$out" ]; then {on_trace}; fi\n'
-                            f"echo '{row}'\n")
-                os.chmod(os.path.join(build, "attnplan"), 0o755)
-                with open(os.path.join(build, "build.ninja"), "w") as f:
-                    f.write("build attnplan: phony\n")
+                builds[name] = stand_in_build(
+                    directory, name,
+                    "out=''; previous=''\n"
+                    'for argument in "$@"; do [ "$previous" = --trace-attention ] && out="$argument"; '
+                    'previous="$argument"; done\n'
+                    f'if [ -n "$out" ]; then {on_trace}; fi\n'
+                    f"echo '{row}'\n")
             out = os.path.join(directory, "out")
             environment = dict(os.environ, OUT=out, ATTNPLAN_BUILD_DIR=builds["new"],
                                ATTNPLAN_CACHE_DIR=os.path.join(directory, "cache"), ATTNPLAN_COMMIT="test")
