@@ -332,7 +332,7 @@ nlohmann::ordered_json trace_attention(const plan::PrefillPlan& plan, const std:
   for (std::size_t i = 0; i < launches; ++i) plan.execute(sets[i].args, stream.handle());
   stream.synchronize();
   nlohmann::ordered_json traces = nlohmann::ordered_json::array();
-  const int roles = 1 + spec.tiling.block_m / 64;  // the producer and a consumer warpgroup per 64 rows
+  const int roles = spec.threads() / 128;  // the producer and the consumer warpgroups
   for (std::size_t i = 0; i < launches; ++i) {
     std::vector<std::uint64_t> words(layout.attention_trace_bytes / 8);
     sets[i].workspace.download(words.data(), layout.attention_trace_bytes, layout.attention_trace);

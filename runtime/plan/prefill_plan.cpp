@@ -387,10 +387,12 @@ void PrefillPlan::execute(const ExecuteArgs& args, CUstream stream, const StageO
     const std::vector<int> order = longest_first_sequences(batch.host_query_starts, batch.host_context_lens,
                                                            batch.host_span_offsets, batch.host_span_bounds);
     set_item_order(attend, order);
-    // Non-causal prompts: no span walk at each item's start.
+    // Non-causal prompts: no span walk at each item's start. An order means every chunk is one span
+    // (longest_first_sequences found it); without one, more sequences than it orders may still be.
     attend.whole_chunk_spans =
-        kernels.attention.has_spans && every_chunk_one_span(batch.host_query_starts, batch.host_context_lens,
-                                                            batch.host_span_offsets, batch.host_span_bounds);
+        kernels.attention.has_spans &&
+        (!order.empty() || every_chunk_one_span(batch.host_query_starts, batch.host_context_lens,
+                                                batch.host_span_offsets, batch.host_span_bounds));
     // The last round's items split over their keys where it would leave most CTAs idle.
     const TailSplit split =
         kernels.attention_split

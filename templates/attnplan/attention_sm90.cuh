@@ -506,7 +506,7 @@ __global__ void __launch_bounds__(Traits::threads, 1)
     first_tile = schedule.band_begin;
     all_rows_span_first = 0;
     all_rows_span_end = 0;
-    if (Traits::has_spans && whole_chunk_spans) {  // one band of tiles; every row in the chunk's span
+    if (whole_chunk_spans) {  // one band of tiles; every row in the chunk's span
       all_rows_span_first = context_len;
       all_rows_span_end = kv_len;
       run_end = schedule.band_end;
