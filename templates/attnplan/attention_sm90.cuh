@@ -157,7 +157,7 @@ template <int kHeadDim, int kGroupSize, int kHeadsPerCta, int kBlockSize, int kB
           bool kOverlapSoftmax = false, bool kPingPong = false, bool kKvTma = false, bool kKvFp8 = false,
           int kConsumers = 2, bool kSplitsTail = false, bool kTraces = false>
 struct AttentionSm90Traits {
-  // K/V pages by TMA: one producer warp issues a box per page and 64-column block of each tile, completing
+  // K/V pages by TMA: the producer warps issue a box per page and 64-column block of each tile, completing
   // on the stage's full barrier, instead of 128 threads gathering 16-byte chunks with cp.async (whose
   // address arithmetic and issue slots were the producer's limit, attention-notes.md). A tile that reaches
   // past the sequence's keys keeps the gather (D <= 128) or has its V rows past kv_len zeroed (D 256, below):
@@ -614,11 +614,11 @@ __global__ void __launch_bounds__(Traits::threads, 1)
     // TMA (kv_tma): box b of a tile (the K boxes, then V; in each, page by page, 64-column block by block)
     // is lane b / 4 of producer warp b % 4's, which prefetches its page a tile ahead like the gather's rows.
     // TMA takes uniform operands, so a warp issues its lanes' boxes one at a time (an elect loop): spread
-    // over the four warps (on four schedulers) the 32 boxes of pages of 16 take 8 rounds, not 32. The
-    // TMA-only path (D 256) keeps them on warp 0: its producer has no register left for the mapping.
+    // over the four warps (on four schedulers) the 32 boxes of pages of 16 take 8 rounds, not 32. D 256's
+    // TMA-only producer kept them on warp 0 until session 49 (a spill at the time); there its pages of 16
+    // ran 14-16% behind pages of 64 and now match them (attention-notes.md "Session 49").
     static_assert(Traits::producer_threads == 128, "boxes spread over four producer warps");
-    const int box =
-        Traits::kv_tma_only ? static_cast<int>(threadIdx.x) : threadIdx.x % 32 * 4 + threadIdx.x / 32;
+    const int box = threadIdx.x % 32 * 4 + threadIdx.x / 32;
     auto uses_tma = [&](int tile) {
       return Traits::kv_tma && (Traits::kv_tma_only || (tile + 1) * kBlockN <= kv_len);
     };

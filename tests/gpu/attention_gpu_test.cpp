@@ -516,6 +516,12 @@ std::vector<Case> all_cases() {
        .value_head_dim = 256,
        .block_size = 64,
        .sequences = {{300, 130}, {0, 17}}});
+  add({.name = "gqa4 d256 b16",
+       .query_heads = 8,
+       .kv_heads = 2,
+       .head_dim = 256,
+       .value_head_dim = 256,
+       .sequences = kMixed});
   add({.name = "gqa8 d128 b32 8 seqs",
        .query_heads = 16,
        .kv_heads = 2,
@@ -1036,6 +1042,14 @@ std::vector<Case> sm90_span_cases() {
        .head_dim = 256,
        .value_head_dim = 256,
        .block_size = 64,
+       .sequences = longest_last,
+       .spans = longest_last_spans});
+  // Pages of 16 at D 256: 32 TMA boxes a tile, every box slot of the four producer warps.
+  add({.name = "one span per prompt, longest last, gqa4 d256 b16",
+       .query_heads = 8,
+       .kv_heads = 2,
+       .head_dim = 256,
+       .value_head_dim = 256,
        .sequences = longest_last,
        .spans = longest_last_spans});
   add({.name = "spans enabled, none given, d128", .query_heads = 4, .kv_heads = 2, .sequences = kMixed});
