@@ -189,6 +189,11 @@ def make_rows(directory, full, only):
             attention(128, "causal", 4096, 1, block)  # the cuDNN 583 TFLOP/s anchor, paged vs contiguous
         attention(64, "causal", 16384, 1, 64)  # anchor 468
         attention(256, "causal", 4096, 1, 64)  # anchor 655
+        # Pages of 16 beside 64 at the other head dims: D 256's ran 18-21% behind until session 49, unseen
+        # while the subset paged at D 128 alone.
+        for block in (16, 64):
+            attention(64, "causal", 4096, 1, block)
+        attention(256, "causal", 4096, 1, 16)
         attention(128, "causal", 1024, 1, 64)
         attention(128, "causal", 16384, 1, 64)
         attention(128, "bidirectional", 4096, 1, 64)
