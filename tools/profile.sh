@@ -17,6 +17,10 @@
 #               where the causal row is 1.08x)
 #   long        the sm_90a attention of the bench rows at 16384 tokens causal, pages of 64: D 64 (0.89x
 #               cuDNN, softmax-bound) and D 128 (its steady-state loop, the bidirectional row's comparison)
+#   sdpa        the sm_90a attention beside cuDNN's SDPA kernel on the same shape, D 64, 128 and 256, GQA
+#               32/8, 4096 tokens, one span over the chunk, pages of 64 (session 49, at base clocks: D 128
+#               level in cycles, D 64 and D 256 9-10% behind, D 256 with 48% more instructions): read each
+#               pair with tools/ncu_top.py sdpa-dD-ours-sass.csv sdpa-dD-cudnn-sass.csv
 #   split       the sm_90a attention, D 64 GQA 32/8, one span over 1024 and 4096 tokens: the rows whose
 #               last round is split (44 items in 3 parts, 28 in 4), where a part costs ~20k SM cycles
 #               more than its tiles (attention-notes.md "Session 45"): the stall samples of the partial's
@@ -25,7 +29,8 @@
 #   tools/profile.sh                  # every part
 #   tools/profile.sh gemm attention   # just these
 #
-# Each profile runs `attnplan bench` under ncu (--clock-control none: leave the clocks as they are), skips
+# Each profile runs `attnplan bench` under ncu (--clock-control none: leave the clocks as they are; set
+# NCU_CLOCK_CONTROL=base to compare cycles at fixed clocks, as session 49's sdpa numbers were taken), skips
 # the warm-up launches and records one or two launches of the kernel with the SpeedOfLight, compute, memory,
 # warp-state, occupancy, launch, scheduler and source-counter sections. Writes $OUT/profile/<name>.ncu-rep
 # (open in Nsight Compute), <name>.txt (ncu --page details) and <name>-sass.csv (stall samples per SASS
@@ -38,15 +43,16 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 OUT="${OUT:-$ROOT/gpu-logs}"
 BUILD="${ATTNPLAN_BUILD_DIR:-$ROOT/build-gpu}"
 NCU="${NCU:-ncu}"
+CLOCK_CONTROL="${NCU_CLOCK_CONTROL:-none}"
 export ATTNPLAN_CACHE_DIR="${ATTNPLAN_CACHE_DIR:-$BUILD/cache}"
 DIR="$OUT/profile"
 mkdir -p "$DIR"
 parts=("$@")
-[[ ${#parts[@]} -gt 0 ]] || parts=(gemm attention dequantize fp8 fp8-peer bidirectional long split)
+[[ ${#parts[@]} -gt 0 ]] || parts=(gemm attention dequantize fp8 fp8-peer bidirectional long sdpa split)
 for part in "${parts[@]}"; do
   case "$part" in
-    gemm | attention | dequantize | fp8 | fp8-peer | bidirectional | long | split) ;;
-    *) echo "unknown part '$part' (gemm attention dequantize fp8 fp8-peer bidirectional long split)" >&2; exit 2 ;;
+    gemm | attention | dequantize | fp8 | fp8-peer | bidirectional | long | sdpa | split) ;;
+    *) echo "unknown part '$part' (gemm attention dequantize fp8 fp8-peer bidirectional long sdpa split)" >&2; exit 2 ;;
   esac
 done
 
@@ -66,10 +72,27 @@ config["max_tokens"] = 16384
 json.dump(config, open(sys.argv[2], "w"), indent=1)
 EOF
 
-# The bench matrix's own attention configs (writes $DIR/attention-d64.json and attention-d128.json), so the
-# bidirectional and long profiles run the kernels of the bench table's rows.
-python3 -c "import sys; sys.path.insert(0, sys.argv[1]); import bench_matrix; [bench_matrix.attention_config(sys.argv[2], d) for d in (64, 128)]" \
+# The bench matrix's own attention configs (writes $DIR/attention-d64.json, -d128 and -d256), so the
+# bidirectional, long and sdpa profiles run the kernels of the bench table's rows.
+python3 -c "import sys; sys.path.insert(0, sys.argv[1]); import bench_matrix; [bench_matrix.attention_config(sys.argv[2], d) for d in (64, 128, 256)]" \
   "$ROOT/tools" "$DIR"
+# The peer of the sdpa part: cuDNN's SDPA (BHSD tensors, enable_gqa, not causal) at head dim argv[1], GQA
+# 32/8, 4096 tokens, called twice (the first call of a shape picks and loads its kernel), as
+# tools/bench_peers.py calls it.
+cat >"$DIR/sdpa.py" <<'EOF'
+import sys
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+d = int(sys.argv[1])
+q = torch.randn(1, 32, 4096, d, device="cuda", dtype=torch.bfloat16)
+k = torch.randn(1, 8, 4096, d, device="cuda", dtype=torch.bfloat16)
+v = torch.randn(1, 8, 4096, d, device="cuda", dtype=torch.bfloat16)
+with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+    for _ in range(2):
+        F.scaled_dot_product_attention(q, k, v, is_causal=False, enable_gqa=True)
+torch.cuda.synchronize()
+EOF
 # The peer of the fp8 part: torch._scaled_mm on Llama-3.1-8B's q|k|v then o shape at 8192 tokens, twice each
 # (the first call of a shape picks and loads its kernel).
 cat >"$DIR/scaled_mm.py" <<'EOF'
@@ -91,7 +114,7 @@ profile() {
   shift 5
   local command=("$@")
   [[ $1 == python3 ]] || command=("$BUILD/attnplan" bench "$@" --iterations 2 --warmup 2 --warmup-ms 0)
-  if ! "$NCU" --clock-control none -f -o "$DIR/$name" -k "regex:$kernel" --launch-skip "$skip" \
+  if ! "$NCU" --clock-control "$CLOCK_CONTROL" -f -o "$DIR/$name" -k "regex:$kernel" --launch-skip "$skip" \
       --launch-count "$count" --section SpeedOfLight --section ComputeWorkloadAnalysis \
       --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy --section LaunchStats \
       --section SourceCounters --section SchedulerStats \
@@ -146,6 +169,13 @@ for part in "${parts[@]}"; do
       for dim in 64 128; do
         profile "long-d$dim-16k-p64" "attention_sm90_kernel" 2 1 -- "$DIR/attention-d$dim.json" \
           --tokens 16384 --block-size 64
+      done
+      ;;
+    sdpa)
+      for dim in 64 128 256; do
+        profile "sdpa-d$dim-ours" "attention_sm90_kernel" 2 1 -- "$DIR/attention-d$dim.json" \
+          --tokens 4096 --block-size 64 --mask bidirectional
+        profile "sdpa-d$dim-cudnn" "cudnn" 1 1 -- python3 "$DIR/sdpa.py" "$dim"
       done
       ;;
     split)
