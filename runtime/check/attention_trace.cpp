@@ -19,10 +19,6 @@ constexpr std::array<std::string_view, kAttentionTraceEventsPerUnit> kConsumerEv
 static_assert(kTraceProducerPrefetched == kAttentionTraceEventsPerUnit - 1 &&
               kTraceConsumerNext == kAttentionTraceEventsPerUnit - 1);
 
-// Units a slot records: the rest of its records after the header, a unit's events each.
-constexpr int kRecordedUnits =
-    (kAttentionTraceRecords - kAttentionTraceHeaderRecords) / kAttentionTraceEventsPerUnit;
-
 }  // namespace
 
 std::span<const std::string_view> producer_event_names() {
@@ -47,8 +43,7 @@ AttentionTrace decode_attention_trace(std::span<const std::uint64_t> words, int 
     TracedCta traced_cta{cta, {}};
     for (int role = 0; role < roles; ++role) {
       // Two words per record; the slots are CTA-major (attention_params.h).
-      const std::size_t slot =
-          2ull * kAttentionTraceRecords * (std::size_t(cta) * kAttentionTraceRoles + role);
+      const auto slot = static_cast<std::size_t>(attention_trace_slot_word(cta, role));
       auto word = [&](int record, int half) { return words[slot + 2 * std::size_t(record) + half]; };
       const std::uint64_t walked = word(2, 1);
       if (walked == 0) continue;
@@ -66,12 +61,12 @@ AttentionTrace decode_attention_trace(std::span<const std::uint64_t> words, int 
             fmt::format("attention trace: CTA {} warpgroup {}: {} units, clock {} to {} (not a trace)", cta,
                         role, walked, traced.start_clock, traced.end_clock));
       }
-      const int recorded = std::min(traced.units_walked, kRecordedUnits);
+      const int recorded = std::min(traced.units_walked, kAttentionTraceRecordedUnits);
       trace.dropped_units += traced.units_walked - recorded;
       for (int n = 0; n < recorded; ++n) {
         TracedUnit unit;
         for (int event = 0; event < kAttentionTraceEventsPerUnit; ++event) {
-          const int record = kAttentionTraceHeaderRecords + kAttentionTraceEventsPerUnit * n + event;
+          const int record = attention_trace_event_record(n, event);
           unit.clocks[event] = word(record, 0);
           if (unit.clocks[event] < traced.start_clock || unit.clocks[event] > traced.end_clock) {
             throw Error(

@@ -64,7 +64,7 @@ struct AttentionParams {
   int split_parts;
   // The sm_90a kernel's trace (AttentionSpec::traces; read only by that specialization, which the plan
   // has only when asked: `attnplan bench --trace-attention`): kAttentionTraceCtas x kAttentionTraceRoles
-  // slots of kAttentionTraceRecords records, laid out as attention_params.h's AttentionTraceRecord says.
+  // slots of kAttentionTraceRecords records, laid out as the comment above kAttentionTraceCtas says.
   unsigned long long* trace;
 
   long long query_row_stride;   // elements between consecutive query rows
@@ -180,6 +180,18 @@ enum AttentionTraceEvent {
 // Bytes of the trace buffer (AttentionParams::trace).
 inline constexpr long long kAttentionTraceBytes =
     16LL * kAttentionTraceCtas * kAttentionTraceRoles * kAttentionTraceRecords;
+// Units a slot records: the records after the header, a unit's events each.
+inline constexpr int kAttentionTraceRecordedUnits =
+    (kAttentionTraceRecords - kAttentionTraceHeaderRecords) / kAttentionTraceEventsPerUnit;
+
+// Where the kernel writes and the host reads: the first 64-bit word of CTA `cta`'s slot for warpgroup
+// `role`, and the record of event `event` of the `walked`-th unit (from 0) a warpgroup walked.
+ATTNPLAN_HOST_DEVICE constexpr long long attention_trace_slot_word(int cta, int role) {
+  return 2LL * kAttentionTraceRecords * (static_cast<long long>(cta) * kAttentionTraceRoles + role);
+}
+ATTNPLAN_HOST_DEVICE constexpr int attention_trace_event_record(int walked, int event) {
+  return kAttentionTraceHeaderRecords + kAttentionTraceEventsPerUnit * walked + event;
+}
 
 // The sm_90a kernel's parameters when it loads K/V pages with TMA (AttentionSm90Traits::kv_tma): the
 // common block plus one tensor map per cache, encoded by the host per launch (plan::launch_attention). Each

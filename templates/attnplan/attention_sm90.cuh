@@ -129,8 +129,7 @@ __device__ __forceinline__ void trace_put(const AttentionParams& params, int rol
                                           unsigned long long first, unsigned long long second) {
   if (static_cast<int>(blockIdx.x) < kAttentionTraceCtas && record < kAttentionTraceRecords) {
     unsigned long long* const slot =
-        params.trace +
-        2LL * kAttentionTraceRecords * (static_cast<long long>(blockIdx.x) * kAttentionTraceRoles + role);
+        params.trace + attention_trace_slot_word(static_cast<int>(blockIdx.x), role);
     *reinterpret_cast<ulonglong2*>(slot + 2 * record) = make_ulonglong2(first, second);
   }
 }
@@ -140,8 +139,8 @@ __device__ __forceinline__ void trace_begin(const AttentionParams& params, int r
 // Event `event` of the warpgroup's `walked`-th unit (counted from 0), unit `unit`.
 __device__ __forceinline__ void trace_event(const AttentionParams& params, int role, int walked, int event,
                                             int unit) {
-  trace_put(params, role, kAttentionTraceHeaderRecords + kAttentionTraceEventsPerUnit * walked + event,
-            trace_clock(), static_cast<unsigned long long>(unit));
+  trace_put(params, role, attention_trace_event_record(walked, event), trace_clock(),
+            static_cast<unsigned long long>(unit));
 }
 __device__ __forceinline__ void trace_end(const AttentionParams& params, int role, int walked) {
   unsigned sm;

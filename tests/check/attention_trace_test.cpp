@@ -21,7 +21,7 @@ struct Buffer {
       std::vector<std::uint64_t>(static_cast<std::size_t>(kAttentionTraceBytes / 8), 0);
 
   void put(int cta, int role, int record, std::uint64_t first, std::uint64_t second) {
-    const std::size_t slot = 2ull * kAttentionTraceRecords * (std::size_t(cta) * kAttentionTraceRoles + role);
+    const auto slot = static_cast<std::size_t>(attention_trace_slot_word(cta, role));
     words[slot + 2 * std::size_t(record)] = first;
     words[slot + 2 * std::size_t(record) + 1] = second;
   }
@@ -31,10 +31,8 @@ struct Buffer {
     for (std::size_t n = 0; n < units.size(); ++n) {
       for (int event = 0; event < kAttentionTraceEventsPerUnit; ++event) {
         clock += 10;
-        if (kAttentionTraceHeaderRecords + kAttentionTraceEventsPerUnit * int(n) + event <
-            kAttentionTraceRecords)
-          put(cta, role, kAttentionTraceHeaderRecords + kAttentionTraceEventsPerUnit * int(n) + event, clock,
-              std::uint64_t(units[n]));
+        const int record = attention_trace_event_record(int(n), event);
+        if (record < kAttentionTraceRecords) put(cta, role, record, clock, std::uint64_t(units[n]));
       }
     }
     put(cta, role, 1, clock + 5, 1000 + clock + 5);
@@ -78,7 +76,7 @@ TEST_CASE("an attention trace decodes the slots that walked units, in CTA and ro
 
 TEST_CASE("an attention trace counts the units past a slot's capacity and refuses what is no trace",
           "[check][trace]") {
-  const int capacity = (kAttentionTraceRecords - kAttentionTraceHeaderRecords) / kAttentionTraceEventsPerUnit;
+  const int capacity = kAttentionTraceRecordedUnits;
   Buffer buffer;
   std::vector<int> many(static_cast<std::size_t>(capacity) + 3);
   for (std::size_t n = 0; n < many.size(); ++n) many[n] = int(n);
