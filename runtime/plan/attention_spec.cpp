@@ -118,7 +118,12 @@ AttentionKernel choose_attention_kernel(int head_dim, int value_head_dim, bool b
 
 bool sm90_kv_tma_supported(int head_dim, int block_size, int block_n) {
   if (block_size < 8 || head_dim % 64 != 0 || head_dim > 256 || block_n <= 0) return false;
-  return attention_sm90_kv_tma_boxes(head_dim, block_size, block_n) <= 32;
+  return attention_sm90_kv_tma_box_lanes(head_dim, block_size, block_n, /*kv_tma=*/true) <= 32;
+}
+
+bool choose_sm90_kv_split(int head_dim, int block_size, bool has_softcap) {
+  return attention_sm90_kv_tma_only(head_dim, true) && sm90_kv_tma_supported(head_dim, block_size, 128) &&
+         !has_softcap;
 }
 
 int sm90_attention_shared_bytes(int head_dim, int block_n, int stages, bool kv_fp8, bool kv_tma,
@@ -181,6 +186,13 @@ AttentionSpec AttentionSpec::from_config(const config::AttentionConfig& config, 
   if (spec.kernel == AttentionKernel::wgmma_sm90) {
     spec.tiling.kv_tma =
         !spec.kv_fp8 && sm90_kv_tma_supported(spec.head_dim, spec.block_size, spec.tiling.block_n);
+    // D 256 by TMA: 128-key tiles, K and V each in one buffer on its own barriers (attention_sm90_kv_split),
+    // in the shared memory of two 64-key stages; its softmax then hides under the other warpgroup's
+    // 1024-cycle product rather than a 512-cycle one (attention-notes.md, "Session 50").
+    if (spec.tiling.kv_tma && choose_sm90_kv_split(spec.head_dim, spec.block_size, spec.has_softcap)) {
+      spec.tiling.block_n = 128;
+      spec.tiling.stages = 1;
+    }
     spec.tiling.shared_bytes = spec.dynamic_shared_bytes();  // the TMA-only path adds its landing barrier
   }
   return spec;
@@ -217,9 +229,20 @@ compiler::KernelSource AttentionSpec::source() const {
   if (tiling.kv_tma && (!sm90 || kv_fp8 || !sm90_kv_tma_supported(head_dim, block_size, tiling.block_n))) {
     throw Error(
         Stage::config,
-        fmt::format("attention: TMA K/V loads need the sm_90a kernel, a bf16 cache, pages of at least 8 "
-                    "slots and at most 32 boxes per tile (block_size {}, head_dim {})",
-                    block_size, head_dim));
+        fmt::format(
+            "attention: TMA K/V loads need the sm_90a kernel, a bf16 cache, pages of at least 8 "
+            "slots and at most 32 boxes per tile (with 128-key tiles at head_dim 256, 32 of K and 32 of V; "
+            "block_size {}, head_dim {})",
+            block_size, head_dim));
+  }
+  if (sm90 && tiling.stages < 2 &&
+      !(tiling.stages == 1 && attention_sm90_kv_split(head_dim, tiling.block_n, tiling.kv_tma))) {
+    throw Error(
+        Stage::config,
+        fmt::format("attention: the sm_90a kernel takes one stage only with K and V on their own "
+                    "barriers (TMA at head_dim 256, block_n 128); got stages {}, block_n {}, head_dim {}, "
+                    "kv_tma {}",
+                    tiling.stages, tiling.block_n, head_dim, tiling.kv_tma));
   }
   compiler::KernelSource source;
   source.family = "attention";

@@ -89,6 +89,12 @@ AttentionKernel choose_attention_kernel(int head_dim, int value_head_dim, bool b
 // producer (attention_sm90_kv_tma_only), where the tile past the keys lands on its own mbarrier.
 bool sm90_kv_tma_supported(int head_dim, int block_size, int block_n);
 
+// Pure. Whether a TMA plan's sm_90a kernel takes 128-key tiles with K and V each in one buffer on its own
+// mbarriers (attention_sm90_kv_split, one stage): D 256 where its 32 K boxes and 32 V boxes fit the lanes
+// (pages of at least 16), without a softcap: its tanh's registers do not fit beside S [64, 128] and
+// O [64, 256] in the consumers' 232 (ptxas spills 120-176 bytes, CUDA 13.0).
+bool choose_sm90_kv_split(int head_dim, int block_size, bool has_softcap);
+
 // Dynamic shared memory of the sm_90a kernel, bytes: 1024 of alignment slack, Q [block_m, D], `stages`
 // stages of K and V [block_n, D], bf16, with an fp8 cache two staging buffers of K and V codes [block_n, D],
 // two mbarriers per stage and Q's (and the landing mbarrier of the TMA-only path), and the item schedule's

@@ -91,6 +91,15 @@ ATTNPLAN_HOST_DEVICE constexpr bool attention_sm90_kv_tma_only(int head_dim, boo
   return kv_tma && head_dim > 128;
 }
 
+// Whether the sm_90a kernel gives K and V their own full and empty mbarriers (attention_sm90.cuh,
+// kv_split): TMA only, 128-key tiles. One K buffer and one V buffer of 128 keys then take the shared memory
+// of two 64-key stages, and K(i + 1) loads as soon as both consumer warpgroups' S(i) have read K(i), V(i + 1)
+// once their P V(i) have read V(i), so a single buffer of each still overlaps its load with the other's
+// products (attention-notes.md, "Session 50").
+ATTNPLAN_HOST_DEVICE constexpr bool attention_sm90_kv_split(int head_dim, int block_n, bool kv_tma) {
+  return attention_sm90_kv_tma_only(head_dim, kv_tma) && block_n == 128;
+}
+
 // Bands of Q in the sm_90a kernel (attention_sm90.cuh, q_bands): with two consumer warpgroups (128 query
 // rows: D 128 and D 256) each warpgroup's 64 rows are a band with its own empty and full mbarrier, so the
 // producer copies one warpgroup's next Q as soon as that one has read its own; with three (D 64's 192
@@ -102,7 +111,8 @@ ATTNPLAN_HOST_DEVICE constexpr int attention_sm90_q_bands(int block_m) {
 
 // Dynamic shared memory of the sm_90a kernel (attention_sm90.cuh), bytes: 1024 of alignment slack, Q
 // [block_m, D], `stages` stages of K and V [block_n, D] bf16, with an fp8 cache two staging buffers of K and
-// V codes [block_n, D], two mbarriers per stage, an empty mbarrier per band of Q and, with two bands, a
+// V codes [block_n, D], two mbarriers per stage (four with kv_split: K's and V's full and empty), an empty
+// mbarrier per band of Q and, with two bands, a
 // full one each, TMA only the landing mbarrier, then the item schedule's: per band an mbarrier and a slot
 // (8 bytes each), and the producers' two slots (8 bytes). One formula for the traits and the host.
 ATTNPLAN_HOST_DEVICE constexpr int attention_sm90_shared_bytes(int head_dim, int block_n, int stages,
@@ -110,8 +120,9 @@ ATTNPLAN_HOST_DEVICE constexpr int attention_sm90_shared_bytes(int head_dim, int
                                                                int block_m = 128) {
   const int bands = attention_sm90_q_bands(block_m);
   return 1024 + 2 * head_dim * (block_m + stages * 2 * block_n) + (kv_fp8 ? 2 * 2 * block_n * head_dim : 0) +
-         2 * stages * 8 + 8 * bands + (bands > 1 ? 8 * bands : 0) +
-         (attention_sm90_kv_tma_only(head_dim, kv_tma) ? 8 : 0) + 16 * bands + 8;
+         (attention_sm90_kv_split(head_dim, block_n, kv_tma) ? 4 : 2) * stages * 8 + 8 * bands +
+         (bands > 1 ? 8 * bands : 0) + (attention_sm90_kv_tma_only(head_dim, kv_tma) ? 8 : 0) + 16 * bands +
+         8;
 }
 
 // Whether the sm_90a kernel can split its tail items (AttentionParams::split_items), in its specialization
@@ -136,9 +147,15 @@ ATTNPLAN_HOST_DEVICE constexpr int attention_sm90_threads(int block_m) {
 }
 
 // TMA boxes per K/V tile of the sm_90a kernel with kv_tma: [64 columns, min(block_size, block_n) slots]
-// boxes, head_dim / 64 column blocks, for K and V. The kernel issues one per producer lane (at most 32).
+// boxes, head_dim / 64 column blocks, for K and V. The kernel issues one per producer lane (at most 32),
+// with kv_split a K box and then a V box per lane (at most 32 of each).
 ATTNPLAN_HOST_DEVICE constexpr int attention_sm90_kv_tma_boxes(int head_dim, int block_size, int block_n) {
   return 2 * (block_n / (block_size < block_n ? block_size : block_n)) * (head_dim / 64);
+}
+ATTNPLAN_HOST_DEVICE constexpr int attention_sm90_kv_tma_box_lanes(int head_dim, int block_size, int block_n,
+                                                                   bool kv_tma) {
+  const int boxes = attention_sm90_kv_tma_boxes(head_dim, block_size, block_n);
+  return attention_sm90_kv_split(head_dim, block_n, kv_tma) ? boxes / 2 : boxes;
 }
 
 // The sm_90a kernel's trace (AttentionSpec::traces): one lane of each warpgroup (the producer's thread 0,

@@ -166,6 +166,10 @@ struct AttentionSm90Traits {
   // At D 256 the TMA path is TMA only (attention_params.h, attention_sm90_kv_tma_only): no gather in the
   // producer; the tile past the keys lands on the landing barrier, its V rows past kv_len are zeroed.
   static constexpr bool kv_tma_only = attention_sm90_kv_tma_only(kHeadDim, kKvTma);
+  // K and V on their own full and empty mbarriers (attention_params.h, attention_sm90_kv_split: D 256 by
+  // TMA on 128-key tiles, one stage): the consumers release K once S has read it and wait for V only before
+  // P V, so K(i + 1) loads under the two warpgroups' P V(i) and V(i + 1) under their S(i + 1).
+  static constexpr bool kv_split = attention_sm90_kv_split(kHeadDim, kBlockN, kKvTma);
   using Params = typename attention_sm90_detail::Select<kKvTma, AttentionSm90Params, AttentionParams>::type;
   static constexpr int head_dim = kHeadDim;  // q/k and v head dims (equal on this path)
   static constexpr int group_size = kGroupSize;
@@ -250,9 +254,12 @@ struct AttentionSm90Traits {
   // tile past the keys at D <= 128, plus the persistent item walk) spills at 56 and gets 72, its consumers
   // 216; with spans the consumers spill at 216 and keep 224 (the producer then fits 56). Three consumer
   // warpgroups: 512 x 128, split 128 * 56 + 384 * 152 = 65536 (72 / 144 with TMA and no spans).
-  static constexpr int producer_registers = kKvTma && !kHasSpans ? 72 : 56;
-  static constexpr int consumer_registers =
-      kConsumers == 3 ? (kKvTma && !kHasSpans ? 144 : 152) : (kKvTma && !kHasSpans ? 216 : 224);
+  // kv_split (S [64, 128] beside O [64, 256]): 128 * 40 + 256 * 232, the producer's TMA-only walk in 40.
+  static constexpr int producer_registers = kv_split ? 40 : kKvTma && !kHasSpans ? 72 : 56;
+  static constexpr int consumer_registers = kConsumers == 3 ? (kKvTma && !kHasSpans ? 144 : 152)
+                                                            : (kv_split               ? 232
+                                                               : kKvTma && !kHasSpans ? 216
+                                                                                      : 224);
   static constexpr int launch_registers = 65536 / threads / 8 * 8;  // what the CTA holds: 168 or 128 each
   static_assert(
       producer_threads * producer_registers + consumer_threads * consumer_registers <=
@@ -270,7 +277,8 @@ struct AttentionSm90Traits {
 
   // Shared memory, bytes from a 1024-byte aligned base (the 128-byte swizzle is a function of address
   // bits): Q [block_m, head_dim], per stage K [block_n, head_dim] and V [block_n, head_dim], each stored as
-  // head_dim / 64 column blocks of 128-byte swizzled rows; then the full and empty mbarriers of each stage,
+  // head_dim / 64 column blocks of 128-byte swizzled rows; then the full and empty mbarriers of each stage
+  // (kv_split: K's full, K's empty, V's full and V's empty, each [stages]),
   // per band of Q an empty mbarrier and, banded, a full one (q_bands), TMA only the landing mbarrier, and
   // the item schedule's mbarriers and slots.
   static constexpr int q_bytes = kHeadDim * block_m * 2;
@@ -295,7 +303,8 @@ struct AttentionSm90Traits {
   static_assert(q_bands == 1 || q_bands == consumer_warpgroups, "a band per consumer warpgroup, or one");
   static constexpr int band_rows = block_m / q_bands;
   static_assert(band_rows % rows_per_pass == 0, "the Q copy's passes must cover each band exactly");
-  static constexpr int q_empty_barrier_offset = barrier_offset + 2 * stages * 8;      // [q_bands]
+  static constexpr int q_empty_barrier_offset =
+      barrier_offset + (kv_split ? 4 : 2) * stages * 8;                               // [q_bands]
   static constexpr int q_full_barrier_offset = q_empty_barrier_offset + 8 * q_bands;  // [q_bands], banded
   static constexpr int landing_barrier_offset = q_full_barrier_offset + (q_banded ? 8 * q_bands : 0);
   // The item schedule (AttentionParams::item_counter): per band an item mbarrier (one producer arrival
@@ -319,7 +328,10 @@ struct AttentionSm90Traits {
   static_assert(kBlockSize >= 1 && (kBlockSize & (kBlockSize - 1)) == 0, "block_size must be a power of two");
   static_assert(block_m % rows_per_pass == 0 && kBlockN % kv_rows_per_pass == 0,
                 "the producer's passes must cover the Q and K/V tiles exactly");
-  static_assert(kStages >= 2 && kStages <= 4, "stages: 2 to 4");
+  static_assert((kStages >= 2 || (kStages == 1 && kv_split)) && kStages <= 4,
+                "stages: 2 to 4, or 1 with K and V on their own barriers (kv_split)");
+  static_assert(!kv_split || (kPingPong && !kOverlapSoftmax && !kSplitsTail),
+                "kv_split: the serial ping-pong schedule (D 256's), without a split tail");
   static_assert(!kOverlapSoftmax || kStages >= 3,
                 "the overlapped schedule holds two stages per consumer: it needs a third for the producer");
   static_assert(shared_bytes <= 227 * 1024, "the tiles exceed sm_90's 227 KiB of shared memory per block");
@@ -334,9 +346,15 @@ struct AttentionSm90Traits {
   static_assert(kv_boxes == attention_sm90_kv_tma_boxes(kHeadDim, kBlockSize, kBlockN),
                 "the box count and the host's formula (attention_params.h) must agree");
   static constexpr unsigned kv_tile_bytes = 2u * kBlockN * kHeadDim * 2u;
-  static_assert(!kKvTma || (kBlockSize >= 8 && kv_boxes <= 32),
+  static constexpr unsigned kv_tensor_bytes = kv_tile_bytes / 2;  // K's or V's tile alone (kv_split)
+  // Producer lanes with a box: one per box, or with kv_split one per K box, which also issues its V box.
+  static constexpr int kv_box_lanes = kv_split ? kv_boxes_per_tensor : kv_boxes;
+  static_assert(kv_box_lanes == attention_sm90_kv_tma_box_lanes(kHeadDim, kBlockSize, kBlockN, kKvTma),
+                "the box lanes and the host's formula (attention_params.h) must agree");
+  static_assert(!kKvTma || (kBlockSize >= 8 && (kv_split ? kv_boxes_per_tensor : kv_boxes) <= 32),
                 "kv_tma: pages of at least 8 slots (whole 128-byte swizzle atoms) and at most 32 boxes per "
-                "tile (one per lane; more spill the producer's registers)");
+                "tile (one per lane, with kv_split one of K and one of V; more spill the producer's "
+                "registers)");
   static_assert(!kKvFp8 || (!kKvTma && kHeadDim <= 128),
                 "kv_fp8: the gather path only (codes are widened by the producer), D <= 128 (at D 256 the "
                 "staging buffers do not fit beside two bf16 stages)");
@@ -536,6 +554,9 @@ __global__ void __launch_bounds__(Traits::threads, 1)
   // banded, its full ones [q_bands]
   const unsigned full_barriers = base_address + Traits::barrier_offset;
   const unsigned empty_barriers = full_barriers + kStages * 8;
+  // kv_split: the two above are K's, these V's [stages] each.
+  const unsigned value_full_barriers = full_barriers + 2 * kStages * 8;
+  const unsigned value_empty_barriers = full_barriers + 3 * kStages * 8;
   const unsigned q_empty_barriers = base_address + Traits::q_empty_barrier_offset;
   const unsigned q_full_barriers = base_address + Traits::q_full_barrier_offset;
   // The item schedule's hand-over (Traits: item_barrier_offset): producer thread 0 writes the item band
@@ -554,6 +575,10 @@ __global__ void __launch_bounds__(Traits::threads, 1)
       // full: one hardware arrival per producer thread once its copies of the tile have landed
       mbarrier_init(full_barriers + stage * 8, Traits::producer_threads);
       mbarrier_init(empty_barriers + stage * 8, Traits::consumer_threads);
+      if constexpr (Traits::kv_split) {
+        mbarrier_init(value_full_barriers + stage * 8, Traits::producer_threads);
+        mbarrier_init(value_empty_barriers + stage * 8, Traits::consumer_threads);
+      }
     }
     for (int band = 0; band < Traits::q_bands; ++band) {
       // Q's empty: the band's consumer warpgroups have read its rows of an item's Q (their last S = Q K^T
@@ -629,7 +654,7 @@ __global__ void __launch_bounds__(Traits::threads, 1)
       const int page_in_tile = (box / Traits::kv_column_blocks) % Traits::kv_pages_per_tile;
       const int logical =
           static_cast<unsigned>(tile * kBlockN + page_in_tile * Traits::kv_box_rows) / Traits::block_size;
-      const bool used = box < Traits::kv_boxes && logical < params.max_blocks_per_seq;
+      const bool used = box < Traits::kv_box_lanes && logical < params.max_blocks_per_seq;
       return used ? __ldg(block_table + logical) : -1;
     };
     auto prefetch = [&](int tile, int(&pages)[kPageRegisters], int& box_page) {
@@ -804,6 +829,35 @@ __global__ void __launch_bounds__(Traits::threads, 1)
         const bf16_bits* value_head = params.value_cache + kv_head * kHeadDim + parity * 8;
         int box_page = -1;
         prefetch(tile, pages, box_page);
+        // TMA: box `in_tensor` of the K or V tile at tensor_address, from `map` (its page this lane's
+        // box_page, its 64-column block), completing on `barrier`. A page outside the pool (or past the
+        // block table) loads a box wholly before the map's first slot: TMA writes zeros there, as the gather
+        // does. The caller names the map: only the TMA kernels' parameters hold one.
+        auto issue_box = [&](int in_tensor, int key_first, unsigned tensor_address, const void* map,
+                             unsigned barrier) {
+          const int page_in_tile = in_tensor / Traits::kv_column_blocks;
+          const int column_block = in_tensor % Traits::kv_column_blocks;
+          const int position = key_first + page_in_tile * Traits::kv_box_rows;
+          const int slot = box_page >= 0 && box_page < params.num_blocks
+                               ? box_page * Traits::block_size +
+                                     static_cast<int>(static_cast<unsigned>(position) % Traits::block_size)
+                               : -Traits::kv_box_rows;
+          tma_load_2d(
+              tensor_address + column_block * kBlockN * 128u + page_in_tile * Traits::kv_box_rows * 128u, map,
+              barrier, kv_head * kHeadDim + column_block * 64, slot);
+        };
+        // TMA only: V rows [zero_from, block_n) of the tile at v_address, past the keys: every 16-byte chunk
+        // of each row, so the swizzle (a permutation inside a row) does not matter.
+        auto zero_values_past = [&](unsigned v_address, int zero_from) {
+          uint4* v_tile = reinterpret_cast<uint4*>(reinterpret_cast<unsigned char*>(shared_storage) +
+                                                   (v_address - raw_address));
+          for (int index = threadIdx.x; index < (kBlockN - zero_from) * Traits::chunks;
+               index += Traits::producer_threads) {
+            const int row = zero_from + index / Traits::chunks;
+            const int chunk_in_row = index % Traits::chunks;  // column block chunk_in_row / 8
+            v_tile[(chunk_in_row / 8) * kBlockN * 8 + row * 8 + chunk_in_row % 8] = make_uint4(0, 0, 0, 0);
+          }
+        };
 
         for (int i = 0; i < tile_count; ++i) {
           const int stage = (base + i) % kStages;
@@ -811,6 +865,50 @@ __global__ void __launch_bounds__(Traits::threads, 1)
           int next_box_page = -1;
           const int following = i + 1 < tile_count ? next_tile(tile) : tile;
           if (i + 1 < tile_count) prefetch(following, next_pages, next_box_page);
+          if constexpr (Traits::kv_split) {
+            // K, then V, each after its own release: K(i) once both warpgroups' S(i - 1) have read K, V(i)
+            // once their P V(i - 1) have read V. Every box by TMA; the tile past the keys has its V rows
+            // zeroed as below. Q follows the item's first K, ahead of its V.
+            const int key_first = tile * kBlockN;
+            const int phase = (((base + i) / kStages) - 1) & 1;
+            const bool past_keys = key_first + kBlockN > kv_len;
+            const unsigned k_full = full_barriers + stage * 8;
+            if (base + i >= kStages) mbarrier_wait_parity(empty_barriers + stage * 8, phase);
+            if (threadIdx.x == 0) mbarrier_expect_tx(k_full, Traits::kv_tensor_bytes);
+            __syncwarp();
+            if (box < Traits::kv_box_lanes)
+              issue_box(box, key_first, base_address + Traits::k_offset + stage * Traits::k_bytes,
+                        &kernel_params.key_map, k_full);
+            mbarrier_arrive(k_full);
+            if (tracer && i == 0) trace_event(params, 0, items_begun, kTraceProducerFirstTile, item);
+            if (kQAfterFirstTile && i == 0) {
+              load_qs();
+              if (tracer) trace_event(params, 0, items_begun, kTraceProducerQ, item);
+            }
+            const unsigned v_address = base_address + Traits::v_offset + stage * Traits::v_bytes;
+            const unsigned v_full = value_full_barriers + stage * 8;
+            const unsigned landing = base_address + Traits::landing_barrier_offset;
+            if (base + i >= kStages) mbarrier_wait_parity(value_empty_barriers + stage * 8, phase);
+            if (threadIdx.x == 0) {
+              if (past_keys) {
+                mbarrier_arrive_expect_tx(landing, Traits::kv_tensor_bytes);
+              } else {
+                mbarrier_expect_tx(v_full, Traits::kv_tensor_bytes);
+              }
+            }
+            __syncwarp();
+            if (box < Traits::kv_box_lanes)
+              issue_box(box, key_first, v_address, &kernel_params.value_map, past_keys ? landing : v_full);
+            if (past_keys) {
+              mbarrier_wait_parity(landing, landing_phase);
+              landing_phase ^= 1;
+              zero_values_past(v_address, kv_len - key_first);
+            }
+            mbarrier_arrive(v_full);  // after this thread's zeroing stores (release)
+            box_page = next_box_page;
+            tile = following;
+            continue;
+          }
           // Reusing a stage: wait until both consumers released its previous tile (base + i - stages).
           if (base + i >= kStages)
             mbarrier_wait_parity(empty_barriers + stage * 8, (((base + i) / kStages) - 1) & 1);
@@ -838,38 +936,14 @@ __global__ void __launch_bounds__(Traits::threads, 1)
               __syncwarp();
               if (box < Traits::kv_boxes) {
                 const bool value = box >= Traits::kv_boxes_per_tensor;
-                const int in_tensor = box % Traits::kv_boxes_per_tensor;
-                const int page_in_tile = in_tensor / Traits::kv_column_blocks;
-                const int column_block = in_tensor % Traits::kv_column_blocks;
-                const int page = box_page;
-                const int position = key_first + page_in_tile * Traits::kv_box_rows;
-                // A page outside the pool (or past the block table) loads a box wholly before the map's
-                // first slot: TMA writes zeros there, as the gather does.
-                const int slot =
-                    page >= 0 && page < params.num_blocks
-                        ? page * Traits::block_size +
-                              static_cast<int>(static_cast<unsigned>(position) % Traits::block_size)
-                        : -Traits::kv_box_rows;
-                const unsigned destination = (value ? v_address : k_address) + column_block * kBlockN * 128u +
-                                             page_in_tile * Traits::kv_box_rows * 128u;
-                tma_load_2d(destination, value ? &kernel_params.value_map : &kernel_params.key_map,
-                            past_keys ? landing : full, kv_head * kHeadDim + column_block * 64, slot);
+                issue_box(box % Traits::kv_boxes_per_tensor, key_first, value ? v_address : k_address,
+                          value ? &kernel_params.value_map : &kernel_params.key_map,
+                          past_keys ? landing : full);
               }
               if (past_keys) {
-                // V rows [kv_len - key_first, block_n): every 16-byte chunk of each row, so the swizzle (a
-                // permutation inside a row) does not matter.
                 mbarrier_wait_parity(landing, landing_phase);
                 landing_phase ^= 1;
-                uint4* v_tile = reinterpret_cast<uint4*>(reinterpret_cast<unsigned char*>(shared_storage) +
-                                                         (v_address - raw_address));
-                const int zero_from = kv_len - key_first;
-                for (int index = threadIdx.x; index < (kBlockN - zero_from) * Traits::chunks;
-                     index += Traits::producer_threads) {
-                  const int row = zero_from + index / Traits::chunks;
-                  const int chunk_in_row = index % Traits::chunks;  // column block chunk_in_row / 8
-                  v_tile[(chunk_in_row / 8) * kBlockN * 8 + row * 8 + chunk_in_row % 8] =
-                      make_uint4(0, 0, 0, 0);
-                }
+                zero_values_past(v_address, kv_len - key_first);
               }
             }
           } else if constexpr (!Traits::kv_tma_only) {
@@ -965,10 +1039,9 @@ __global__ void __launch_bounds__(Traits::threads, 1)
   const int in_group = lane % 4;  // accumulator columns 2 * in_group + {0, 1} of each n8 tile
   const int warp_row = consumer * 64 + warp * 16;  // first CTA row of this warp
 
-  // The keys this thread's two rows may see in the current item, as closed position ranges: the band
-  // causality and the window leave, and the row's span (empty: first > last).
+  // The keys this thread's two rows may see in the current item, as a closed position range each: the
+  // band causality and the window leave, widened to the row's span where it has one.
   int row_band_first[2], row_band_last[2];
-  int row_span_first[2], row_span_last[2];
 
   // Online softmax state. row_max holds raw scores (q . k): scale > 0 (validated), so the max commutes
   // with it and each probability is one FFMA + exp2: exp2(s * scale * log2(e) - max * scale * log2(e)).
@@ -990,14 +1063,20 @@ __global__ void __launch_bounds__(Traits::threads, 1)
       const int position = q_first + (warp_row + group + 8 * half) / kHeads;
       row_band_last[half] = min(position, kv_len - 1);
       row_band_first[half] = Traits::has_window ? position - params.window + 1 : 0;
-      row_span_first[half] = 0;
-      row_span_last[half] = -1;
       if constexpr (Traits::has_spans) {
+        // A key is visible through the band or through the row's span. Both hold the row itself (a row in
+        // no span has first > last), so their union is one range, and the mask needs no span registers:
+        // with 128-key tiles at D 256 (kv_split) these four spilled beside S and O.
+        int span_first = 0, span_last = -1;
         if (whole_chunk_spans) {
-          row_span_first[half] = all_rows_span_first;
-          row_span_last[half] = all_rows_span_end - 1;
+          span_first = all_rows_span_first;
+          span_last = all_rows_span_end - 1;
         } else {
-          schedule.row_span(position, kv_len, row_span_first[half], row_span_last[half]);
+          schedule.row_span(position, kv_len, span_first, span_last);
+        }
+        if (span_first <= span_last) {
+          row_band_first[half] = min(row_band_first[half], span_first);
+          row_band_last[half] = max(row_band_last[half], span_last);
         }
       }
       row_max[half] = minus_infinity();
@@ -1034,9 +1113,18 @@ __global__ void __launch_bounds__(Traits::threads, 1)
     // reaching past the keys at D <= 128), Q's copy (it lands with the item's first tile) and,
     // TMA only, the zeroed V rows of the tile past the keys. A tile that TMA alone wrote needs none, and
     // skips the fence's MEMBAR.ALL.CTA between the barrier wait and the S = Q K^T issue.
-    if (!Traits::kv_tma || i == 0 || (tile + 1) * kBlockN > kv_len) fence_proxy_async_shared();
+    // kv_split: this is K's barrier, which TMA alone writes; the zeroed V rows are fenced in wait_values.
+    if (!Traits::kv_tma || i == 0 || (!Traits::kv_split && (tile + 1) * kBlockN > kv_len))
+      fence_proxy_async_shared();
   };
+  // With kv_split, K's: the stage's K has been read (S landed); otherwise the whole stage.
   auto release = [&](int i) { mbarrier_arrive(empty_barriers + ((base + i) % kStages) * 8); };
+  // kv_split: V of tile i, before P V (i), and its release once P V (i) has landed.
+  auto wait_values = [&](int i, int tile) {
+    mbarrier_wait_parity(value_full_barriers + ((base + i) % kStages) * 8, ((base + i) / kStages) & 1);
+    if ((tile + 1) * kBlockN > kv_len) fence_proxy_async_shared();
+  };
+  auto release_values = [&](int i) { mbarrier_arrive(value_empty_barriers + ((base + i) % kStages) * 8); };
 
   // S = Q K^T of tile i: [64, block_n], head_dim / 16 k-steps; a 16-wide step is 32 bytes into a 64-wide
   // column block, and every 4 steps the next column block begins. Issued and committed, not waited for.
@@ -1089,15 +1177,12 @@ __global__ void __launch_bounds__(Traits::threads, 1)
         const int column = key_first + 2 * in_group;
         const int visible_first = row_band_first[half] - column;
         const int visible_last = row_band_last[half] - column;
-        const int span_first = row_span_first[half] - column;
-        const int span_last = row_span_last[half] - column;
 #pragma unroll
         for (int n = 0; n < kBlockN / 8; ++n) {
 #pragma unroll
           for (int e = 0; e < 2; ++e) {
             const int key = n * 8 + e;  // relative to key_first + 2 * in_group
             bool allowed = visible_first <= key && key <= visible_last;
-            if constexpr (Traits::has_spans) allowed = allowed || (span_first <= key && key <= span_last);
             if (!allowed) score[4 * n + 2 * half + e] = minus_infinity();
           }
         }
@@ -1318,17 +1403,23 @@ __global__ void __launch_bounds__(Traits::threads, 1)
         end_turn();
         wgmma_wait_group<0>();
         fence_registers(score);
+        if constexpr (Traits::kv_split) release(i);  // K read: the producer may load K (i + 1) over it
         if (softmax(score, tile, correction)) rescale(correction);
         if (tracer && i == 0) trace_event(params, 1 + consumer, items_done, kTraceConsumerFirstSoftmax, item);
         pack(score, p);
         if (i == tile_count - 1) release_q();
+        if constexpr (Traits::kv_split) wait_values(i, tile);  // before the turn: the other may go on
         begin_turn();
         wgmma_fence();
         issue_pv(p, i);
         end_turn();
         wgmma_wait_group<0>();
         fence_registers(output);
-        release(i);  // this thread is done reading the stage
+        if constexpr (Traits::kv_split) {
+          release_values(i);
+        } else {
+          release(i);  // this thread is done reading the stage
+        }
       }
     } else {
       // Tile 0's scores alone; then per tile i: S(i) and P(i-1) V(i-1) queued together, softmax(i) while

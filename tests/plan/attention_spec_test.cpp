@@ -711,8 +711,35 @@ TEST_CASE("attention spec on sm_90a: the wgmma kernel's stub, launch shape and c
   wide.head_dim = wide.value_head_dim = 256;
   const AttentionSpec wide_spec = AttentionSpec::from_config(wide, kSm90a);
   CHECK(wide_spec.tiling.kv_tma);
-  CHECK(wide_spec.tiling.shared_bytes ==
-        sm90_attention_shared_bytes(256, 64, wide_spec.tiling.stages, false, true));
+  // D 256 by TMA: 128-key tiles, one stage, K and V on their own barriers (choose_sm90_kv_split), in the
+  // shared memory of two 64-key stages (their two barriers per stage are the split's four).
+  CHECK(wide_spec.tiling.block_n == 128);
+  CHECK(wide_spec.tiling.stages == 1);
+  CHECK(wide_spec.tiling.shared_bytes == sm90_attention_shared_bytes(256, 128, 1, false, true));
+  CHECK(sm90_attention_shared_bytes(256, 128, 1, false, true) ==
+        sm90_attention_shared_bytes(256, 64, 2, false, true));
+  CHECK(sm90_kv_tma_supported(256, 16, 128));       // 32 K boxes and 32 V boxes, a lane for each pair
+  CHECK_FALSE(sm90_kv_tma_supported(256, 8, 128));  // 64 of each
+  CHECK(choose_sm90_kv_split(256, 16, false));
+  CHECK_FALSE(choose_sm90_kv_split(256, 16, true));  // a softcap: the consumers spill
+  CHECK_FALSE(choose_sm90_kv_split(256, 8, false));  // the gather: 64-key tiles, two stages
+  CHECK_FALSE(choose_sm90_kv_split(128, 16, false));
+  config::AttentionConfig bidirectional = wide;
+  bidirectional.bidirectional_spans = true;
+  CHECK(AttentionSpec::from_config(bidirectional, kSm90a).tiling == wide_spec.tiling);  // spans too
+  bidirectional.softcap = 30.0;
+  const AttentionSpec softcap_spec = AttentionSpec::from_config(bidirectional, kSm90a);
+  CHECK(softcap_spec.tiling.kv_tma);
+  CHECK(softcap_spec.tiling.block_n == 64);
+  CHECK(softcap_spec.tiling.stages == 2);
+  CHECK(softcap_spec.tiling.shared_bytes == sm90_attention_shared_bytes(256, 64, 2, false, true));
+  // One stage only with the split.
+  AttentionSpec one_stage = spec;
+  one_stage.tiling.stages = 1;
+  CHECK_THROWS_AS(one_stage.source(), Error);
+  AttentionSpec wide_gather = wide_spec;
+  wide_gather.tiling.kv_tma = false;
+  CHECK_THROWS_AS(wide_gather.source(), Error);
   // Its landing barrier is 8 bytes of shared memory on top of the gather's layout.
   CHECK(sm90_attention_shared_bytes(256, 64, 2, false, true) == sm90_attention_shared_bytes(256, 64, 2) + 8);
   CHECK(sm90_attention_shared_bytes(128, 128, 3, false, true) == sm90_attention_shared_bytes(128, 128, 3));
@@ -862,6 +889,8 @@ TEST_CASE("sm_90a attention compiles to wgmma without spills", "[plan][attention
       {256, 4, 64, true, true, true},
       {256, 1, 1024, false, false, true, true},
       {256, 2, 64, true, true, true, false, false, true},
+      {256, 4, 16, true, false, true},   // 128-key tiles, K and V apart (choose_sm90_kv_split), a window
+      {256, 2, 64, false, false, true},  // the same at pages of 64, causal
       // Sinks (gpt-oss: D 64, group 8, window 128 on alternate layers), also with spans and TMA.
       {64, 8, 16, true, false, false, true},
       {64, 8, 16, false, false, true, true},
@@ -892,6 +921,13 @@ TEST_CASE("sm_90a attention compiles to wgmma without spills", "[plan][attention
     spec.tiling = choose_sm90_attention_tiling(c.head_dim, c.group_size, c.kv_fp8);
     spec.tiling.kv_tma = c.kv_tma;
     specs.push_back(spec);
+    if (c.kv_tma && choose_sm90_kv_split(c.head_dim, c.block_size, c.softcap)) {
+      AttentionSpec split = spec;  // the plan's D 256 tiling by TMA: 128 keys, one stage, K and V apart
+      split.tiling.block_n = 128;
+      split.tiling.stages = 1;
+      split.tiling.shared_bytes = split.dynamic_shared_bytes();
+      specs.push_back(split);
+    }
     if (spec.tiling.block_m == 192) {  // two consumer warpgroups stay reachable at D 64: compile them too
       AttentionSpec two = spec;
       two.tiling.block_m = 128;
