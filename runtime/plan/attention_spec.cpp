@@ -126,6 +126,21 @@ bool choose_sm90_kv_split(int head_dim, int block_size, bool has_softcap) {
          !has_softcap;
 }
 
+AttentionTiling with_sm90_kv_tma(AttentionTiling tiling, int head_dim, int block_size, bool has_softcap) {
+  tiling.kv_tma = true;
+  // D 256: 128-key tiles, K and V each in one buffer on its own barriers (attention_sm90_kv_split), in the
+  // shared memory of two 64-key stages; its softmax then hides under the other warpgroup's 1024-cycle
+  // product rather than a 512-cycle one (attention-notes.md, "Session 50" and "Session 51").
+  if (choose_sm90_kv_split(head_dim, block_size, has_softcap)) {
+    tiling.block_n = 128;
+    tiling.stages = 1;
+  }
+  // The TMA-only path (D 256) adds its landing barrier.
+  tiling.shared_bytes = sm90_attention_shared_bytes(head_dim, tiling.block_n, tiling.stages, /*kv_fp8=*/false,
+                                                    /*kv_tma=*/true, tiling.block_m);
+  return tiling;
+}
+
 int sm90_attention_shared_bytes(int head_dim, int block_n, int stages, bool kv_fp8, bool kv_tma,
                                 int block_m) {
   return attention_sm90_shared_bytes(head_dim, block_n, stages, kv_fp8, kv_tma, block_m);
@@ -184,16 +199,8 @@ AttentionSpec AttentionSpec::from_config(const config::AttentionConfig& config, 
                     ? choose_sm90_attention_tiling(spec.head_dim, spec.group_size, spec.kv_fp8)
                     : choose_attention_tiling(spec.head_dim, spec.value_head_dim, arch, spec.kv_fp8);
   if (spec.kernel == AttentionKernel::wgmma_sm90) {
-    spec.tiling.kv_tma =
-        !spec.kv_fp8 && sm90_kv_tma_supported(spec.head_dim, spec.block_size, spec.tiling.block_n);
-    // D 256 by TMA: 128-key tiles, K and V each in one buffer on its own barriers (attention_sm90_kv_split),
-    // in the shared memory of two 64-key stages; its softmax then hides under the other warpgroup's
-    // 1024-cycle product rather than a 512-cycle one (attention-notes.md, "Session 50").
-    if (spec.tiling.kv_tma && choose_sm90_kv_split(spec.head_dim, spec.block_size, spec.has_softcap)) {
-      spec.tiling.block_n = 128;
-      spec.tiling.stages = 1;
-    }
-    spec.tiling.shared_bytes = spec.dynamic_shared_bytes();  // the TMA-only path adds its landing barrier
+    if (!spec.kv_fp8 && sm90_kv_tma_supported(spec.head_dim, spec.block_size, spec.tiling.block_n))
+      spec.tiling = with_sm90_kv_tma(spec.tiling, spec.head_dim, spec.block_size, spec.has_softcap);
   }
   return spec;
 }

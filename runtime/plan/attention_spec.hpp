@@ -95,6 +95,12 @@ bool sm90_kv_tma_supported(int head_dim, int block_size, int block_n);
 // O [64, 256] in the consumers' 232 (ptxas spills 120-176 bytes, CUDA 13.0).
 bool choose_sm90_kv_split(int head_dim, int block_size, bool has_softcap);
 
+// Pure. `tiling` (an sm_90a tiling, choose_sm90_attention_tiling's) with K/V by TMA, as a plan whose pages
+// allow it (sm90_kv_tma_supported, bf16 cache) takes it: kv_tma, at D 256 the split's 128-key tiles of one
+// stage where choose_sm90_kv_split says so, and the shared bytes of the result. One rule for the plan
+// (AttentionSpec::from_config) and for the GPU tests that force TMA.
+AttentionTiling with_sm90_kv_tma(AttentionTiling tiling, int head_dim, int block_size, bool has_softcap);
+
 // Dynamic shared memory of the sm_90a kernel, bytes: 1024 of alignment slack, Q [block_m, D], `stages`
 // stages of K and V [block_n, D], bf16, with an fp8 cache two staging buffers of K and V codes [block_n, D],
 // two mbarriers per stage and Q's (and the landing mbarrier of the TMA-only path), and the item schedule's

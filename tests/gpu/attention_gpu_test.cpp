@@ -1061,8 +1061,11 @@ std::vector<Case> sm90_span_cases() {
 void check_forced_sm90(const std::vector<Case>& cases, std::uint64_t seed, bool kv_tma = false) {
   std::vector<plan::AttentionSpec> specs;
   for (const Case& c : cases) {
-    specs.push_back(spec_with_kernel(c, plan::AttentionKernel::wgmma_sm90));
-    specs.back().tiling.kv_tma = kv_tma;
+    plan::AttentionSpec spec = spec_with_kernel(c, plan::AttentionKernel::wgmma_sm90);
+    // K/V by TMA as the plan takes it: at D 256 the split's 128-key tiles (with_sm90_kv_tma).
+    if (kv_tma)
+      spec.tiling = plan::with_sm90_kv_tma(spec.tiling, spec.head_dim, spec.block_size, spec.has_softcap);
+    specs.push_back(spec);
   }
   check_sm90_specs(cases, specs, seed);
 }
