@@ -351,7 +351,7 @@ struct AttentionSm90Traits {
   static constexpr int kv_box_lanes = kv_split ? kv_boxes_per_tensor : kv_boxes;
   static_assert(kv_box_lanes == attention_sm90_kv_tma_box_lanes(kHeadDim, kBlockSize, kBlockN, kKvTma),
                 "the box lanes and the host's formula (attention_params.h) must agree");
-  static_assert(!kKvTma || (kBlockSize >= 8 && (kv_split ? kv_boxes_per_tensor : kv_boxes) <= 32),
+  static_assert(!kKvTma || (kBlockSize >= 8 && kv_box_lanes <= 32),
                 "kv_tma: pages of at least 8 slots (whole 128-byte swizzle atoms) and at most 32 boxes per "
                 "tile (one per lane, with kv_split one of K and one of V; more spill the producer's "
                 "registers)");
@@ -846,9 +846,26 @@ __global__ void __launch_bounds__(Traits::threads, 1)
               tensor_address + column_block * kBlockN * 128u + page_in_tile * Traits::kv_box_rows * 128u, map,
               barrier, kv_head * kHeadDim + column_block * 64, slot);
         };
-        // TMA only: V rows [zero_from, block_n) of the tile at v_address, past the keys: every 16-byte chunk
-        // of each row, so the swizzle (a permutation inside a row) does not matter.
+        // TMA: thread 0 announces `bytes` of boxes on `full`, or, for the tile reaching past the keys (TMA
+        // only), on the landing barrier with its own arrival there (the producer arrives on `full` itself
+        // once it has zeroed V's rows past the keys). The bytes come first: this thread's arrival is one the
+        // phase still needs, so other warps' boxes completing before the expect_tx only dip the count.
+        const unsigned landing = base_address + Traits::landing_barrier_offset;
+        auto expect_bytes = [&](unsigned full, bool past_keys, unsigned bytes) {
+          if (threadIdx.x == 0) {
+            if (past_keys) {
+              mbarrier_arrive_expect_tx(landing, bytes);
+            } else {
+              mbarrier_expect_tx(full, bytes);
+            }
+          }
+          __syncwarp();
+        };
+        // TMA only: once the tile past the keys has landed, V rows [zero_from, block_n) of it at v_address:
+        // every 16-byte chunk of each row, so the swizzle (a permutation inside a row) does not matter.
         auto zero_values_past = [&](unsigned v_address, int zero_from) {
+          mbarrier_wait_parity(landing, landing_phase);
+          landing_phase ^= 1;
           uint4* v_tile = reinterpret_cast<uint4*>(reinterpret_cast<unsigned char*>(shared_storage) +
                                                    (v_address - raw_address));
           for (int index = threadIdx.x; index < (kBlockN - zero_from) * Traits::chunks;
@@ -874,8 +891,7 @@ __global__ void __launch_bounds__(Traits::threads, 1)
             const bool past_keys = key_first + kBlockN > kv_len;
             const unsigned k_full = full_barriers + stage * 8;
             if (base + i >= kStages) mbarrier_wait_parity(empty_barriers + stage * 8, phase);
-            if (threadIdx.x == 0) mbarrier_expect_tx(k_full, Traits::kv_tensor_bytes);
-            __syncwarp();
+            expect_bytes(k_full, /*past_keys=*/false, Traits::kv_tensor_bytes);
             if (box < Traits::kv_box_lanes)
               issue_box(box, key_first, base_address + Traits::k_offset + stage * Traits::k_bytes,
                         &kernel_params.key_map, k_full);
@@ -887,23 +903,11 @@ __global__ void __launch_bounds__(Traits::threads, 1)
             }
             const unsigned v_address = base_address + Traits::v_offset + stage * Traits::v_bytes;
             const unsigned v_full = value_full_barriers + stage * 8;
-            const unsigned landing = base_address + Traits::landing_barrier_offset;
             if (base + i >= kStages) mbarrier_wait_parity(value_empty_barriers + stage * 8, phase);
-            if (threadIdx.x == 0) {
-              if (past_keys) {
-                mbarrier_arrive_expect_tx(landing, Traits::kv_tensor_bytes);
-              } else {
-                mbarrier_expect_tx(v_full, Traits::kv_tensor_bytes);
-              }
-            }
-            __syncwarp();
+            expect_bytes(v_full, past_keys, Traits::kv_tensor_bytes);
             if (box < Traits::kv_box_lanes)
               issue_box(box, key_first, v_address, &kernel_params.value_map, past_keys ? landing : v_full);
-            if (past_keys) {
-              mbarrier_wait_parity(landing, landing_phase);
-              landing_phase ^= 1;
-              zero_values_past(v_address, kv_len - key_first);
-            }
+            if (past_keys) zero_values_past(v_address, kv_len - key_first);
             mbarrier_arrive(v_full);  // after this thread's zeroing stores (release)
             box_page = next_box_page;
             tile = following;
@@ -921,30 +925,14 @@ __global__ void __launch_bounds__(Traits::threads, 1)
           const bool past_keys = Traits::kv_tma_only && key_first + kBlockN > kv_len;
           if (uses_tma(tile)) {
             if constexpr (Traits::kv_tma) {
-              const unsigned landing = base_address + Traits::landing_barrier_offset;
-              // The bytes first (this thread's arrival below is one the phase still needs), then the boxes.
-              // The other warps' boxes may complete before the expect_tx: the phase still waits for every
-              // producer thread's arrival (the landing barrier for this thread's), so the count only dips
-              // meanwhile.
-              if (threadIdx.x == 0) {
-                if (past_keys) {
-                  mbarrier_arrive_expect_tx(landing, Traits::kv_tile_bytes);
-                } else {
-                  mbarrier_expect_tx(full, Traits::kv_tile_bytes);
-                }
-              }
-              __syncwarp();
+              expect_bytes(full, past_keys, Traits::kv_tile_bytes);
               if (box < Traits::kv_boxes) {
                 const bool value = box >= Traits::kv_boxes_per_tensor;
                 issue_box(box % Traits::kv_boxes_per_tensor, key_first, value ? v_address : k_address,
                           value ? &kernel_params.value_map : &kernel_params.key_map,
                           past_keys ? landing : full);
               }
-              if (past_keys) {
-                mbarrier_wait_parity(landing, landing_phase);
-                landing_phase ^= 1;
-                zero_values_past(v_address, kv_len - key_first);
-              }
+              if (past_keys) zero_values_past(v_address, kv_len - key_first);
             }
           } else if constexpr (!Traits::kv_tma_only) {
 #pragma unroll

@@ -923,9 +923,7 @@ TEST_CASE("sm_90a attention compiles to wgmma without spills", "[plan][attention
     specs.push_back(spec);
     if (c.kv_tma && choose_sm90_kv_split(c.head_dim, c.block_size, c.softcap)) {
       AttentionSpec split = spec;  // the plan's D 256 tiling by TMA: 128 keys, one stage, K and V apart
-      split.tiling.block_n = 128;
-      split.tiling.stages = 1;
-      split.tiling.shared_bytes = split.dynamic_shared_bytes();
+      split.tiling = with_sm90_kv_tma(spec.tiling, c.head_dim, c.block_size, c.softcap);
       specs.push_back(split);
     }
     if (spec.tiling.block_m == 192) {  // two consumer warpgroups stay reachable at D 64: compile them too
