@@ -18,7 +18,9 @@
 #include "check/bench_counts.hpp"
 #include "check/device_batch.hpp"
 #include "check/device_weights.hpp"
+#include "check/fp8_pool.hpp"
 #include "check/layer_check.hpp"
+#include "check/spot_check.hpp"
 #include "commands.hpp"
 #include "config/parse.hpp"
 #include "core/error.hpp"
@@ -111,8 +113,17 @@ DeviceSet upload_set(const check::LayerCase& layer, const plan::PrefillPlan& pla
   const std::size_t tokens = static_cast<std::size_t>(layer.num_tokens());
   set.input = driver::DeviceBuffer::from_host(layer.input);
   set.output = driver::DeviceBuffer(tokens * static_cast<std::size_t>(layer.config.hidden_size) * 2);
-  set.key_cache = driver::DeviceBuffer::from_host(layer.key_cache);
-  set.value_cache = driver::DeviceBuffer::from_host(layer.value_cache);
+  // An fp8 cache holds the prefix's codes (as the fp8 store would have written them), not bf16 bits read
+  // as pairs of codes.
+  if (layer.fp8) {
+    set.key_cache = driver::DeviceBuffer::from_host(
+        check::quantize_kv_pool_fp8(layer.key_cache, layer.fp8->k_scale, check::kPoisonCode));
+    set.value_cache = driver::DeviceBuffer::from_host(
+        check::quantize_kv_pool_fp8(layer.value_cache, layer.fp8->v_scale, check::kPoisonCode));
+  } else {
+    set.key_cache = driver::DeviceBuffer::from_host(layer.key_cache);
+    set.value_cache = driver::DeviceBuffer::from_host(layer.value_cache);
+  }
   set.workspace = driver::DeviceBuffer(plan.workspace_bytes(layer.num_tokens()));
   set.weights = check::upload_weights(layer.config, layer.weights);
   plan::ExecuteArgs& args = set.args;
@@ -120,6 +131,10 @@ DeviceSet upload_set(const check::LayerCase& layer, const plan::PrefillPlan& pla
   args.output = set.output.data<void>();
   args.weights = set.weights.view;
   args.cache = {set.key_cache.data<void>(), set.value_cache.data<void>(), layer.num_blocks};
+  if (layer.fp8) {
+    args.cache.k_scale = layer.fp8->k_scale;
+    args.cache.v_scale = layer.fp8->v_scale;
+  }
   args.batch = batch.description();
   args.workspace = set.workspace.data<void>();
   args.workspace_bytes = set.workspace.size_bytes();
@@ -310,6 +325,25 @@ std::vector<Row> measure(const plan::PrefillPlan& plan, const std::vector<Device
   return rows;
 }
 
+// Token rows the spot check compares (check::spot_rows): each sequence's first and last, then spread evenly.
+// About a second of the reference's time at 16k tokens and D 256.
+constexpr int kSpotRows = 16;
+
+std::string describe(const check::SpotCheck& spot) {
+  std::string text =
+      fmt::format("attention at {} rows vs the reference: relative L2 {:.2e} (tolerance {:.0e})",
+                  spot.rows.size(), spot.relative_l2, spot.tolerance);
+  if (spot.attention_unwritten != 0)
+    text += fmt::format(", {} attention elements unwritten", spot.attention_unwritten);
+  if (spot.output_unwritten != 0)
+    text += fmt::format(", {} output elements unwritten", spot.output_unwritten);
+  if (spot.output_non_finite != 0)
+    text += fmt::format(", {} output elements NaN or infinite", spot.output_non_finite);
+  if (spot.attention_unwritten + spot.output_unwritten + spot.output_non_finite == 0)
+    text += ", every output written and finite";
+  return text;
+}
+
 // Launches the trace records (--trace-attention): one per rotation set, at most this many.
 constexpr int kTracedLaunches = 8;
 
@@ -355,7 +389,7 @@ Command bench_command() {
   command.name = "bench";
   command.synopsis =
       "bench CONFIG [--tokens N] [--seqs S] [--prefix P] [--block-size B] [--mask M] [--iterations I] "
-      "[--warmup W] [--warmup-ms T] [--trace-attention FILE] [--json]";
+      "[--warmup W] [--warmup-ms T] [--trace-attention FILE] [--no-check] [--json]";
   command.description =
       "Times each stage of the config's prefill plan on the GPU (CUDA events; first at least W warm-up runs\n"
       "and T ms of back-to-back work, so the GPU runs at its sustained clocks; then the median, min and max\n"
@@ -363,7 +397,12 @@ Command bench_command() {
       "twice the L2. Random bf16 data; S sequences of unequal lengths share N new tokens,\n"
       "each with P tokens already cached. Reports ms, TFLOP/s for the GEMMs and attention (attention FLOPs\n"
       "over allowed (query, key) pairs only) and GB/s for the memory-bound stages, then the whole layer as\n"
-      "one execute() and as a replayed CUDA graph. Exit 1 for bad input or when no CUDA device is usable.";
+      "one execute() and as a replayed CUDA graph. Before timing, a spot check: one run whose attention\n"
+      "output at 16 token rows (each sequence's first and last, then spread) must match the "
+      "double-precision\n"
+      "reference on the GPU's own queries and KV cache (relative L2 <= 1e-2), with every output element\n"
+      "written and finite; otherwise nothing is timed and the exit code is 2. Exit 1 for bad input or when\n"
+      "no CUDA device is usable.";
   command.options = {
       {"--tokens", "N", "new tokens over all sequences (default min(4096, max_tokens))"},
       {"--seqs", "S", "sequences sharing them, unequal lengths (default 1)"},
@@ -382,6 +421,7 @@ Command bench_command() {
        "run the attention kernel's traced specialization (sm_90a: each warpgroup's clock at fixed points of "
        "every work item) and write the records of a few launches as JSON to FILE (tools/attention_trace.py "
        "reads it; docs/attention-trace.md). The stage times then include the trace's stores"},
+      {"--no-check", "", "skip the spot check (see above)"},
       {"--json", "", "print one JSON object with a row per stage"}};
   command.run = [](const Arguments& args) {
     BenchRequest request = parse_request(args);
@@ -434,6 +474,16 @@ Command bench_command() {
     while (static_cast<int>(sets.size()) < set_count) sets.push_back(upload_set(layer, plan, batch));
     driver::check(driver::api().cuCtxSynchronize(), "cuCtxSynchronize");
 
+    // A plan whose attention is wrong is not timed: an A/B of a broken kernel would read as a speed-up.
+    std::optional<check::SpotCheck> spot;
+    if (!args.flag("--no-check")) {
+      spot = check::spot_check(plan, layer, sets.front().args, kSpotRows);
+      if (!spot->passed()) {
+        fmt::print(stderr, "bench: not timed, the spot check failed: {}\n", describe(*spot));
+        return kExitFailure;
+      }
+    }
+
     const std::vector<Row> rows =
         measure(plan, sets, work, request.iterations, request.warmup, request.warmup_ms);
 
@@ -485,6 +535,12 @@ Command bench_command() {
       out["rotation_sets"] = sets.size();
       out["set_bytes"] = sets.front().bytes();
       out["l2_bytes"] = device.l2_bytes;
+      if (spot) {
+        out["check"] = {{"rows", spot->rows.size()},
+                        {"attention_relative_l2", spot->relative_l2},
+                        {"tolerance", spot->tolerance},
+                        {"passed", spot->passed()}};
+      }
       out["rows"] = std::move(out_rows);
       fmt::print("{}\n", out.dump(2));
     } else {
@@ -494,9 +550,10 @@ Command bench_command() {
                  config.kv_cache.block_size, request.bidirectional ? "bidirectional" : "causal",
                  config.sliding_window ? fmt::format(", window {}", *config.sliding_window) : "");
       fmt::print(
-          "{} runs after >= {} warm-up runs and >= {} ms, rotating {} sets of {:.1f} MB (L2 {:.1f} MB)\n\n",
+          "{} runs after >= {} warm-up runs and >= {} ms, rotating {} sets of {:.1f} MB (L2 {:.1f} MB)\n",
           request.iterations, request.warmup, request.warmup_ms, sets.size(),
           double(sets.front().bytes()) / 1e6, double(device.l2_bytes) / 1e6);
+      fmt::print("check: {}\n\n", spot ? describe(*spot) : "skipped (--no-check)");
       std::size_t kernel_width = 20;  // a dequantized path names two kernels
       for (const Row& row : rows) kernel_width = std::max(kernel_width, row.kernel.size());
       fmt::print("{:<18} {:<{}} {:>10} {:>10} {:>10} {:>10} {:>9}\n", "stage", "kernel", kernel_width,

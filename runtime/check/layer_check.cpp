@@ -31,8 +31,7 @@ namespace attnplan::check {
 namespace {
 
 using Bits = std::vector<std::uint16_t>;
-using Codes = std::vector<std::uint8_t>;    // an fp8 KV pool
-constexpr std::uint8_t kPoisonCode = 0xFF;  // NaN in e4m3fn
+using Codes = std::vector<std::uint8_t>;  // an fp8 KV pool
 
 Bits normal_bits(std::size_t count, std::mt19937_64& rng, double mean, double stddev) {
   std::normal_distribution<double> normal(mean, stddev);

@@ -17,6 +17,8 @@ namespace attnplan::check {
 
 // bf16 0xFFFF is a NaN: a poisoned element a kernel forgot to write can never pass for a value.
 inline constexpr std::uint16_t kPoisonBits = 0xFFFF;
+// The same for an fp8 KV pool: e4m3fn 0xFF is a NaN, and the fp8 store never writes it from finite values.
+inline constexpr std::uint8_t kPoisonCode = 0xFF;
 
 // The most positions (cached prefix + chunk) one sequence of a scenario may hold: the max_tokens cap.
 inline constexpr long long kMaxScenarioPositions = config::limits::kMaxTokens;

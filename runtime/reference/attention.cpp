@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <numeric>
 #include <optional>
 
 #include "core/error.hpp"
@@ -73,12 +74,13 @@ std::optional<std::array<int, 2>> span_holding(const Spans& spans, int seq, std:
   return std::nullopt;
 }
 
-}  // namespace
-
-Tensor attention(const Tensor& q, const PagedKvCache& cache, const Batch& batch, const Spans& spans,
-                 const config::AttentionConfig& config, std::span<const double> sinks) {
+// Attention of the token rows `rows` (indices into the chunk's [tokens] rows, in any order), whose queries
+// are q [rows.size(), Hq, D] in that order, into output [rows.size(), Hq, Dv]. attention() passes every row;
+// attention_rows() a sample, where the whole chunk would cost minutes (attnplan bench's spot check).
+Tensor attend(const Tensor& q, std::span<const std::int64_t> rows, std::int64_t tokens,
+              const PagedKvCache& cache, const Batch& batch, const Spans& spans,
+              const config::AttentionConfig& config, std::span<const double> sinks) {
   check_shapes(q, cache);
-  const std::int64_t tokens = q.extent(0);
   const std::int64_t query_heads = q.extent(1);
   const std::int64_t head_dim = q.extent(2);
   const std::int64_t kv_heads = cache.key.extent(2);
@@ -87,6 +89,12 @@ Tensor attention(const Tensor& q, const PagedKvCache& cache, const Batch& batch,
   validate_batch(batch, tokens);
   validate_spans(spans, batch);
   check_config(config, spans, sinks, query_heads);
+  if (q.extent(0) != static_cast<std::int64_t>(rows.size())) {
+    fail(fmt::format("q holds {} rows for {} row indices", q.extent(0), rows.size()));
+  }
+  for (const std::int64_t row : rows) {
+    if (row < 0 || row >= tokens) fail(fmt::format("row {} outside the chunk's {} token rows", row, tokens));
+  }
 
   // The shapes come from the tensors; the config supplies the semantics. parse() resolves the scale; a
   // config built in code may leave it unset, and then it is the same default 1/sqrt(D).
@@ -107,13 +115,14 @@ Tensor attention(const Tensor& q, const PagedKvCache& cache, const Batch& batch,
     }
   }
 
-  Tensor output({tokens, query_heads, value_head_dim});
-  // One work item per (token row, query head): [tokens * query_heads].
-  detail::parallel_for(tokens * query_heads, [&](std::int64_t item) {
-    const std::int64_t row = item / query_heads;
+  const std::int64_t count = static_cast<std::int64_t>(rows.size());
+  Tensor output({count, query_heads, value_head_dim});
+  // One work item per (sampled row, query head): [rows * query_heads].
+  detail::parallel_for(count * query_heads, [&](std::int64_t item) {
+    const std::int64_t row = item / query_heads;  // in q and output
     const std::int64_t head = item % query_heads;
     const std::int64_t kv_head = head / group_size;
-    const TokenPosition& query = positions[static_cast<std::size_t>(row)];
+    const TokenPosition& query = positions[static_cast<std::size_t>(rows[static_cast<std::size_t>(row)])];
     const std::int64_t query_position = query.position;
     const std::vector<std::int64_t>& slots = key_slots[static_cast<std::size_t>(query.seq)];
     const std::optional<std::array<int, 2>> own_span = span_holding(spans, query.seq, query_position);
@@ -163,6 +172,22 @@ Tensor attention(const Tensor& q, const PagedKvCache& cache, const Batch& batch,
     for (std::int64_t d = 0; d < value_head_dim; ++d) out_row[d] /= denominator;
   });
   return output;
+}
+
+}  // namespace
+
+Tensor attention(const Tensor& q, const PagedKvCache& cache, const Batch& batch, const Spans& spans,
+                 const config::AttentionConfig& config, std::span<const double> sinks) {
+  check_shapes(q, cache);  // before q.extent(0): names the shape q should have
+  std::vector<std::int64_t> rows(static_cast<std::size_t>(q.extent(0)));
+  std::iota(rows.begin(), rows.end(), std::int64_t{0});
+  return attend(q, rows, q.extent(0), cache, batch, spans, config, sinks);
+}
+
+Tensor attention_rows(const Tensor& q_rows, std::span<const std::int64_t> rows, std::int64_t tokens,
+                      const PagedKvCache& cache, const Batch& batch, const Spans& spans,
+                      const config::AttentionConfig& config, std::span<const double> sinks) {
+  return attend(q_rows, rows, tokens, cache, batch, spans, config, sinks);
 }
 
 }  // namespace attnplan::reference

@@ -88,6 +88,14 @@ void apply_rope(Tensor& x, std::span<const std::int64_t> positions, const config
 Tensor attention(const Tensor& q, const PagedKvCache& cache, const Batch& batch, const Spans& spans,
                  const config::AttentionConfig& config, std::span<const double> sinks);
 
+// The same for a sample of the chunk's token rows: `rows` indexes the batch's [tokens] rows (any order,
+// repeats allowed) and q_rows [rows.size(), Hq, D] holds their queries in that order -> [rows.size(), Hq,
+// Dv], equal to those rows of attention() on the whole chunk. Error(input) for a row outside [0, tokens) or a
+// q_rows whose first extent is not rows.size(). For spot checks where the whole chunk would take minutes.
+Tensor attention_rows(const Tensor& q_rows, std::span<const std::int64_t> rows, std::int64_t tokens,
+                      const PagedKvCache& cache, const Batch& batch, const Spans& spans,
+                      const config::AttentionConfig& config, std::span<const double> sinks);
+
 // Every stage's output, for per-stage comparison.
 struct LayerStages {
   Tensor normed;     // [T, hidden]        input RMSNorm

@@ -21,9 +21,10 @@ namespace {
 
 using namespace attnplan::cli_testing;
 
-nlohmann::json bench_json(const attnplan::testing::TempDir& scratch, std::vector<std::string> args) {
-  args.insert(args.begin(), {"bench", plan_path("qwen3-8b.json"), "--iterations", "5", "--warmup", "2",
-                             "--warmup-ms", "20", "--json"});
+nlohmann::json bench_json(const attnplan::testing::TempDir& scratch, std::vector<std::string> args,
+                          const std::string& plan = "qwen3-8b.json") {
+  args.insert(args.begin(), {"bench", plan_path(plan), "--iterations", "5", "--warmup", "2", "--warmup-ms",
+                             "20", "--json"});
   const Result result =
       run_cli(scratch.path(), args, {"ATTNPLAN_CACHE_DIR=" + (scratch.path() / "cache").string()});
   INFO(result.err);
@@ -43,6 +44,10 @@ TEST_CASE("attnplan bench times every stage and counts the work the host counts"
     const nlohmann::json out = bench_json(scratch, args);
     INFO(out.dump(1));
     CHECK(out["chunk_lens"] == std::vector<int>{50, 100, 150});
+    // The spot check ran first and passed (a failed one exits 2 with nothing timed).
+    CHECK(out["check"]["rows"] == 16);
+    CHECK(out["check"]["passed"] == true);
+    CHECK(out["check"]["attention_relative_l2"].get<double>() <= 1e-2);
     CHECK(out["block_size"] == 64);
     CHECK(out["warmup"] == 2);
     CHECK(out["warmup_ms"] == 20);
@@ -187,4 +192,19 @@ TEST_CASE("attnplan bench --trace-attention refuses a plan whose attention canno
   CHECK(result.exit_code == 1);
   CHECK(result.err.find("trace_attention") != std::string::npos);
   CHECK_FALSE(std::filesystem::exists(file));
+}
+
+TEST_CASE("attnplan bench runs an fp8 cache on the prefix's codes, and --no-check skips the check",
+          "[gpu][bench]") {
+  // The prefix slots hold the codes the fp8 store would have written (not bf16 bits read as codes): the
+  // spot check reads the pool back as codes times the scales and passes.
+  attnplan::testing::TempDir scratch;
+  const nlohmann::json out =
+      bench_json(scratch, {"--tokens", "300", "--seqs", "2", "--prefix", "100"}, "mistral-7b-fp8kv.json");
+  INFO(out.dump(1));
+  CHECK(out["check"]["passed"] == true);
+  CHECK(out["check"]["attention_relative_l2"].get<double>() > 0);
+  const nlohmann::json skipped = bench_json(scratch, {"--tokens", "300", "--no-check"});
+  CHECK_FALSE(skipped.contains("check"));
+  CHECK(skipped["rows"].size() > 0);
 }

@@ -3,6 +3,7 @@
 // row of a query is 1/|allowed| at exactly the positions it may see.
 #include <cmath>
 #include <cstdint>
+#include <random>
 #include <vector>
 
 #include "layer_testing.hpp"
@@ -13,6 +14,7 @@
 using attnplan::Stage;
 using attnplan::config::AttentionConfig;
 using attnplan::reference::attention;
+using attnplan::reference::attention_rows;
 using attnplan::reference::Batch;
 using attnplan::reference::kv_store;
 using attnplan::reference::PagedKvCache;
@@ -217,5 +219,62 @@ TEST_CASE("attention rejects shapes that disagree", "[reference][attention]") {
   // head_dim 4 against cached keys of 2
   CHECK(expect_error([&] {
           attention(Tensor({1, 2, 4}), cache, one_sequence(1, kBlockSize), {}, config, {});
+        }).stage() == Stage::input);
+}
+
+TEST_CASE("attention_rows equals attention() on the rows it is given, in their order",
+          "[reference][attention]") {
+  // Two sequences with cached prefixes, scattered pages, GQA, Dv != D, a window, a softcap, a span in each
+  // chunk and sinks: every rule that depends on the row's sequence and position.
+  AttentionConfig config = small_config(4, 2, 3, 5);
+  config.sliding_window = 4;
+  config.softcap = 2.0;
+  config.bidirectional_spans = true;
+  config.sinks = true;
+  Batch batch;
+  batch.query_starts = {0, 6, 9};
+  batch.context_lens = {2, 3};
+  batch.max_blocks_per_seq = 4;
+  batch.block_tables = {7, 1, 4, 0,  //
+                        2, 6, 3, 5};
+  Spans spans;
+  spans.offsets = {0, 1, 2};
+  spans.bounds = {{3, 6}, {4, 6}};
+  const std::vector<double> sinks = {0.5, -1.0, 0.0, 2.0};
+  std::mt19937_64 random(7);
+  std::normal_distribution<double> normal;
+  auto random_tensor = [&](std::vector<std::int64_t> shape) {
+    Tensor tensor(std::move(shape));
+    for (double& x : tensor.data) x = normal(random);
+    return tensor;
+  };
+  PagedKvCache cache = PagedKvCache::filled(8, kBlockSize, 2, 3, 5);
+  Batch prefix = batch;  // the prefixes, stored as a chunk of their own
+  prefix.query_starts = {0, 2, 5};
+  prefix.context_lens = {0, 0};
+  kv_store(random_tensor({5, 2, 3}), random_tensor({5, 2, 5}), prefix, cache);
+  kv_store(random_tensor({9, 2, 3}), random_tensor({9, 2, 5}), batch, cache);
+  const Tensor q = random_tensor({9, 4, 3});
+  const Tensor all = attention(q, cache, batch, spans, config, sinks);
+
+  const std::vector<std::int64_t> rows = {8, 0, 4, 4, 6};
+  Tensor q_rows({5, 4, 3});
+  for (std::size_t i = 0; i < rows.size(); ++i)
+    for (std::int64_t h = 0; h < 4; ++h)
+      for (std::int64_t d = 0; d < 3; ++d) q_rows(std::int64_t(i), h, d) = q(rows[i], h, d);
+  const Tensor some = attention_rows(q_rows, rows, 9, cache, batch, spans, config, sinks);
+  REQUIRE(some.shape == std::vector<std::int64_t>{5, 4, 5});
+  for (std::size_t i = 0; i < rows.size(); ++i)
+    for (std::int64_t h = 0; h < 4; ++h)
+      for (std::int64_t d = 0; d < 5; ++d) CHECK(some(std::int64_t(i), h, d) == all(rows[i], h, d));
+
+  // A row outside the chunk, or queries for a different number of rows: Error(input).
+  const std::vector<std::int64_t> outside = {9};
+  CHECK(expect_error([&] {
+          attention_rows(Tensor({1, 4, 3}), outside, 9, cache, batch, spans, config, sinks);
+        }).stage() == Stage::input);
+  CHECK(expect_error([&] {
+          attention_rows(Tensor({2, 4, 3}), std::vector<std::int64_t>{1}, 9, cache, batch, spans, config,
+                         sinks);
         }).stage() == Stage::input);
 }
