@@ -91,8 +91,11 @@ bool sm90_kv_tma_supported(int head_dim, int block_size, int block_n);
 
 // Pure. Whether a TMA plan's sm_90a kernel takes 128-key tiles with K and V each in one buffer on its own
 // mbarriers (attention_sm90_kv_split, one stage): D 256 where its 32 K boxes and 32 V boxes fit the lanes
-// (pages of at least 16), without a softcap: its tanh's registers do not fit beside S [64, 128] and
-// O [64, 256] in the consumers' 232 (ptxas spills 120-176 bytes, CUDA 13.0).
+// (pages of at least 16), without a softcap. With one the split compiles without spills since session 51
+// (the softcap's c log2(e) joined the softmax's FFMA; before, ptxas spilled 120-176 bytes beside S
+// [64, 128] and O [64, 256] in the consumers' 232 registers) and passes the GPU test, but measured against
+// 64-key tiles at D 256 with softcap 50 (H100, session 52) it was mixed: bidirectional 4k -4%, 4 x 16k -1%,
+// causal 4k +2%, causal 1k +4%. So the plan keeps 64-key tiles there (attention-notes.md, "Session 52").
 bool choose_sm90_kv_split(int head_dim, int block_size, bool has_softcap);
 
 // Pure. `tiling` (an sm_90a tiling, choose_sm90_attention_tiling's) with K/V by TMA, as a plan whose pages

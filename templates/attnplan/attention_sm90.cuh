@@ -1033,16 +1033,17 @@ __global__ void __launch_bounds__(Traits::threads, 1)
 
   // Online softmax state. row_max holds raw scores (q . k): scale > 0 (validated), so the max commutes
   // with it and each probability is one FFMA + exp2: exp2(s * scale * log2(e) - max * scale * log2(e)).
-  // With a softcap the scores are first mapped to x log2(e) = c log2(e) tanh(scale / c q . k) (as
-  // attention.cuh does), and row_max holds those (score_multiplier 1). row_sum is this thread's partial
-  // over its columns, added across the quad at the end.
+  // With a softcap (x = c tanh(scale / c q . k)) the scores are first mapped to t = tanh(scale / c q . k)
+  // and row_max holds those: c > 0, so the max commutes with c too, and score_multiplier c log2(e) joins the
+  // same FFMA (one multiplier register, no FMUL per score: with 128-key tiles at D 256 the separate
+  // c log2(e) had spilled). row_sum is this thread's partial over its columns, added across the quad at
+  // the end.
   float row_max[2], row_sum[2];
   float output[kOutputRegisters];
   // fp8: q . k is computed against the codes, so k_scale joins the score scale.
   const float score_scale = Traits::kv_fp8 ? params.scale * params.k_scale : params.scale;
   const float tanh_multiplier = Traits::has_softcap ? score_scale / params.softcap : 0.0f;
-  const float softcap_multiplier = Traits::has_softcap ? params.softcap * kLog2e : 0.0f;
-  const float score_multiplier = Traits::has_softcap ? 1.0f : score_scale * kLog2e;
+  const float score_multiplier = (Traits::has_softcap ? params.softcap : score_scale) * kLog2e;
   // The state above at the start of a unit (begin_item set); `part` is its part (-1: a whole item). A sink
   // joins part 0 alone of a split item, so the merge counts it once.
   auto begin_rows = [&](int part) {
@@ -1071,11 +1072,11 @@ __global__ void __launch_bounds__(Traits::threads, 1)
       row_sum[half] = 0.0f;
       if (Traits::has_sinks && part <= 0) {
         // A sink S joins the denominator only (as in attention.cuh): the running max starts at S in the
-        // units row_max keeps (raw scores: S / score_scale; with a softcap S log2(e)) and the running sum at
+        // units row_max keeps (raw scores: S / score_scale; with a softcap S / c) and the running sum at
         // exp(0) = 1, in one thread of the quad (the four partial sums are added at the end), with no value
         // row.
         const int head = first_head + (warp_row + group + 8 * half) % kHeads;
-        row_max[half] = Traits::has_softcap ? params.sinks[head] * kLog2e : params.sinks[head] / score_scale;
+        row_max[half] = params.sinks[head] / (Traits::has_softcap ? params.softcap : score_scale);
         row_sum[half] = in_group == 0 ? 1.0f : 0.0f;
       }
     }
@@ -1148,10 +1149,9 @@ __global__ void __launch_bounds__(Traits::threads, 1)
   // sums; sets the factor O must be rescaled by and returns false only when every row of the warp kept
   // its max (lazy_rescale: each factor is then 1 and the rescale may be skipped).
   auto softmax = [&](float(&score)[kScoreRegisters], int tile, float(&correction)[2]) -> bool {
-    if constexpr (Traits::has_softcap) {  // before the mask: tanh would turn -inf into a finite -c
+    if constexpr (Traits::has_softcap) {  // before the mask: tanh would turn -inf into a finite -1
 #pragma unroll
-      for (int j = 0; j < kScoreRegisters; ++j)
-        score[j] = softcap_multiplier * fast_tanh(score[j] * tanh_multiplier);
+      for (int j = 0; j < kScoreRegisters; ++j) score[j] = fast_tanh(score[j] * tanh_multiplier);
     }
     const int key_first = tile * kBlockN;
     bool needs_mask = key_first + kBlockN - 1 > q_first || key_first + kBlockN > kv_len;

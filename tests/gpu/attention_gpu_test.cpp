@@ -1220,6 +1220,25 @@ TEST_CASE("sm_90a wgmma attention with TMA K/V loads matches the reference", "[g
   REQUIRE(std::count_if(cases.begin(), cases.end(), [](const Case& c) { return c.head_dim == 256; }) >= 4);
   check_forced_sm90(cases, 800, /*kv_tma=*/true);
   check_page_outside_pool(plan::AttentionKernel::wgmma_sm90, /*kv_tma=*/true);
+
+  // A softcap at D 256 on the split's 128-key tiles, with sinks and spans (the softcap's multiplier in the
+  // softmax's FFMA, a sink in tanh's units): it compiles without spills, though the plan does not take it
+  // yet (choose_sm90_kv_split), so it is forced here.
+  const Case softcap = {.name = "softcap 30, sinks, spans gqa4 d256 b16, 128-key tiles",
+                        .query_heads = 8,
+                        .kv_heads = 2,
+                        .head_dim = 256,
+                        .value_head_dim = 256,
+                        .sequences = {{63, 130}, {300, 17}, {0, 400}},
+                        .softcap = 30.0,
+                        .sinks = true,
+                        .spans_enabled = true,
+                        .spans = {{{80, 120}}, {{10, 50}}, {{0, 400}}},
+                        .query_stddev = 3.0};
+  plan::AttentionSpec spec = spec_with_kernel(softcap, plan::AttentionKernel::wgmma_sm90);
+  spec.tiling = plan::with_sm90_kv_tma(spec.tiling, spec.head_dim, spec.block_size, /*has_softcap=*/false);
+  REQUIRE(spec.tiling.block_n == 128);
+  check_sm90_specs({softcap}, {spec}, 810);
 }
 
 TEST_CASE("sm_90a wgmma attention with a split tail matches the reference", "[gpu][attention][sm90]") {
