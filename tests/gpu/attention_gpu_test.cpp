@@ -669,10 +669,16 @@ std::vector<Case> all_cases() {
 
 // The host cannot see device block tables without synchronizing; the kernel must never read a page
 // outside [0, num_blocks). Expected: the reference over a cache whose page there holds zeros.
-void check_page_outside_pool(plan::AttentionKernel kernel, bool kv_tma = false) {
+void check_page_outside_pool(plan::AttentionKernel kernel, bool kv_tma = false, int head_dim = 128) {
   // Sequence 0's bad page (positions 16..31) sits in a key tile wholly inside its 330 keys: the tile the
-  // gather reads without a mask, and the one the TMA path loads by box.
-  const Case c{.name = "bogus page", .query_heads = 4, .kv_heads = 2, .sequences = {{300, 30}, {0, 40}}};
+  // gather reads without a mask, and the one the TMA path loads by box (at D 256 the split's 128-key tile,
+  // K and V on their own barriers).
+  const Case c{.name = "bogus page",
+               .query_heads = 4,
+               .kv_heads = 2,
+               .head_dim = head_dim,
+               .value_head_dim = head_dim,
+               .sequences = {{300, 30}, {0, 40}}};
   std::mt19937_64 rng(7);
   Problem p = make_problem(c, rng);
   const int bs = c.block_size;
@@ -688,9 +694,10 @@ void check_page_outside_pool(plan::AttentionKernel kernel, bool kv_tma = false) 
   std::fill_n(p.value_cache.begin() + spare * value_page, value_page, core::double_to_bf16(0.0));
   p.batch.block_tables[1] = spare;
 
-  INFO(plan::to_string(kernel) << (kv_tma ? " with TMA K/V" : ""));
+  INFO(plan::to_string(kernel) << (kv_tma ? " with TMA K/V" : "") << ", head dim " << head_dim);
   plan::AttentionSpec spec = spec_with_kernel(c, kernel);
-  spec.tiling.kv_tma = kv_tma;
+  if (kv_tma)
+    spec.tiling = plan::with_sm90_kv_tma(spec.tiling, c.head_dim, c.block_size, /*has_softcap=*/false);
   const KernelOutput got = run_kernel(spec, p);
   CHECK(got.unwritten == 0);
   CHECK(got.guards_touched == 0);
@@ -1220,6 +1227,7 @@ TEST_CASE("sm_90a wgmma attention with TMA K/V loads matches the reference", "[g
   REQUIRE(std::count_if(cases.begin(), cases.end(), [](const Case& c) { return c.head_dim == 256; }) >= 4);
   check_forced_sm90(cases, 800, /*kv_tma=*/true);
   check_page_outside_pool(plan::AttentionKernel::wgmma_sm90, /*kv_tma=*/true);
+  check_page_outside_pool(plan::AttentionKernel::wgmma_sm90, /*kv_tma=*/true, /*head_dim=*/256);
 
   // A softcap at D 256 on the split's 128-key tiles, with sinks and spans (the softcap's multiplier in the
   // softmax's FFMA, a sink in tanh's units): it compiles without spills, though the plan does not take it
