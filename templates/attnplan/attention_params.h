@@ -127,7 +127,8 @@ ATTNPLAN_HOST_DEVICE constexpr int attention_sm90_shared_bytes(int head_dim, int
 
 // Whether the sm_90a kernel can split its tail items (AttentionParams::split_items), in its specialization
 // with splits_tail (AttentionSm90Traits; the others ignore split_items): at D 256 the merge does not fit
-// beside O [64, 256] in the consumers' registers (ptxas spills 16-24 bytes in the ping-pong specializations).
+// beside O [64, 256] in the consumers' registers (CUDA 13.0, session 52: 8-40 bytes of spills in 13 of the
+// ptxas test's 22 D 256 split specializations, on 64- and 128-key tiles; attention-notes.md "Session 52").
 ATTNPLAN_HOST_DEVICE constexpr bool attention_sm90_splits(int head_dim) {
   return head_dim <= 128;
 }
