@@ -107,23 +107,35 @@ struct DeviceSet {
   }
 };
 
-DeviceSet upload_set(const check::LayerCase& layer, const plan::PrefillPlan& plan,
+// The KV pools every rotation set starts from, as the device holds them: the case's bf16 pools, or with an
+// fp8 cache their codes (as the fp8 store would have written them, not bf16 bits read as pairs of codes),
+// quantized once for all the sets.
+struct HostPools {
+  explicit HostPools(const check::LayerCase& of) : layer(of) {
+    if (layer.fp8) {
+      key_codes = check::quantize_kv_pool_fp8(layer.key_cache, layer.fp8->k_scale, check::kPoisonCode);
+      value_codes = check::quantize_kv_pool_fp8(layer.value_cache, layer.fp8->v_scale, check::kPoisonCode);
+    }
+  }
+  std::span<const std::byte> key() const {
+    return layer.fp8 ? std::as_bytes(std::span(key_codes)) : std::as_bytes(std::span(layer.key_cache));
+  }
+  std::span<const std::byte> value() const {
+    return layer.fp8 ? std::as_bytes(std::span(value_codes)) : std::as_bytes(std::span(layer.value_cache));
+  }
+
+  const check::LayerCase& layer;
+  std::vector<std::uint8_t> key_codes, value_codes;  // fp8 cache only
+};
+
+DeviceSet upload_set(const check::LayerCase& layer, const HostPools& pools, const plan::PrefillPlan& plan,
                      const check::DeviceBatch& batch) {
   DeviceSet set;
   const std::size_t tokens = static_cast<std::size_t>(layer.num_tokens());
   set.input = driver::DeviceBuffer::from_host(layer.input);
   set.output = driver::DeviceBuffer(tokens * static_cast<std::size_t>(layer.config.hidden_size) * 2);
-  // An fp8 cache holds the prefix's codes (as the fp8 store would have written them), not bf16 bits read
-  // as pairs of codes.
-  if (layer.fp8) {
-    set.key_cache = driver::DeviceBuffer::from_host(
-        check::quantize_kv_pool_fp8(layer.key_cache, layer.fp8->k_scale, check::kPoisonCode));
-    set.value_cache = driver::DeviceBuffer::from_host(
-        check::quantize_kv_pool_fp8(layer.value_cache, layer.fp8->v_scale, check::kPoisonCode));
-  } else {
-    set.key_cache = driver::DeviceBuffer::from_host(layer.key_cache);
-    set.value_cache = driver::DeviceBuffer::from_host(layer.value_cache);
-  }
+  set.key_cache = driver::DeviceBuffer::from_host(pools.key());
+  set.value_cache = driver::DeviceBuffer::from_host(pools.value());
   set.workspace = driver::DeviceBuffer(plan.workspace_bytes(layer.num_tokens()));
   set.weights = check::upload_weights(layer.config, layer.weights);
   plan::ExecuteArgs& args = set.args;
@@ -466,12 +478,13 @@ Command bench_command() {
     // The batch arrays are shared by every set (a few KB: they never decide the L2's contents).
     const check::DeviceBatch batch(layer.batch, layer.spans, config.bidirectional_spans);
     std::vector<DeviceSet> sets;
-    sets.push_back(upload_set(layer, plan, batch));
+    const HostPools pools(layer);
+    sets.push_back(upload_set(layer, pools, plan, batch));
     std::size_t free_bytes = 0, total_bytes = 0;
     driver::check(driver::api().cuMemGetInfo(&free_bytes, &total_bytes), "cuMemGetInfo");
     const int set_count =
         check::rotation_sets(sets.front().bytes(), static_cast<std::size_t>(device.l2_bytes), free_bytes);
-    while (static_cast<int>(sets.size()) < set_count) sets.push_back(upload_set(layer, plan, batch));
+    while (static_cast<int>(sets.size()) < set_count) sets.push_back(upload_set(layer, pools, plan, batch));
     driver::check(driver::api().cuCtxSynchronize(), "cuCtxSynchronize");
 
     // A plan whose attention is wrong is not timed: an A/B of a broken kernel would read as a speed-up.
