@@ -923,7 +923,7 @@ TEST_CASE("sm_90a attention compiles to wgmma without spills", "[plan][attention
     spec.tiling.kv_tma = c.kv_tma;
     specs.push_back(spec);
     // The plan's D 256 tiling by TMA (128 keys, one stage, K and V apart), and the same with a softcap,
-    // which the GPU test runs though the plan does not take it yet (choose_sm90_kv_split).
+    // which the GPU test runs though the plan does not take it (choose_sm90_kv_split).
     if (c.kv_tma && choose_sm90_kv_split(c.head_dim, c.block_size, /*has_softcap=*/false)) {
       AttentionSpec split = spec;
       split.tiling = with_sm90_kv_tma(spec.tiling, c.head_dim, c.block_size, /*has_softcap=*/false);
