@@ -47,12 +47,6 @@ io::HostTensor bf16(std::vector<std::int64_t> shape, std::mt19937_64& rng, doubl
   return io::bf16_tensor(std::move(shape), bits);
 }
 
-std::vector<double> doubles_of(const Bits& bits) {
-  std::vector<double> values(bits.size());
-  for (std::size_t i = 0; i < bits.size(); ++i) values[i] = core::bf16_to_float(bits[i]);
-  return values;
-}
-
 // The columns [begin, begin + width) of each row of a [rows, row_width] bf16 matrix, as doubles.
 std::vector<double> columns(const Bits& rows, std::size_t row_width, std::size_t begin, std::size_t width) {
   const std::size_t count = row_width == 0 ? 0 : rows.size() / row_width;
@@ -347,23 +341,18 @@ Report run_case(const plan::PrefillPlan& plan, const LayerCase& layer, double to
   // pool reads code * scale, and its poison code is NaN too).
   reference::PagedKvCache cache =
       reference::PagedKvCache::filled(layer.num_blocks, config.kv_cache.block_size, hkv, d, dv);
-  auto dequantized = [](const Codes& codes, float scale) {
-    std::vector<double> values(codes.size());
-    for (std::size_t i = 0; i < codes.size(); ++i) values[i] = core::fp8_e4m3_to_double(codes[i]) * scale;
-    return values;
-  };
   if (fp8) {
-    cache.key.data = dequantized(key_codes, fp8->k_scale);
-    cache.value.data = dequantized(value_codes, fp8->v_scale);
+    cache.key.data = core::fp8_e4m3_to_doubles(key_codes, fp8->k_scale);
+    cache.value.data = core::fp8_e4m3_to_doubles(value_codes, fp8->v_scale);
     cache.fp8 = fp8;
   } else {
-    cache.key.data = doubles_of(layer.key_cache);
-    cache.value.data = doubles_of(layer.value_cache);
+    cache.key.data = core::bf16_to_doubles(layer.key_cache);
+    cache.value.data = core::bf16_to_doubles(layer.value_cache);
   }
   const reference::LayerWeights reference_w = reference_weights(layer);
   const reference::LayerStages expected = reference::prefill_layer(
-      config, reference_w, reference::Tensor({tokens, hidden}, doubles_of(layer.input)), layer.batch,
-      layer.spans, cache);
+      config, reference_w, reference::Tensor({tokens, hidden}, core::bf16_to_doubles(layer.input)),
+      layer.batch, layer.spans, cache);
   // A projection with fp8 activations rounds its input to e4m3 per token and 128 channels, a step of 6-12%:
   // where the GPU's stored input differs from the reference's by one bf16 ulp (attention: rel. L2 ~2e-3),
   // codes flip, which alone puts the result ~1e-2 from the chained reference. Such a projection is
@@ -372,7 +361,7 @@ Report run_case(const plan::PrefillPlan& plan, const LayerCase& layer, double to
   const auto fp8_projection = [&](const Bits& stage_input, std::int64_t width,
                                   const config::WeightEncoding& encoding, const reference::Tensor& weight,
                                   const std::vector<double>& bias) {
-    const reference::Tensor x({tokens, width}, doubles_of(stage_input));
+    const reference::Tensor x({tokens, width}, core::bf16_to_doubles(stage_input));
     return reference::round_to_bf16(reference::linear(reference::projection_input(x, encoding), weight, bias))
         .data;
   };
@@ -384,7 +373,7 @@ Report run_case(const plan::PrefillPlan& plan, const LayerCase& layer, double to
   };
   const std::size_t q_width = std::size_t(hq) * d, k_width = std::size_t(hkv) * d,
                     v_width = std::size_t(hkv) * dv;
-  stage("normed", expected.normed.data, doubles_of(normed));
+  stage("normed", expected.normed.data, core::bf16_to_doubles(normed));
   const auto projection_want = [&](const reference::Tensor& chained, const reference::Tensor& weight,
                                    const std::vector<double>& bias) {
     return qkv_fp8 ? fp8_projection(normed, hidden, config.projection.qkv, weight, bias) : chained.data;
@@ -439,8 +428,8 @@ Report run_case(const plan::PrefillPlan& plan, const LayerCase& layer, double to
     compare_pool(layer.value_cache, gpu_values, cache.value.data);
   }
   stage("kv_cache", written_want, written_got);
-  stage("attention", expected.attention.data, doubles_of(attention));
-  std::vector<double> got_output = doubles_of(gpu_output);
+  stage("attention", expected.attention.data, core::bf16_to_doubles(attention));
+  std::vector<double> got_output = core::bf16_to_doubles(gpu_output);
   report.unwritten = static_cast<std::size_t>(std::count(gpu_output.begin(), gpu_output.end(), kPoisonBits));
   stage("output",
         output_fp8 ? fp8_projection(attention, std::int64_t(hq) * dv, config.projection.output,

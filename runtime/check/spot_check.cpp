@@ -32,17 +32,14 @@ CUdeviceptr address(const void* pointer) {
 
 // A pool as the reference reads it: bf16 values, or an fp8 pool's codes times its scale.
 std::vector<double> pool_values(CUdeviceptr pool, std::size_t elements, bool fp8, float scale) {
-  std::vector<double> values(elements);
   if (fp8) {
     std::vector<std::uint8_t> codes(elements);
     download(codes.data(), pool, elements);
-    for (std::size_t i = 0; i < elements; ++i) values[i] = core::fp8_e4m3_to_double(codes[i]) * scale;
-  } else {
-    Bits bits(elements);
-    download(bits.data(), pool, elements * 2);
-    for (std::size_t i = 0; i < elements; ++i) values[i] = core::bf16_to_float(bits[i]);
+    return core::fp8_e4m3_to_doubles(codes, scale);
   }
-  return values;
+  Bits bits(elements);
+  download(bits.data(), pool, elements * 2);
+  return core::bf16_to_doubles(bits);
 }
 
 }  // namespace
@@ -125,10 +122,8 @@ SpotCheck spot_check(const plan::PrefillPlan& plan, const LayerCase& layer, cons
   const std::size_t slots = std::size_t(args.cache.num_blocks) * static_cast<std::size_t>(block_size);
   cache.key.data = pool_values(address(args.cache.key_cache), slots * hkv * d, fp8, args.cache.k_scale);
   cache.value.data = pool_values(address(args.cache.value_cache), slots * hkv * dv, fp8, args.cache.v_scale);
-  std::vector<double> q_values(queries.size());
-  for (std::size_t i = 0; i < queries.size(); ++i) q_values[i] = core::bf16_to_float(queries[i]);
-  const reference::Tensor q_rows({std::int64_t(count), std::int64_t(hq), std::int64_t(d)},
-                                 std::move(q_values));
+  const reference::Tensor q_rows =
+      reference::tensor_from_bf16(queries, {std::int64_t(count), std::int64_t(hq), std::int64_t(d)});
   const std::vector<double> sinks =
       layer.weights.sinks ? io::to_doubles(*layer.weights.sinks) : std::vector<double>{};
   // Rounded to bf16, as the GPU stores it: like with like.

@@ -57,4 +57,11 @@ inline std::vector<float> bf16_to_floats(std::span<const std::uint16_t> bits) {
   return values;
 }
 
+// Exact, as the CPU reference and the checks read bf16 data.
+inline std::vector<double> bf16_to_doubles(std::span<const std::uint16_t> bits) {
+  std::vector<double> values(bits.size());
+  for (std::size_t i = 0; i < bits.size(); ++i) values[i] = bf16_to_float(bits[i]);
+  return values;
+}
+
 }  // namespace attnplan::core

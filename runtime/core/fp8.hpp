@@ -9,6 +9,8 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <span>
+#include <vector>
 
 namespace attnplan::core {
 
@@ -22,6 +24,14 @@ inline double fp8_e4m3_to_double(std::uint8_t code) noexcept {
   if (exponent_field == 0xF && mantissa == 0x7) return std::numeric_limits<double>::quiet_NaN();
   if (exponent_field == 0) return sign * std::ldexp(static_cast<double>(mantissa), -9);
   return sign * std::ldexp(8.0 + mantissa, exponent_field - 7 - 3);
+}
+
+// An fp8 KV pool as the reference reads it: code * scale per element (a NaN code, a poisoned slot, stays
+// NaN).
+inline std::vector<double> fp8_e4m3_to_doubles(std::span<const std::uint8_t> codes, double scale) {
+  std::vector<double> values(codes.size());
+  for (std::size_t i = 0; i < codes.size(); ++i) values[i] = fp8_e4m3_to_double(codes[i]) * scale;
+  return values;
 }
 
 // Round to nearest, ties to even, saturating: every finite or infinite magnitude that rounds above 448

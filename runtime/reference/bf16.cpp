@@ -7,9 +7,7 @@
 namespace attnplan::reference {
 
 Tensor tensor_from_bf16(std::span<const std::uint16_t> bits, std::vector<std::int64_t> shape) {
-  std::vector<double> values(bits.size());
-  for (std::size_t i = 0; i < bits.size(); ++i) values[i] = static_cast<double>(core::bf16_to_float(bits[i]));
-  return Tensor(std::move(shape), std::move(values));
+  return Tensor(std::move(shape), core::bf16_to_doubles(bits));
 }
 
 std::vector<std::uint16_t> tensor_to_bf16(const Tensor& tensor) {

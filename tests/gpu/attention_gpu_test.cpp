@@ -374,21 +374,17 @@ reference::Tensor reference_output(const Problem& p) {
   const int bs = p.config.kv_cache.block_size;
   reference::PagedKvCache cache;
   if (p.fp8) {  // read k = k_q * k_scale, v = v_q * v_scale (NaN codes stay NaN)
-    auto dequantize = [](const std::vector<std::uint8_t>& codes, float scale) {
-      std::vector<double> values(codes.size());
-      for (std::size_t i = 0; i < codes.size(); ++i) values[i] = core::fp8_e4m3_to_double(codes[i]) * scale;
-      return values;
-    };
     cache.key = reference::Tensor({p.num_blocks, bs, p.config.kv_heads, head_dim},
-                                  dequantize(p.key_codes, p.fp8->k_scale));
+                                  core::fp8_e4m3_to_doubles(p.key_codes, p.fp8->k_scale));
     cache.value = reference::Tensor({p.num_blocks, bs, p.config.kv_heads, p.config.value_head_dim},
-                                    dequantize(p.value_codes, p.fp8->v_scale));
+                                    core::fp8_e4m3_to_doubles(p.value_codes, p.fp8->v_scale));
     cache.fp8 = p.fp8;
     return reference::attention(q, cache, p.batch, p.spans, p.config, p.sinks);
   }
-  cache.key = reference::Tensor({p.num_blocks, bs, p.config.kv_heads, head_dim}, to_doubles(p.key_cache));
+  cache.key =
+      reference::Tensor({p.num_blocks, bs, p.config.kv_heads, head_dim}, core::bf16_to_doubles(p.key_cache));
   cache.value = reference::Tensor({p.num_blocks, bs, p.config.kv_heads, p.config.value_head_dim},
-                                  to_doubles(p.value_cache));
+                                  core::bf16_to_doubles(p.value_cache));
   return reference::attention(q, cache, p.batch, p.spans, p.config, p.sinks);
 }
 

@@ -154,8 +154,8 @@ void check_gemm(const Case& c, std::uint64_t seed) {
   params.ldc = ldc;
 
   const reference::Tensor expected =
-      reference::linear(reference::Tensor({c.m, c.k}, to_doubles(a_values)),
-                        reference::Tensor({n, c.k}, to_doubles(w_bits)), reference_bias);
+      reference::linear(reference::Tensor({c.m, c.k}, core::bf16_to_doubles(a_values)),
+                        reference::Tensor({n, c.k}, core::bf16_to_doubles(w_bits)), reference_bias);
   driver::Stream stream = driver::Stream::create();
   gpu().context.synchronize();  // uploads from pageable memory may still be in flight on the legacy stream
   for (const plan::GemmSpec& each : specs_for(spec.segments, spec.has_bias, c.segment_widths, c.m, c.k)) {
@@ -301,8 +301,8 @@ QuantizedProblem quantized_problem(const config::WeightEncoding& weights, int m,
   problem.params = dense_gemm_params(problem.a, problem.c, m, problem.n, k, problem.ldc);
   std::copy(std::begin(problem.w.segments), std::end(problem.w.segments),
             std::begin(problem.params.segments));
-  problem.expected = reference::linear(reference::Tensor({m, k}, to_doubles(a_values)), problem.w.data.weight,
-                                       problem.w.data.bias);
+  problem.expected = reference::linear(reference::Tensor({m, k}, core::bf16_to_doubles(a_values)),
+                                       problem.w.data.weight, problem.w.data.bias);
   return problem;
 }
 
@@ -700,8 +700,10 @@ void time_wgmma_tilings(int copies, double warmup_ms) {
         std::vector<std::uint16_t> output = d_c.download_all<std::uint16_t>();
         output.resize(std::size_t(m) * n);
         const std::size_t unwritten = std::size_t(std::count(output.begin(), output.end(), kPoisonBits));
-        const double difference =
-            baseline.empty() ? 0.0 : reference::relative_l2_error(to_doubles(baseline), to_doubles(output));
+        const double difference = baseline.empty()
+                                      ? 0.0
+                                      : reference::relative_l2_error(core::bf16_to_doubles(baseline),
+                                                                     core::bf16_to_doubles(output));
         if (baseline.empty()) baseline = output;
         std::printf("%-19s %5d %5d %5d  %-24s %10.4f %10.1f  rel. L2 %.2e, unwritten %zu %s\n", shape.name, m,
                     n, k, spec_name(spec).c_str(), ms, tflops, difference, unwritten,
@@ -899,7 +901,8 @@ TEST_CASE("quantized weight GEMM speed: wgmma_w4 and the dequantized path vs bf1
         const double ms = median_dequantized_ms(encodings[f], 3, params, bf16, d_dequantized, d_c, stream);
         const std::vector<std::uint16_t> output = d_c.download_all<std::uint16_t>();
         const std::size_t unwritten = std::size_t(std::count(output.begin(), output.end(), kPoisonBits));
-        const double difference = reference::relative_l2_error(to_doubles(baseline), to_doubles(output));
+        const double difference =
+            reference::relative_l2_error(core::bf16_to_doubles(baseline), core::bf16_to_doubles(output));
         std::printf(
             "%5d %5d %5d  %-24s %-22s %10.4f %10.1f %.2fx  vs mma.sync rel. L2 %.2e, unwritten %zu %s\n", m,
             n, k, encoding_name(encodings[f]).c_str(), "dequantize + bf16", ms, tflops(ms), bf16_ms / ms,
@@ -920,7 +923,8 @@ TEST_CASE("quantized weight GEMM speed: wgmma_w4 and the dequantized path vs bf1
         const double ms = time_ms(spec);
         const std::vector<std::uint16_t> output = d_c.download_all<std::uint16_t>();
         const std::size_t unwritten = std::size_t(std::count(output.begin(), output.end(), kPoisonBits));
-        const double difference = reference::relative_l2_error(to_doubles(baseline), to_doubles(output));
+        const double difference =
+            reference::relative_l2_error(core::bf16_to_doubles(baseline), core::bf16_to_doubles(output));
         std::printf(
             "%5d %5d %5d  %-24s %-22s %10.4f %10.1f %.2fx  vs mma.sync rel. L2 %.2e, unwritten %zu %s\n", m,
             n, k, encoding_name(spec.weights).c_str(), spec_name(spec).c_str(), ms, tflops(ms), bf16_ms / ms,
@@ -1149,7 +1153,8 @@ TEST_CASE("decoding weight GEMM speed: wgmma_decode against wgmma_w4, the dequan
           const double ms = median_launch_ms(spec, params, stream);
           const std::vector<std::uint16_t> output = d_c.download_all<std::uint16_t>();
           const std::size_t unwritten = std::size_t(std::count(output.begin(), output.end(), kPoisonBits));
-          const double difference = reference::relative_l2_error(to_doubles(baseline), to_doubles(output));
+          const double difference =
+              reference::relative_l2_error(core::bf16_to_doubles(baseline), core::bf16_to_doubles(output));
           row(encoding_name(weights), spec_name(spec), ms, bf16_ms, note);
           std::printf("%-19s %36s rel. L2 vs dequantized %.2e, unwritten %zu\n", "", "", difference,
                       unwritten);

@@ -110,12 +110,6 @@ std::vector<std::uint16_t> random_bf16(std::size_t count, std::mt19937_64& rng, 
   return bits;
 }
 
-std::vector<double> to_doubles(const std::vector<std::uint16_t>& bits) {
-  std::vector<double> values(bits.size());
-  for (std::size_t i = 0; i < bits.size(); ++i) values[i] = core::bf16_to_float(bits[i]);
-  return values;
-}
-
 driver::DeviceBuffer upload_with_nan_tail(const std::vector<std::uint16_t>& bits, std::size_t tail) {
   std::vector<std::uint16_t> padded = bits;
   padded.resize(bits.size() + tail, kPoisonBits);

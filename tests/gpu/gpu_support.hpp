@@ -63,7 +63,6 @@ config::AttentionConfig config_from(nlohmann::json patch);
 // `count` bf16 values drawn from N(mean, stddev), as raw bits.
 std::vector<std::uint16_t> random_bf16(std::size_t count, std::mt19937_64& rng, double mean = 0.0,
                                        double stddev = 1.0);
-std::vector<double> to_doubles(const std::vector<std::uint16_t>& bits);
 
 // Uploads `bits` followed by `tail` poison (NaN) elements: a kernel that reads past the end of an operand
 // turns its output into NaN instead of silently using a neighbour's data.

@@ -257,8 +257,8 @@ void check_qkv_postprocess(const Case& c, const std::vector<Sequence>& sequences
   reference::Tensor k = gather(input, row_stride, tokens, c.kv_heads, c.head_dim, key_column);
   reference::Tensor v = gather(input, row_stride, tokens, c.kv_heads, c.value_head_dim, value_column);
   const double epsilon = config.qkv_norm_epsilon();
-  if (c.query_norm) q = reference::rmsnorm(q, to_doubles(query_weight), epsilon, c.weight_offset);
-  if (c.key_norm) k = reference::rmsnorm(k, to_doubles(key_weight), epsilon, c.weight_offset);
+  if (c.query_norm) q = reference::rmsnorm(q, core::bf16_to_doubles(query_weight), epsilon, c.weight_offset);
+  if (c.key_norm) k = reference::rmsnorm(k, core::bf16_to_doubles(key_weight), epsilon, c.weight_offset);
   if (c.value_norm) v = reference::rmsnorm(v, {}, epsilon);
   reference::apply_rope(q, positions, config);
   reference::apply_rope(k, positions, config);

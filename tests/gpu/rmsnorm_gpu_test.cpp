@@ -61,8 +61,8 @@ void check_rmsnorm(const Case& c, std::uint64_t seed) {
   const std::vector<std::uint16_t> output = d_output.download_all<std::uint16_t>();
 
   const reference::Tensor expected =
-      reference::rmsnorm(reference::Tensor({c.num_tokens, c.hidden_size}, to_doubles(input)),
-                         to_doubles(weight), c.epsilon, c.weight_offset);
+      reference::rmsnorm(reference::Tensor({c.num_tokens, c.hidden_size}, core::bf16_to_doubles(input)),
+                         core::bf16_to_doubles(weight), c.epsilon, c.weight_offset);
   std::vector<double> got(expected.data.size());
   std::size_t unwritten = 0;
   for (std::size_t i = 0; i < got.size(); ++i) {
@@ -146,10 +146,10 @@ void check_rmsnorm_fp8_codes(const Case& c, config::Fp8ActivationScales scale_mo
     CHECK(workspace == codes_alone);  // the rows change nothing in the codes
 
     const reference::Tensor expected =
-        reference::rmsnorm(reference::Tensor({c.num_tokens, c.hidden_size}, to_doubles(input)),
-                           to_doubles(weight), c.epsilon, c.weight_offset);
+        reference::rmsnorm(reference::Tensor({c.num_tokens, c.hidden_size}, core::bf16_to_doubles(input)),
+                           core::bf16_to_doubles(weight), c.epsilon, c.weight_offset);
     CHECK(std::count(output.begin(), output.end(), kPoisonBits) == 0);
-    const double error = reference::relative_l2_error(expected.data, to_doubles(output));
+    const double error = reference::relative_l2_error(expected.data, core::bf16_to_doubles(output));
     INFO("relative L2 error " << error);
     CHECK(error < 5e-3);
 
