@@ -278,6 +278,7 @@ TEST_CASE("Gemma 2: softcap, query_pre_attn_scalar, 1 + w norm, alternating wind
   CHECK(local.rotary.theta == 10000.0);
   CHECK(local.rotary.scaling.type == RopeScalingType::none);
   const AttentionConfig global = import_text(kGemma2_9B, 1);
+  check_same_attention(global, load_plan("gemma-2-9b"));
   CHECK_FALSE(global.sliding_window.has_value());
   CHECK(global.softcap == 50.0);
   check_round_trip(global);

@@ -33,7 +33,8 @@ TEST_CASE("every plan parses, validates and round-trips through to_json", "[conf
     CHECK(to_json(parse(canonical)) == canonical);
   }
   std::sort(names.begin(), names.end());
-  CHECK(names == std::vector<std::string>{"gemma-3-27b-global",
+  CHECK(names == std::vector<std::string>{"gemma-2-9b",
+                                          "gemma-3-27b-global",
                                           "gemma-3-27b-local",
                                           "gpt-j-6b",
                                           "gpt-oss-20b-full",
@@ -95,6 +96,15 @@ TEST_CASE("plans carry the HF values", "[config][plans]") {
     CHECK(fp8kv.kv_cache.dtype == KvCacheDtype::fp8_e4m3);
     CHECK(fp8kv.kv_cache.k_scale == 0.02);
     CHECK(fp8kv.sliding_window == 4096);
+  }
+  SECTION("Gemma 2 9B: the global layers' tanh soft-cap of the scores") {
+    const AttentionConfig config = load_plan("gemma-2-9b");
+    CHECK(config.head_dim == 256);
+    CHECK(config.softcap == 50.0);
+    CHECK(config.attention_scale == 0.0625);  // query_pre_attn_scalar 256
+    CHECK(config.input_norm.weight_offset == 1.0);
+    CHECK_FALSE(config.sliding_window);
+    CHECK_FALSE(config.bidirectional_spans);
   }
   SECTION("Gemma 3 27B") {
     const AttentionConfig local = load_plan("gemma-3-27b-local");
