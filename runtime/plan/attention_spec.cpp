@@ -223,7 +223,7 @@ compiler::KernelSource AttentionSpec::source() const {
   if (splits_tail && !(sm90 && attention_sm90_splits(head_dim))) {
     throw Error(
         Stage::config,
-        fmt::format("attention: a split tail (splits_tail) needs the sm_90a kernel and head_dim <= 128; "
+        fmt::format("attention: a split tail (splits_tail) needs the sm_90a kernel and head_dim <= 256; "
                     "got head_dim {} on {}",
                     head_dim, to_string(kernel)));
   }
@@ -436,7 +436,7 @@ void AttentionSpec::check(const AttentionParams& params, int query_heads) const 
   if (params.split_items > 0) {
     require(splits_tail,
             fmt::format("split_items = {}: this attention kernel does not split its tail (only the sm_90a "
-                        "kernel with splits_tail, at head_dim <= 128, does: the plan's attention_split)",
+                        "kernel with splits_tail does: the plan's attention_split)",
                         params.split_items));
     require(params.split_parts >= 2 && params.split_parts <= kAttentionMaxSplitParts,
             fmt::format("split_parts = {} must be in [2, {}]", params.split_parts, kAttentionMaxSplitParts));

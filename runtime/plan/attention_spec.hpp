@@ -138,7 +138,7 @@ struct AttentionSpec {
   // kv_cache.dtype fp8_e4m3: the cache holds 1-byte e4m3fn codes; the kernel widens K/V tiles to bf16 in
   // shared memory and applies params.k_scale to the scores, params.v_scale to the output.
   bool kv_fp8 = false;
-  // The sm_90a kernel's split tail compiled in (AttentionSm90Traits::splits_tail; head_dim <= 128): only
+  // The sm_90a kernel's split tail compiled in (AttentionSm90Traits::splits_tail): only
   // this specialization reads AttentionParams::split_items. The plan has it beside the planned kernel as
   // KernelPlan::attention_split, which the launches that split take (choose_tail_split); the others run
   // without the merge's code (5% at D 128, 1k tokens bidirectional: attention-notes.md, "Session 46").
@@ -235,7 +235,7 @@ inline constexpr int kMaxTailSplitUnits = 160;
 TailSplit split_tail_items(long long items, int ctas, int tiles, int max_units);
 
 // Pure. The planned kernel's split-tail specialization (the same spec with splits_tail), where a launch may
-// split: the sm_90a kernel at head_dim <= 128 with spans (choose_tail_split splits only prompts that are
+// split: the sm_90a kernel with spans (choose_tail_split splits only prompts that are
 // one bidirectional span each). Empty otherwise.
 std::optional<AttentionSpec> split_tail_specialization(const AttentionSpec& planned);
 

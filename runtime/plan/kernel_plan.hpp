@@ -52,7 +52,7 @@ struct KernelPlan {
   KvStoreSpec kv_store;
   AttentionSpec attention;
   // The attention kernel with the split tail compiled in (split_tail_specialization), planned where a
-  // launch may split (spans, sm_90a, head_dim <= 128): execute launches it, as kAttentionSplitKernel, when
+  // launch may split (spans, sm_90a): execute launches it, as kAttentionSplitKernel, when
   // choose_tail_split splits the launch, and `attention` otherwise.
   std::optional<AttentionSpec> attention_split;
   GemmSpec output_projection;  // [T, Hq * Dv] x [hidden, Hq * Dv]^T

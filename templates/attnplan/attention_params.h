@@ -126,11 +126,12 @@ ATTNPLAN_HOST_DEVICE constexpr int attention_sm90_shared_bytes(int head_dim, int
 }
 
 // Whether the sm_90a kernel can split its tail items (AttentionParams::split_items), in its specialization
-// with splits_tail (AttentionSm90Traits; the others ignore split_items): at D 256 the merge does not fit
-// beside O [64, 256] in the consumers' registers (CUDA 13.0, session 52: 8-40 bytes of spills in 13 of the
-// ptxas test's 22 D 256 split specializations, on 64- and 128-key tiles; attention-notes.md "Session 52").
+// with splits_tail (AttentionSm90Traits; the others ignore split_items): every head dim it takes. D 256
+// joined in session 53, once the merge read the other parts' O a few vectors at a time (before, all of a
+// part's O beside this one's spilled 8-40 bytes in 13 of the ptxas test's 22 D 256 split specializations;
+// attention-notes.md "Session 52").
 ATTNPLAN_HOST_DEVICE constexpr bool attention_sm90_splits(int head_dim) {
-  return head_dim <= 128;
+  return head_dim <= 256;
 }
 // The most parts a split item is cut into (the merge reads the others' partials one after another).
 inline constexpr int kAttentionMaxSplitParts = 4;

@@ -330,8 +330,8 @@ struct AttentionSm90Traits {
                 "the producer's passes must cover the Q and K/V tiles exactly");
   static_assert((kStages >= 2 || (kStages == 1 && kv_split)) && kStages <= 4,
                 "stages: 2 to 4, or 1 with K and V on their own barriers (kv_split)");
-  static_assert(!kv_split || (kPingPong && !kOverlapSoftmax && !kSplitsTail),
-                "kv_split: the serial ping-pong schedule (D 256's), without a split tail");
+  static_assert(!kv_split || (kPingPong && !kOverlapSoftmax),
+                "kv_split: the serial ping-pong schedule (D 256's)");
   static_assert(!kOverlapSoftmax || kStages >= 3,
                 "the overlapped schedule holds two stages per consumer: it needs a third for the producer");
   static_assert(shared_bytes <= 227 * 1024, "the tiles exceed sm_90's 227 KiB of shared memory per block");
@@ -1343,28 +1343,58 @@ __global__ void __launch_bounds__(Traits::threads, 1)
     // Broadcast from lane 0 so ptxas knows the branch is warp-uniform (bar.red's result is, but ptxas does
     // not know it: it then spilled up to 220 bytes around the merge and the stores).
     if (!__shfl_sync(0xffffffffu, consumers_barrier_or<Traits::consumer_threads>(last), 0)) return false;
-    for (int part = 0; part < parts; ++part) {
-      if (part == place.part) continue;
-      const float4 statistics = __ldcg(vector(part, kVectors));
-      const float their_max[2] = {statistics.x, statistics.y};
-      const float their_sum[2] = {statistics.z, statistics.w};
-      float mine[2], theirs[2];
+    // The parts' statistics first (the merged maxima, each part's weight: the online softmax's rescale to
+    // them), then O a few vectors at a time from every part: not a part's whole O beside this one's.
+    auto other = [&](int part) { return part < parts && part != place.part; };
+    float their_max[kAttentionMaxSplitParts][2], their_sum[kAttentionMaxSplitParts][2];
+    float max[2] = {row_max[0], row_max[1]};
 #pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const float max = fmaxf(row_max[half], their_max[half]);
-        const float base = max == minus_infinity() ? 0.0f : max * score_multiplier;  // as softmax's settle
-        mine[half] = fast_exp2(row_max[half] * score_multiplier - base);
-        theirs[half] = fast_exp2(their_max[half] * score_multiplier - base);
-        row_sum[half] = row_sum[half] * mine[half] + their_sum[half] * theirs[half];
-        row_max[half] = max;
+    for (int part = 0; part < kAttentionMaxSplitParts; ++part) {
+      const float4 statistics = other(part) ? __ldcg(vector(part, kVectors))
+                                            : make_float4(minus_infinity(), minus_infinity(), 0.0f, 0.0f);
+      their_max[part][0] = statistics.x;
+      their_max[part][1] = statistics.y;
+      their_sum[part][0] = statistics.z;
+      their_sum[part][1] = statistics.w;
+      max[0] = fmaxf(max[0], statistics.x);
+      max[1] = fmaxf(max[1], statistics.y);
+    }
+    float mine[2], weight[kAttentionMaxSplitParts][2];
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const float base = max[half] == minus_infinity() ? 0.0f : max[half] * score_multiplier;  // as settle
+      mine[half] = fast_exp2(row_max[half] * score_multiplier - base);
+      row_sum[half] *= mine[half];
+#pragma unroll
+      for (int part = 0; part < kAttentionMaxSplitParts; ++part) {
+        weight[part][half] = fast_exp2(their_max[part][half] * score_multiplier - base);  // 0: not a part
+        row_sum[half] += their_sum[part][half] * weight[part][half];
+      }
+      row_max[half] = max[half];
+    }
+    constexpr int kChunk = 4;  // vectors merged at a time
+    static_assert(kVectors % kChunk == 0);
+#pragma unroll
+    for (int first = 0; first < kVectors; first += kChunk) {
+#pragma unroll
+      for (int v = first; v < first + kChunk;
+           ++v) {  // accumulators 4 v, 4 v + 1: row half 0; + 2, + 3: half 1
+        output[4 * v] *= mine[0];
+        output[4 * v + 1] *= mine[0];
+        output[4 * v + 2] *= mine[1];
+        output[4 * v + 3] *= mine[1];
       }
 #pragma unroll
-      for (int v = 0; v < kVectors; ++v) {
-        const float4 o = __ldcg(vector(part, v));  // accumulators 4 v, 4 v + 1: row half 0; + 2, + 3: half 1
-        output[4 * v] = output[4 * v] * mine[0] + o.x * theirs[0];
-        output[4 * v + 1] = output[4 * v + 1] * mine[0] + o.y * theirs[0];
-        output[4 * v + 2] = output[4 * v + 2] * mine[1] + o.z * theirs[1];
-        output[4 * v + 3] = output[4 * v + 3] * mine[1] + o.w * theirs[1];
+      for (int part = 0; part < kAttentionMaxSplitParts; ++part) {
+        if (!other(part)) continue;
+#pragma unroll
+        for (int v = first; v < first + kChunk; ++v) {
+          const float4 o = __ldcg(vector(part, v));
+          output[4 * v] += o.x * weight[part][0];
+          output[4 * v + 1] += o.y * weight[part][0];
+          output[4 * v + 2] += o.z * weight[part][1];
+          output[4 * v + 3] += o.w * weight[part][1];
+        }
       }
     }
     return true;

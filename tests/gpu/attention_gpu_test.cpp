@@ -1250,9 +1250,10 @@ TEST_CASE("sm_90a wgmma attention with a split tail matches the reference", "[gp
     SUCCEED("not an sm_90a device: the wgmma kernel cannot run here");
     return;
   }
-  // Every sm_90a, span and sink case the kernel splits (attention_sm90_splits: D <= 128), with 2, 3 and 4
-  // parts in turn, K/V by the gather and by TMA in turn where TMA takes the case, three consumer warpgroups
-  // at D 64; the softcap, sinks, spans and fp8 case too. Execute splits only the equal-cost items of
+  // Every sm_90a, span and sink case the kernel splits (attention_sm90_splits: every head dim since session
+  // 53), with 2, 3 and 4 parts in turn, K/V by the gather and by TMA in turn where TMA takes the case (at D
+  // 256 as the plan takes it: the split's 128-key tiles), three consumer warpgroups at D 64; the softcap,
+  // sinks, spans and fp8 case too. Execute splits only the equal-cost items of
   // prompts that are one span each (choose_tail_split); the kernel must get any split right.
   std::vector<Case> cases = sm90_cases_where([](const Case& c) { return attention_sm90_splits(c.head_dim); });
   cases.push_back(every_feature_d64_case());
@@ -1261,9 +1262,9 @@ TEST_CASE("sm_90a wgmma attention with a split tail matches the reference", "[gp
   for (std::size_t i = 0; i < cases.size(); ++i) {
     plan::AttentionSpec spec = spec_with_kernel(cases[i], plan::AttentionKernel::wgmma_sm90);
     spec.splits_tail = true;  // the specialization with the merge (the plan's attention_split)
-    const int block_n = spec.tiling.block_n;
-    spec.tiling.kv_tma = i % 2 == 1 && !spec.kv_fp8 &&
-                         plan::sm90_kv_tma_supported(cases[i].head_dim, cases[i].block_size, block_n);
+    if (i % 2 == 1 && !spec.kv_fp8 &&
+        plan::sm90_kv_tma_supported(cases[i].head_dim, cases[i].block_size, spec.tiling.block_n))
+      spec.tiling = plan::with_sm90_kv_tma(spec.tiling, spec.head_dim, spec.block_size, spec.has_softcap);
     specs.push_back(spec);
   }
   kernels().prepare(specs);

@@ -301,11 +301,15 @@ TEST_CASE("the sm_90a kernel splits a tail round that would leave most CTAs idle
   // A prefix adds key tiles, not items: 1088 + 4000 keys are 40 tiles.
   const std::vector<int> prefix = {4000};
   CHECK(choose_tail_split(spec, one, prefix, true, 32, 132, kMaxTailSplitUnits) == TailSplit{8, 4});
-  // D 256 does not split (attention_sm90_splits; source() refuses such a spec), nor the mma.sync kernel.
+  // D 256 splits too (attention_sm90_splits, since session 53): 272 items again, over 17 tiles of 64 keys or
+  // 9 of the split's 128; the mma.sync kernel does not.
   AttentionSpec wide = spec;
   wide.head_dim = wide.value_head_dim = 256;
   wide.tiling = choose_sm90_attention_tiling(256, 4);
-  CHECK(choose_tail_split(wide, one, no_context, true, 32, 132, kMaxTailSplitUnits) == TailSplit{});
+  CHECK(choose_tail_split(wide, one, no_context, true, 32, 132, kMaxTailSplitUnits) == TailSplit{8, 4});
+  wide.tiling = with_sm90_kv_tma(wide.tiling, 256, 64, /*has_softcap=*/false);
+  REQUIRE(wide.tiling.block_n == 128);
+  CHECK(choose_tail_split(wide, one, no_context, true, 32, 132, kMaxTailSplitUnits) == TailSplit{8, 4});
   AttentionSpec sm80 = spec;
   sm80.kernel = AttentionKernel::mma_sync;
   CHECK(choose_tail_split(sm80, one, no_context, true, 32, 132, kMaxTailSplitUnits) == TailSplit{});
@@ -401,7 +405,7 @@ TEST_CASE("attention Params checks name the broken field", "[plan][attention]") 
             .message()
             .find("seq_order") != std::string::npos);
 
-  // A split tail: the sm_90a kernel with splits_tail only (D <= 128), 2 to kAttentionMaxSplitParts
+  // A split tail: the sm_90a kernel with splits_tail only (at every head dim), 2 to kAttentionMaxSplitParts
   // parts, at most the launch's items and kMaxTailSplitUnits parts, with its partials and counters.
   set_item_order(bare, std::vector<int>{});
   AttentionParams split = bare;
@@ -431,7 +435,6 @@ TEST_CASE("attention Params checks name the broken field", "[plan][attention]") 
   CHECK(expect_error([&] { claims.check(broken, 32); }).message().find("split_partials") !=
         std::string::npos);
   AttentionSpec wide_claims = claims;
-  wide_claims.splits_tail = false;
   wide_claims.head_dim = wide_claims.value_head_dim = 256;
   wide_claims.tiling = choose_sm90_attention_tiling(256, 4);
   AttentionParams wide_split = split;
@@ -440,6 +443,8 @@ TEST_CASE("attention Params checks name the broken field", "[plan][attention]") 
   wide_split.split_items = 0;
   CHECK_NOTHROW(wide_claims.check(wide_split, 32));
   wide_split.split_items = 8;
+  CHECK_NOTHROW(wide_claims.check(wide_split, 32));  // D 256 splits (since session 53)
+  wide_claims.splits_tail = false;
   CHECK(expect_error([&] { wide_claims.check(wide_split, 32); }).message().find("split_items") !=
         std::string::npos);
 
@@ -773,11 +778,15 @@ TEST_CASE("attention spec on sm_90a: the wgmma kernel's stub, launch shape and c
   CHECK(split->source().spec.at("splits_tail") == true);
   CHECK(split->source().spec != spans.source().spec);
   CHECK_FALSE(split_tail_specialization(AttentionSpec::from_config(with_spans, kSm80)));  // mma.sync
+  AttentionSpec sm80_split = AttentionSpec::from_config(with_spans, kSm80);
+  sm80_split.splits_tail = true;
+  CHECK(expect_error([&] { (void)sm80_split.source(); }).message().find("splits_tail") != std::string::npos);
+  // D 256 splits too (since session 53), on the split's 128-key tiles where the plan takes them.
   with_spans.head_dim = with_spans.value_head_dim = 256;
-  CHECK_FALSE(split_tail_specialization(AttentionSpec::from_config(with_spans, kSm90a)));
-  AttentionSpec wide_split = wide_spec;
-  wide_split.splits_tail = true;
-  CHECK(expect_error([&] { (void)wide_split.source(); }).message().find("splits_tail") != std::string::npos);
+  const std::optional<AttentionSpec> wide_split =
+      split_tail_specialization(AttentionSpec::from_config(with_spans, kSm90a));
+  REQUIRE(wide_split.has_value());
+  CHECK(wide_split->source().render_stub().find("/*splits_tail=*/true") != std::string::npos);
 
   // The trace: the last trait, in the spec (its own cache entry), on the persistent sm_90a kernel only.
   CHECK(stub.find("/*splits_tail=*/false, /*traces=*/false") != std::string::npos);
@@ -944,7 +953,7 @@ TEST_CASE("sm_90a attention compiles to wgmma without spills", "[plan][attention
       specs.push_back(spec);
     }
   }
-  // The split tail's specialization of each at D <= 128 (the plan's attention_split where there are spans;
+  // The split tail's specialization of each (the plan's attention_split where there are spans;
   // the GPU test splits every case): the merge beside O in the consumers' registers.
   const std::size_t unsplit = specs.size();
   for (std::size_t i = 0; i < unsplit; ++i) {

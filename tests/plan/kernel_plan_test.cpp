@@ -487,8 +487,8 @@ TEST_CASE("the split tail's kernel and partials are planned where the attention 
   CHECK(layout.attention_partials % 256 == 0);
   CHECK(layout.attention_items == layout.attention_partials + layout.attention_partials_bytes);
   CHECK(layout.bytes == layout.attention_items + plan::kAttentionCounterBytes);
-  // Causal (no spans: the items never cost the same), sm_80 (mma.sync), D 256 (attention_sm90_splits): none,
-  // and no split kernel.
+  // Causal (no spans: the items never cost the same) and sm_80 (mma.sync): none, and no split kernel. D 256
+  // splits (since session 53): its parts hold 256 threads x (128 + 4) floats.
   const plan::KernelPlan causal = plan::plan_kernels(llama(), sm90a);
   CHECK_FALSE(causal.attention_split.has_value());
   CHECK(named(causal, plan::kAttentionSplitKernel) == causal.kernels.end());
@@ -497,6 +497,9 @@ TEST_CASE("the split tail's kernel and partials are planned where the attention 
             .attention_partials_bytes == 0);
   config::AttentionConfig wide = spans;
   wide.head_dim = wide.value_head_dim = 256;
-  CHECK(plan::plan_workspace(wide, plan::plan_kernels(wide, sm90a), 4096).attention_partials_bytes == 0);
-  CHECK_FALSE(plan::plan_kernels(wide, sm90a).attention_split.has_value());
+  const plan::KernelPlan wide_kernels = plan::plan_kernels(wide, sm90a);
+  REQUIRE(wide_kernels.attention_split.has_value());
+  CHECK(wide_kernels.attention_split->tiling == wide_kernels.attention.tiling);
+  CHECK(plan::plan_workspace(wide, wide_kernels, 4096).attention_partials_bytes ==
+        std::size_t(plan::kMaxTailSplitUnits) * 256 * (128 + 4) * 4);
 }
