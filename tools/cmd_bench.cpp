@@ -18,7 +18,6 @@
 #include "check/bench_counts.hpp"
 #include "check/device_batch.hpp"
 #include "check/device_weights.hpp"
-#include "check/fp8_pool.hpp"
 #include "check/layer_check.hpp"
 #include "check/spot_check.hpp"
 #include "commands.hpp"
@@ -107,29 +106,11 @@ struct DeviceSet {
   }
 };
 
-// The KV pools every rotation set starts from, as the device holds them: the case's bf16 pools, or with an
-// fp8 cache their codes (as the fp8 store would have written them, not bf16 bits read as pairs of codes),
-// quantized once for all the sets.
-struct HostPools {
-  explicit HostPools(const check::LayerCase& of) : layer(of) {
-    if (layer.fp8) {
-      key_codes = check::quantize_kv_pool_fp8(layer.key_cache, layer.fp8->k_scale, check::kPoisonCode);
-      value_codes = check::quantize_kv_pool_fp8(layer.value_cache, layer.fp8->v_scale, check::kPoisonCode);
-    }
-  }
-  std::span<const std::byte> key() const {
-    return layer.fp8 ? std::as_bytes(std::span(key_codes)) : std::as_bytes(std::span(layer.key_cache));
-  }
-  std::span<const std::byte> value() const {
-    return layer.fp8 ? std::as_bytes(std::span(value_codes)) : std::as_bytes(std::span(layer.value_cache));
-  }
-
-  const check::LayerCase& layer;
-  std::vector<std::uint8_t> key_codes, value_codes;  // fp8 cache only
-};
-
-DeviceSet upload_set(const check::LayerCase& layer, const HostPools& pools, const plan::PrefillPlan& plan,
-                     const check::DeviceBatch& batch) {
+// One rotation set on the device: the case's input and weights, its KV pools as `pools` holds them (an fp8
+// cache's codes, as the fp8 store would have written them, quantized once for all the sets), an output and
+// a workspace.
+DeviceSet upload_set(const check::LayerCase& layer, const check::InitialKvPools& pools,
+                     const plan::PrefillPlan& plan, const check::DeviceBatch& batch) {
   DeviceSet set;
   const std::size_t tokens = static_cast<std::size_t>(layer.num_tokens());
   set.input = driver::DeviceBuffer::from_host(layer.input);
@@ -478,7 +459,7 @@ Command bench_command() {
     // The batch arrays are shared by every set (a few KB: they never decide the L2's contents).
     const check::DeviceBatch batch(layer.batch, layer.spans, config.bidirectional_spans);
     std::vector<DeviceSet> sets;
-    const HostPools pools(layer);
+    const check::InitialKvPools pools(layer);
     sets.push_back(upload_set(layer, pools, plan, batch));
     std::size_t free_bytes = 0, total_bytes = 0;
     driver::check(driver::api().cuMemGetInfo(&free_bytes, &total_bytes), "cuMemGetInfo");

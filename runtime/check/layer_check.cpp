@@ -65,6 +65,21 @@ driver::DeviceBuffer upload(const Bits& bits) {
 
 }  // namespace
 
+InitialKvPools::InitialKvPools(const LayerCase& of) : layer(of) {
+  if (layer.fp8) {  // the pools' only NaNs are the poison (their data is random and finite)
+    key_codes = quantize_kv_pool_fp8(layer.key_cache, layer.fp8->k_scale, kPoisonCode);
+    value_codes = quantize_kv_pool_fp8(layer.value_cache, layer.fp8->v_scale, kPoisonCode);
+  }
+}
+
+std::span<const std::byte> InitialKvPools::key() const {
+  return layer.fp8 ? std::as_bytes(std::span(key_codes)) : std::as_bytes(std::span(layer.key_cache));
+}
+
+std::span<const std::byte> InitialKvPools::value() const {
+  return layer.fp8 ? std::as_bytes(std::span(value_codes)) : std::as_bytes(std::span(layer.value_cache));
+}
+
 LayerCase random_case(const config::AttentionConfig& config, const Scenario& scenario) {
   if (scenario.tokens < 1 || scenario.seqs < 1 || scenario.seqs > scenario.tokens || scenario.prefix < 0) {
     throw Error(Stage::input,
@@ -261,15 +276,12 @@ Report run_case(const plan::PrefillPlan& plan, const LayerCase& layer, double to
   // An fp8 cache holds the codes of the prefix (as the fp8 store would have written them) and 0xFF, a
   // NaN code the store never writes from finite values, everywhere else.
   const std::optional<reference::KvFp8Scales>& fp8 = layer.fp8;
-  // The pools' only NaNs are the poison (their data is random and finite).
-  const Codes key_codes = fp8 ? quantize_kv_pool_fp8(layer.key_cache, fp8->k_scale, kPoisonCode) : Codes{};
-  const Codes value_codes =
-      fp8 ? quantize_kv_pool_fp8(layer.value_cache, fp8->v_scale, kPoisonCode) : Codes{};
   // The pools' first bytes, uploaded here and again before the unobserved run below.
-  const std::span<const std::byte> key_pool =
-      fp8 ? std::as_bytes(std::span(key_codes)) : std::as_bytes(std::span(layer.key_cache));
-  const std::span<const std::byte> value_pool =
-      fp8 ? std::as_bytes(std::span(value_codes)) : std::as_bytes(std::span(layer.value_cache));
+  const InitialKvPools pools(layer);
+  const Codes& key_codes = pools.key_codes;
+  const Codes& value_codes = pools.value_codes;
+  const std::span<const std::byte> key_pool = pools.key();
+  const std::span<const std::byte> value_pool = pools.value();
   driver::DeviceBuffer key_cache = driver::DeviceBuffer::from_host(key_pool);
   driver::DeviceBuffer value_cache = driver::DeviceBuffer::from_host(value_pool);
   const DeviceBatch device_batch(layer.batch, layer.spans, config.bidirectional_spans);

@@ -3,7 +3,9 @@
 // seed, a batch over a shuffled page pool with a random cached prefix, poisoned outputs and cache slots.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -52,6 +54,17 @@ struct LayerCase {
   // then the prefix's bf16 values, quantized with these scales by run_case (poison becomes code 0xFF).
   std::optional<reference::KvFp8Scales> fp8;
   int num_tokens() const { return batch.query_starts.back(); }
+};
+
+// A case's KV pools as a run starts from them: its bf16 pools, or with an fp8 cache their codes
+// (quantize_kv_pool_fp8 with the case's scales; a poisoned slot becomes kPoisonCode), quantized once however
+// many times they are uploaded. Holds a reference to `layer`.
+struct InitialKvPools {
+  explicit InitialKvPools(const LayerCase& layer);
+  std::span<const std::byte> key() const;  // the bytes to upload
+  std::span<const std::byte> value() const;
+  const LayerCase& layer;
+  std::vector<std::uint8_t> key_codes, value_codes;  // an fp8 cache only
 };
 
 // Random weights (projections ~ N(0, 1/hidden) so activations stay O(1); norm weights around 1, or
