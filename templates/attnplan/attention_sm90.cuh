@@ -205,7 +205,7 @@ struct AttentionSm90Traits {
   // ignores split_items.
   static constexpr bool splits_tail = kSplitsTail;
   static_assert(!kSplitsTail || attention_sm90_splits(kHeadDim),
-                "a split tail at D <= 128 only (attention_sm90_splits)");
+                "a split tail only where attention_sm90_splits allows it");
   // The trace (AttentionParams::trace): each warpgroup's events per unit, for `attnplan bench
   // --trace-attention` (docs/attention-trace.md). Never planned unless asked: it is its own specialization.
   static constexpr bool traces = kTraces;
