@@ -1376,9 +1376,9 @@ __global__ void __launch_bounds__(Traits::threads, 1)
     static_assert(kVectors % kChunk == 0);
 #pragma unroll
     for (int first = 0; first < kVectors; first += kChunk) {
+      // Accumulators 4 v and 4 v + 1 are row half 0's, 4 v + 2 and 4 v + 3 half 1's.
 #pragma unroll
-      for (int v = first; v < first + kChunk;
-           ++v) {  // accumulators 4 v, 4 v + 1: row half 0; + 2, + 3: half 1
+      for (int v = first; v < first + kChunk; ++v) {
         output[4 * v] *= mine[0];
         output[4 * v + 1] *= mine[0];
         output[4 * v + 2] *= mine[1];
