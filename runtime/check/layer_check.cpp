@@ -363,8 +363,8 @@ Report run_case(const plan::PrefillPlan& plan, const LayerCase& layer, double to
   }
   const reference::LayerWeights reference_w = reference_weights(layer);
   const reference::LayerStages expected = reference::prefill_layer(
-      config, reference_w, reference::Tensor({tokens, hidden}, core::bf16_to_doubles(layer.input)),
-      layer.batch, layer.spans, cache);
+      config, reference_w, reference::tensor_from_bf16(layer.input, {tokens, hidden}), layer.batch,
+      layer.spans, cache);
   // A projection with fp8 activations rounds its input to e4m3 per token and 128 channels, a step of 6-12%:
   // where the GPU's stored input differs from the reference's by one bf16 ulp (attention: rel. L2 ~2e-3),
   // codes flip, which alone puts the result ~1e-2 from the chained reference. Such a projection is
@@ -373,7 +373,7 @@ Report run_case(const plan::PrefillPlan& plan, const LayerCase& layer, double to
   const auto fp8_projection = [&](const Bits& stage_input, std::int64_t width,
                                   const config::WeightEncoding& encoding, const reference::Tensor& weight,
                                   const std::vector<double>& bias) {
-    const reference::Tensor x({tokens, width}, core::bf16_to_doubles(stage_input));
+    const reference::Tensor x = reference::tensor_from_bf16(stage_input, {tokens, width});
     return reference::round_to_bf16(reference::linear(reference::projection_input(x, encoding), weight, bias))
         .data;
   };

@@ -24,6 +24,7 @@
 #include "gpu_support.hpp"
 #include "io/random_projection.hpp"
 #include "plan/gemm_spec.hpp"
+#include "reference/bf16.hpp"
 #include "reference/compare.hpp"
 #include "reference/dequantize.hpp"
 #include "reference/layer.hpp"
@@ -154,8 +155,8 @@ void check_gemm(const Case& c, std::uint64_t seed) {
   params.ldc = ldc;
 
   const reference::Tensor expected =
-      reference::linear(reference::Tensor({c.m, c.k}, core::bf16_to_doubles(a_values)),
-                        reference::Tensor({n, c.k}, core::bf16_to_doubles(w_bits)), reference_bias);
+      reference::linear(reference::tensor_from_bf16(a_values, {c.m, c.k}),
+                        reference::tensor_from_bf16(w_bits, {n, c.k}), reference_bias);
   driver::Stream stream = driver::Stream::create();
   gpu().context.synchronize();  // uploads from pageable memory may still be in flight on the legacy stream
   for (const plan::GemmSpec& each : specs_for(spec.segments, spec.has_bias, c.segment_widths, c.m, c.k)) {
@@ -301,8 +302,8 @@ QuantizedProblem quantized_problem(const config::WeightEncoding& weights, int m,
   problem.params = dense_gemm_params(problem.a, problem.c, m, problem.n, k, problem.ldc);
   std::copy(std::begin(problem.w.segments), std::end(problem.w.segments),
             std::begin(problem.params.segments));
-  problem.expected = reference::linear(reference::Tensor({m, k}, core::bf16_to_doubles(a_values)),
-                                       problem.w.data.weight, problem.w.data.bias);
+  problem.expected = reference::linear(reference::tensor_from_bf16(a_values, {m, k}), problem.w.data.weight,
+                                       problem.w.data.bias);
   return problem;
 }
 
