@@ -519,6 +519,46 @@ std::optional<AttentionSpec> split_tail_specialization(const AttentionSpec& plan
   return split;
 }
 
+std::optional<AttentionSpec> short_launch_specialization(const AttentionSpec& planned) {
+  if (planned.kernel != AttentionKernel::wgmma_sm90 || planned.head_dim != 64 ||
+      planned.tiling.block_m != 192 || planned.kv_fp8 || planned.traces || planned.splits_tail) {
+    return std::nullopt;
+  }
+  AttentionSpec short_launch = planned;
+  short_launch.tiling.block_m = 128;
+  short_launch.tiling.overlap_softmax = short_launch.tiling.stages >= 3;
+  short_launch.tiling.ping_pong = !short_launch.tiling.overlap_softmax;
+  short_launch.tiling.shared_bytes = short_launch.dynamic_shared_bytes();
+  return short_launch;
+}
+
+bool takes_short_launch(const AttentionSpec& planned, std::span<const int> query_starts,
+                        std::span<const int> context_lens, int query_heads, int multiprocessors) {
+  const std::size_t seqs = context_lens.size();
+  const std::optional<AttentionSpec> short_launch = short_launch_specialization(planned);
+  if (!short_launch || multiprocessors <= 0 || seqs == 0 || query_starts.size() != seqs + 1 ||
+      query_heads % planned.tiling.heads_per_cta != 0) {
+    return false;
+  }
+  for (std::size_t s = 0; s < seqs; ++s) {
+    const long long keys = static_cast<long long>(context_lens[s]) + query_starts[s + 1] - query_starts[s];
+    if (keys > kShortLaunchMaxKeys) return false;
+  }
+  // Work items with rows (one per query tile of each chunk and head group) and the rounds of the grid they
+  // take, for a kernel of `block_m` rows.
+  const long long groups = query_heads / planned.tiling.heads_per_cta;
+  const auto rounds = [&](int block_m) {
+    const int tokens = block_m / planned.tiling.heads_per_cta;  // an item's tokens
+    long long items = 0;
+    for (std::size_t s = 0; s < seqs; ++s) {
+      items += (query_starts[s + 1] - query_starts[s] + tokens - 1) / tokens * groups;
+    }
+    return (items + multiprocessors - 1) / multiprocessors;
+  };
+  const long long short_rounds = rounds(short_launch->tiling.block_m);
+  return short_rounds <= 2 && short_rounds <= rounds(planned.tiling.block_m);
+}
+
 TailSplit choose_tail_split(const AttentionSpec& spec, std::span<const int> query_starts,
                             std::span<const int> context_lens, bool sequence_major, int query_heads,
                             int multiprocessors, int max_units) {

@@ -239,6 +239,29 @@ TailSplit split_tail_items(long long items, int ctas, int tiles, int max_units);
 // one bidirectional span each). Empty otherwise.
 std::optional<AttentionSpec> split_tail_specialization(const AttentionSpec& planned);
 
+// Pure. The planned kernel's short-launch specialization: the sm_90a kernel at D 64 on two consumer
+// warpgroups (block_m 128, the overlapped schedule) where the plan has three (block_m 192), with a bf16 KV
+// cache and no trace. Three warpgroups are 7-15% faster on prompts of 4k tokens and more (many rounds of
+// items), two are 3-27% faster on launches of one or two rounds (attention-notes.md, "Session 50" and
+// "Session 54"). Empty otherwise.
+std::optional<AttentionSpec> short_launch_specialization(const AttentionSpec& planned);
+
+// At most this many keys (context + chunk) in every sequence for a launch to take the short-launch
+// specialization: 32 key tiles of 128, the longest measured (a 256-token chunk after 3840 cached tokens: 27%
+// faster on two warpgroups; attention-notes.md, "Session 54").
+inline constexpr int kShortLaunchMaxKeys = 4096;
+
+// Pure. Whether a launch of `planned` over a batch (its host arrays) takes its short-launch specialization:
+// every sequence's keys at most kShortLaunchMaxKeys, and the short kernel's work items with rows (one per
+// query tile of each chunk and head group) at most two rounds of the grid (`multiprocessors` CTAs) and no
+// more rounds than the planned kernel's. An item of 128 rows on two warpgroups runs in about 3/4 of the time
+// of one of 192 rows on three (each warpgroup has more of the SM), so the short kernel wins where it takes
+// as many rounds and loses where its more numerous items take one more: 1k tokens in four chunks of 102 to
+// 410 (272 short items on 132 SMs, a third round against the planned kernel's 192 in two) ran 11% slower
+// (attention-notes.md, "Session 54").
+bool takes_short_launch(const AttentionSpec& planned, std::span<const int> query_starts,
+                        std::span<const int> context_lens, int query_heads, int multiprocessors);
+
 // The split for a launch of `spec` (a sm_90a kernel with splits_tail; none otherwise) over a batch, from its
 // host arrays: split_tail_items when the kernel walks it sequence-major (`sequence_major`: a non-empty
 // longest_first_sequences) and every chunk has the same length and context; otherwise none. `multiprocessors`

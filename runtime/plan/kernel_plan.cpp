@@ -392,6 +392,7 @@ KernelPlan plan_kernels(const config::AttentionConfig& config, const config::Arc
     plan.attention.traces = true;
   }
   plan.attention_split = split_tail_specialization(plan.attention);  // traced with it
+  plan.attention_short = short_launch_specialization(plan.attention);
 
   plan.output_projection.segments = 1;
   plan.output_projection.has_bias = config.output_bias;
@@ -474,6 +475,7 @@ KernelPlan plan_kernels(const config::AttentionConfig& config, const config::Arc
   plan.kernels.push_back({StageKind::kv_store, "kv_store", plan.kv_store.source(), 0});
   add(StageKind::attention, "attention", plan.attention);
   if (plan.attention_split) add(StageKind::attention, kAttentionSplitKernel, *plan.attention_split);
+  if (plan.attention_short) add(StageKind::attention, kAttentionShortKernel, *plan.attention_short);
   add_projection(StageKind::output_quantize, StageKind::output_projection, plan.output_projection,
                  plan.output_projection_fp8, plan.output_projection_small, plan.output_projection_tiny,
                  plan.output_projection_dequantized);

@@ -35,6 +35,8 @@ std::string_view to_string(StageKind stage);
 // The name of the attention stage's split-tail kernel (KernelPlan::attention_split) in
 // KernelPlan::kernels, after the planned one ("attention").
 inline constexpr std::string_view kAttentionSplitKernel = "attention_split";
+// The name of the attention stage's short-launch kernel (KernelPlan::attention_short).
+inline constexpr std::string_view kAttentionShortKernel = "attention_short";
 
 struct PlannedKernel {
   StageKind stage;
@@ -55,6 +57,10 @@ struct KernelPlan {
   // launch may split (spans, sm_90a): execute launches it, as kAttentionSplitKernel, when
   // choose_tail_split splits the launch, and `attention` otherwise.
   std::optional<AttentionSpec> attention_split;
+  // The attention kernel's short-launch specialization (short_launch_specialization: D 64 on two consumer
+  // warpgroups), where planned: execute launches it, as kAttentionShortKernel, when takes_short_launch says
+  // the launch is short (no split then).
+  std::optional<AttentionSpec> attention_short;
   GemmSpec output_projection;  // [T, Hq * Dv] x [hidden, Hq * Dv]^T
   // fp8 activations (fp8 weights with activation "fp8", sm_89 and later): this e4m3 GEMM instead of the
   // GemmSpec above, on codes the input norm (q|k|v) or the quantizer (output_quantize) wrote. Empty

@@ -29,6 +29,7 @@ struct PrefillPlan::Loaded {
   std::vector<driver::Module> modules;  // own the functions below
   driver::Function input_norm, qkv_projection, qkv_postprocess, kv_store, attention, output_projection;
   driver::Function attention_split;  // where planned (KernelPlan::attention_split)
+  driver::Function attention_short;  // where planned (KernelPlan::attention_short)
   // The short-launch specializations, where planned (KernelPlan::qkv_projection_small, ..._tiny).
   driver::Function qkv_projection_small, output_projection_small, qkv_projection_tiny, output_projection_tiny;
   // The dequantized paths, where planned (KernelPlan::qkv_projection_dequantized, ...).
@@ -393,9 +394,14 @@ void PrefillPlan::execute(const ExecuteArgs& args, CUstream stream, const StageO
         kernels.attention.has_spans &&
         (!order.empty() || every_chunk_one_span(batch.host_query_starts, batch.host_context_lens,
                                                 batch.host_span_offsets, batch.host_span_bounds));
-    // The last round's items split over their keys where it would leave most CTAs idle.
+    // A short launch on D 64's two consumer warpgroups; otherwise the last round's items split over their
+    // keys where it would leave most CTAs idle.
+    const bool short_launch =
+        kernels.attention_short &&
+        takes_short_launch(kernels.attention, batch.host_query_starts, batch.host_context_lens,
+                           config.query_heads, loaded.multiprocessors);
     const TailSplit split =
-        kernels.attention_split
+        kernels.attention_split && !short_launch
             ? choose_tail_split(*kernels.attention_split, batch.host_query_starts, batch.host_context_lens,
                                 !order.empty(), config.query_heads, loaded.multiprocessors,
                                 layout.attention_partial_units)
@@ -407,6 +413,10 @@ void PrefillPlan::execute(const ExecuteArgs& args, CUstream stream, const StageO
       attend.split_counters = attend.item_counter + 1;  // zeroed with it
       attention_spec = &*kernels.attention_split;
       attention_function = &loaded.attention_split;
+    }
+    if (short_launch) {
+      attention_spec = &*kernels.attention_short;
+      attention_function = &loaded.attention_short;
     }
   }
   // A plan built for spans reads span_offsets on the device: a batch without spans passes an all-zero
@@ -705,8 +715,9 @@ plan::PrefillPlan Runtime::load(const plan::CompiledPlan& compiled) {
         loaded->kv_store = function;
         break;
       case plan::StageKind::attention:
-        (planned.name == plan::kAttentionSplitKernel ? loaded->attention_split : loaded->attention) =
-            function;
+        (planned.name == plan::kAttentionSplitKernel   ? loaded->attention_split
+         : planned.name == plan::kAttentionShortKernel ? loaded->attention_short
+                                                       : loaded->attention) = function;
         break;
       case plan::StageKind::output_projection:
         projection_slot(loaded->output_projection, loaded->output_projection_small,

@@ -928,9 +928,12 @@ double sampled_error(const Problem& p, const KernelOutput& got, int first_row, i
 
 namespace {
 
-// The sm_90a spec of a D 64 case with two consumer warpgroups (block_m 128) instead of the plan's three,
-// on the plan's stages (the overlapped schedule where there are three), with ping-pong.
+// The sm_90a spec of a D 64 case with two consumer warpgroups (block_m 128) instead of the plan's three:
+// with a bf16 cache the plan's short-launch specialization (the overlapped schedule, no ping-pong turns);
+// with an fp8 cache, which the plan keeps on three, on its stages with ping-pong.
 plan::AttentionSpec with_two_consumers(plan::AttentionSpec spec) {
+  if (const std::optional<plan::AttentionSpec> short_launch = plan::short_launch_specialization(spec))
+    return *short_launch;
   spec.tiling.block_m = 128;
   spec.tiling.overlap_softmax = spec.tiling.stages >= 3;
   spec.tiling.ping_pong = true;

@@ -315,6 +315,73 @@ TEST_CASE("the sm_90a kernel splits a tail round that would leave most CTAs idle
   CHECK(choose_tail_split(sm80, one, no_context, true, 32, 132, kMaxTailSplitUnits) == TailSplit{});
 }
 
+TEST_CASE("D 64's short launches take two consumer warpgroups", "[plan][attention]") {
+  // gpt-oss: D 64, group 8. The planned kernel: three consumer warpgroups, 192 rows (24 tokens of 8 heads).
+  const nlohmann::json gpt_oss = {{"schema", "attnplan/v1"},
+                                  {"hidden_size", 2880},
+                                  {"query_heads", 64},
+                                  {"kv_heads", 8},
+                                  {"head_dim", 64},
+                                  {"sinks", true},
+                                  {"kv_cache", {{"block_size", 64}}}};
+  const config::AttentionConfig config = config::parse(gpt_oss);
+  const AttentionSpec planned = AttentionSpec::from_config(config, kSm90a);
+  REQUIRE(planned.tiling.block_m == 192);
+  const std::optional<AttentionSpec> two = short_launch_specialization(planned);
+  REQUIRE(two.has_value());
+  CHECK(two->tiling.block_m == 128);
+  CHECK(two->threads() == 384);
+  CHECK(two->tiling.overlap_softmax);
+  CHECK_FALSE(two->tiling.ping_pong);
+  CHECK(two->tiling.kv_tma == planned.tiling.kv_tma);
+  CHECK(two->tiling.shared_bytes == two->dynamic_shared_bytes());
+  CHECK(two->source().render_stub() != planned.source().render_stub());
+  AttentionSpec same = *two;
+  same.tiling = planned.tiling;
+  CHECK(same == planned);  // only the tiling differs
+  // Not at D 128 or 256, not for mma.sync, an fp8 cache, a traced or a split-tail kernel.
+  nlohmann::json wider = gpt_oss;
+  wider["head_dim"] = 128;
+  CHECK_FALSE(short_launch_specialization(AttentionSpec::from_config(config::parse(wider), kSm90a)));
+  CHECK_FALSE(short_launch_specialization(AttentionSpec::from_config(config, kSm80)));
+  for (auto change : {+[](AttentionSpec& s) { s.kv_fp8 = true; }, +[](AttentionSpec& s) { s.traces = true; },
+                      +[](AttentionSpec& s) { s.splits_tail = true; }}) {
+    AttentionSpec other = planned;
+    change(other);
+    CHECK_FALSE(short_launch_specialization(other));
+  }
+
+  // 64 query heads: 8 head groups; the short kernel's items have 128 / 8 = 16 tokens, the planned
+  // kernel's 24. A 1024-token prompt: 64 query tiles, 512 items, four rounds of 132; 512 tokens: 32 x 8 = 256
+  // items, two rounds, as the planned kernel's 22 x 8 = 176.
+  const std::vector<int> one_k = {0, 1024}, half_k = {0, 512}, no_context = {0};
+  CHECK_FALSE(takes_short_launch(planned, one_k, no_context, 64, 132));
+  CHECK(takes_short_launch(planned, half_k, no_context, 64, 132));
+  CHECK(takes_short_launch(planned, one_k, no_context, 64, 264));  // a larger part: 512 <= 528
+  // At most two rounds of the short kernel's items: 528 tokens are 33 x 8 = 264 items, two rounds; 529
+  // tokens 34 x 8 = 272, a third (the planned kernel's 23 x 8 = 184 take two).
+  CHECK(takes_short_launch(planned, std::vector<int>{0, 528}, no_context, 64, 132));
+  CHECK_FALSE(takes_short_launch(planned, std::vector<int>{0, 529}, no_context, 64, 132));
+  // And no more rounds than the planned kernel's: 384 tokens are 24 x 8 = 192 short items, two rounds,
+  // against 16 x 8 = 128 planned ones in one; 256 tokens 128 short items, one round.
+  CHECK_FALSE(takes_short_launch(planned, std::vector<int>{0, 384}, no_context, 64, 132));
+  CHECK(takes_short_launch(planned, std::vector<int>{0, 256}, no_context, 64, 132));
+  // Every sequence's keys at most kShortLaunchMaxKeys: a 512-token chunk after a long prefix is not short.
+  const std::vector<int> long_prefix = {kShortLaunchMaxKeys - 511};
+  CHECK_FALSE(takes_short_launch(planned, half_k, long_prefix, 64, 132));
+  const std::vector<int> prefix_at_bound = {kShortLaunchMaxKeys - 512};
+  CHECK(takes_short_launch(planned, half_k, prefix_at_bound, 64, 132));
+  // Items are counted per chunk: four chunks of 128 tokens are 4 x 8 x 8 = 256 short items (4 x 6 x 8 = 192
+  // planned ones).
+  const std::vector<int> four = {0, 128, 256, 384, 512}, four_contexts = {0, 0, 0, 0};
+  CHECK(takes_short_launch(planned, four, four_contexts, 64, 128));
+  CHECK_FALSE(takes_short_launch(planned, four, four_contexts, 64, 127));  // 256 > 254
+  // Nothing without SMs, for a kernel without the specialization, or for arrays that disagree.
+  CHECK_FALSE(takes_short_launch(planned, half_k, no_context, 64, 0));
+  CHECK_FALSE(takes_short_launch(*two, half_k, no_context, 64, 132));
+  CHECK_FALSE(takes_short_launch(planned, four, no_context, 64, 132));
+}
+
 TEST_CASE("attention Params checks name the broken field", "[plan][attention]") {
   AttentionSpec spec = make_spec(128, 128, 4, 16, kSm90a);
   spec.has_window = spec.has_softcap = spec.has_spans = spec.has_sinks = true;
@@ -938,11 +1005,12 @@ TEST_CASE("sm_90a attention compiles to wgmma without spills", "[plan][attention
       split.tiling = with_sm90_kv_tma(spec.tiling, c.head_dim, c.block_size, /*has_softcap=*/false);
       specs.push_back(split);
     }
-    if (spec.tiling.block_m == 192) {  // two consumer warpgroups stay reachable at D 64: compile them too
+    if (spec.tiling.block_m == 192) {  // two consumer warpgroups at D 64: the short-launch specialization
       AttentionSpec two = spec;
       two.tiling.block_m = 128;
       two.tiling.overlap_softmax = two.tiling.stages >= 3;
       two.tiling.shared_bytes = two.dynamic_shared_bytes();
+      if (!spec.kv_fp8) CHECK(short_launch_specialization(spec) == two);  // the plan's, with a bf16 cache
       specs.push_back(two);
     }
     if (spec.tiling.overlap_softmax) {  // the serial schedule stays reachable: compile it too

@@ -458,6 +458,44 @@ TEST_CASE("quantized projections with a GEMM policy are planned with it", "[plan
   }
 }
 
+TEST_CASE("D 64's short-launch attention kernel is planned beside the attention kernel", "[plan]") {
+  config::AttentionConfig config = llama();
+  config.head_dim = config.value_head_dim = 64;
+  const config::Arch sm90a{9, 0, true};
+  const plan::KernelPlan kernels = plan::plan_kernels(config, sm90a);
+  REQUIRE(kernels.attention.tiling.block_m == 192);
+  REQUIRE(kernels.attention_short.has_value());
+  CHECK(*kernels.attention_short == *plan::short_launch_specialization(kernels.attention));
+  const auto named = [&](std::string_view name) {
+    return std::find_if(kernels.kernels.begin(), kernels.kernels.end(),
+                        [&](const plan::PlannedKernel& k) { return k.name == name; });
+  };
+  const auto attention = named("attention"), short_launch = named(plan::kAttentionShortKernel);
+  REQUIRE(short_launch != kernels.kernels.end());
+  CHECK(short_launch == attention + 1);  // no split kernel: causal
+  CHECK(short_launch->stage == plan::StageKind::attention);
+  CHECK(short_launch->source.render_stub() == kernels.attention_short->source().render_stub());
+  CHECK(short_launch->dynamic_shared_bytes == kernels.attention_short->dynamic_shared_bytes());
+  // With spans the split kernel comes first, then the short one.
+  config.bidirectional_spans = true;
+  const plan::KernelPlan spans = plan::plan_kernels(config, sm90a);
+  REQUIRE(spans.attention_split.has_value());
+  REQUIRE(spans.attention_short.has_value());
+  const auto split_at = std::find_if(spans.kernels.begin(), spans.kernels.end(),
+                                     [](const auto& k) { return k.name == plan::kAttentionSplitKernel; });
+  REQUIRE(split_at + 1 < spans.kernels.end());
+  CHECK((split_at + 1)->name == plan::kAttentionShortKernel);
+  // Not at D 128, on sm_80, with an fp8 cache or with the trace.
+  CHECK_FALSE(plan::plan_kernels(llama(), sm90a).attention_short.has_value());
+  CHECK_FALSE(plan::plan_kernels(config, config::Arch{8, 0, false}).attention_short.has_value());
+  config::AttentionConfig fp8 = config;
+  fp8.kv_cache.dtype = config::KvCacheDtype::fp8_e4m3;
+  CHECK_FALSE(plan::plan_kernels(fp8, sm90a).attention_short.has_value());
+  plan::PlanOptions traced;
+  traced.trace_attention = true;
+  CHECK_FALSE(plan::plan_kernels(config, sm90a, traced).attention_short.has_value());
+}
+
 TEST_CASE("the split tail's kernel and partials are planned where the attention kernel can split", "[plan]") {
   // Llama with bidirectional spans on sm_90a: D 128, two consumer warpgroups, kMaxTailSplitUnits parts of
   // 256 threads x (64 + 4) floats; the counters after them.
