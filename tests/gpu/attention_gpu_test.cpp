@@ -29,6 +29,7 @@
 #include "driver/stream.hpp"
 #include "gpu_support.hpp"
 #include "plan/attention_spec.hpp"
+#include "reference/bf16.hpp"
 #include "reference/compare.hpp"
 #include "reference/layer.hpp"
 #include "support/catch.hpp"
@@ -381,10 +382,9 @@ reference::Tensor reference_output(const Problem& p) {
     cache.fp8 = p.fp8;
     return reference::attention(q, cache, p.batch, p.spans, p.config, p.sinks);
   }
-  cache.key =
-      reference::Tensor({p.num_blocks, bs, p.config.kv_heads, head_dim}, core::bf16_to_doubles(p.key_cache));
-  cache.value = reference::Tensor({p.num_blocks, bs, p.config.kv_heads, p.config.value_head_dim},
-                                  core::bf16_to_doubles(p.value_cache));
+  cache.key = reference::tensor_from_bf16(p.key_cache, {p.num_blocks, bs, p.config.kv_heads, head_dim});
+  cache.value = reference::tensor_from_bf16(p.value_cache,
+                                            {p.num_blocks, bs, p.config.kv_heads, p.config.value_head_dim});
   return reference::attention(q, cache, p.batch, p.spans, p.config, p.sinks);
 }
 

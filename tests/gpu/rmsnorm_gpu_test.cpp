@@ -12,6 +12,7 @@
 #include "plan/gemm_fp8.hpp"
 #include "plan/heuristics.hpp"
 #include "plan/kernel_specs.hpp"
+#include "reference/bf16.hpp"
 #include "reference/compare.hpp"
 #include "reference/fp8_activation.hpp"
 #include "reference/rmsnorm.hpp"
@@ -61,7 +62,7 @@ void check_rmsnorm(const Case& c, std::uint64_t seed) {
   const std::vector<std::uint16_t> output = d_output.download_all<std::uint16_t>();
 
   const reference::Tensor expected =
-      reference::rmsnorm(reference::Tensor({c.num_tokens, c.hidden_size}, core::bf16_to_doubles(input)),
+      reference::rmsnorm(reference::tensor_from_bf16(input, {c.num_tokens, c.hidden_size}),
                          core::bf16_to_doubles(weight), c.epsilon, c.weight_offset);
   std::vector<double> got(expected.data.size());
   std::size_t unwritten = 0;
@@ -146,7 +147,7 @@ void check_rmsnorm_fp8_codes(const Case& c, config::Fp8ActivationScales scale_mo
     CHECK(workspace == codes_alone);  // the rows change nothing in the codes
 
     const reference::Tensor expected =
-        reference::rmsnorm(reference::Tensor({c.num_tokens, c.hidden_size}, core::bf16_to_doubles(input)),
+        reference::rmsnorm(reference::tensor_from_bf16(input, {c.num_tokens, c.hidden_size}),
                            core::bf16_to_doubles(weight), c.epsilon, c.weight_offset);
     CHECK(std::count(output.begin(), output.end(), kPoisonBits) == 0);
     const double error = reference::relative_l2_error(expected.data, core::bf16_to_doubles(output));
