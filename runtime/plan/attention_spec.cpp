@@ -532,18 +532,14 @@ std::optional<AttentionSpec> short_launch_specialization(const AttentionSpec& pl
   return short_launch;
 }
 
-bool takes_short_launch(const AttentionSpec& planned, std::span<const int> query_starts,
-                        std::span<const int> context_lens, int query_heads, int multiprocessors) {
-  const std::size_t seqs = context_lens.size();
+bool takes_short_launch(const AttentionSpec& planned, std::span<const int> query_starts, int query_heads,
+                        int multiprocessors) {
   const std::optional<AttentionSpec> short_launch = short_launch_specialization(planned);
-  if (!short_launch || multiprocessors <= 0 || seqs == 0 || query_starts.size() != seqs + 1 ||
+  if (!short_launch || multiprocessors <= 0 || query_starts.size() < 2 ||
       query_heads % planned.tiling.heads_per_cta != 0) {
     return false;
   }
-  for (std::size_t s = 0; s < seqs; ++s) {
-    const long long keys = static_cast<long long>(context_lens[s]) + query_starts[s + 1] - query_starts[s];
-    if (keys > kShortLaunchMaxKeys) return false;
-  }
+  const std::size_t seqs = query_starts.size() - 1;
   // Work items with rows (one per query tile of each chunk and head group) and the rounds of the grid they
   // take, for a kernel of `block_m` rows.
   const long long groups = query_heads / planned.tiling.heads_per_cta;

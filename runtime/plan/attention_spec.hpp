@@ -246,21 +246,18 @@ std::optional<AttentionSpec> split_tail_specialization(const AttentionSpec& plan
 // "Session 54"). Empty otherwise.
 std::optional<AttentionSpec> short_launch_specialization(const AttentionSpec& planned);
 
-// At most this many keys (context + chunk) in every sequence for a launch to take the short-launch
-// specialization: 32 key tiles of 128, the longest measured (a 256-token chunk after 3840 cached tokens: 27%
-// faster on two warpgroups; attention-notes.md, "Session 54").
-inline constexpr int kShortLaunchMaxKeys = 4096;
-
-// Pure. Whether a launch of `planned` over a batch (its host arrays) takes its short-launch specialization:
-// every sequence's keys at most kShortLaunchMaxKeys, and the short kernel's work items with rows (one per
-// query tile of each chunk and head group) at most two rounds of the grid (`multiprocessors` CTAs) and no
-// more rounds than the planned kernel's. An item of 128 rows on two warpgroups runs in about 3/4 of the time
-// of one of 192 rows on three (each warpgroup has more of the SM), so the short kernel wins where it takes
-// as many rounds and loses where its more numerous items take one more: 1k tokens in four chunks of 102 to
-// 410 (272 short items on 132 SMs, a third round against the planned kernel's 192 in two) ran 11% slower
-// (attention-notes.md, "Session 54").
-bool takes_short_launch(const AttentionSpec& planned, std::span<const int> query_starts,
-                        std::span<const int> context_lens, int query_heads, int multiprocessors);
+// Pure. Whether a launch of `planned` over a batch (its host array of chunk starts) takes its short-launch
+// specialization: the short kernel's work items with rows (one per query tile of each chunk and head
+// group) at most two rounds of the grid (`multiprocessors` CTAs) and no more rounds than the planned
+// kernel's. An item of 128 rows on two warpgroups runs in 0.68-0.86 of the time of one of 192 rows on
+// three (each warpgroup has more of the SM; the longer the item's keys, the lower: 0.68 for a 256-token
+// chunk after 16384 cached tokens), so the short kernel wins where it takes as many rounds and loses where
+// its more numerous items take one more: 1k tokens in four chunks of 102 to 410 (272 short items on 132
+// SMs, a third round against the planned kernel's 192 in two) ran 11% slower, a 384-token gpt-oss prompt
+// (192 short items in two rounds against 128 planned ones in one) 7% (attention-notes.md, "Session 54" and
+// "Session 55"). A cached prefix only lengthens every item alike, so it does not enter the rule.
+bool takes_short_launch(const AttentionSpec& planned, std::span<const int> query_starts, int query_heads,
+                        int multiprocessors);
 
 // The split for a launch of `spec` (a sm_90a kernel with splits_tail; none otherwise) over a batch, from its
 // host arrays: split_tail_items when the kernel walks it sequence-major (`sequence_major`: a non-empty

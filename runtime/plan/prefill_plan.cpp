@@ -397,9 +397,8 @@ void PrefillPlan::execute(const ExecuteArgs& args, CUstream stream, const StageO
     // A short launch on D 64's two consumer warpgroups; otherwise the last round's items split over their
     // keys where it would leave most CTAs idle.
     const bool short_launch =
-        kernels.attention_short &&
-        takes_short_launch(kernels.attention, batch.host_query_starts, batch.host_context_lens,
-                           config.query_heads, loaded.multiprocessors);
+        kernels.attention_short && takes_short_launch(kernels.attention, batch.host_query_starts,
+                                                      config.query_heads, loaded.multiprocessors);
     const TailSplit split =
         kernels.attention_split && !short_launch
             ? choose_tail_split(*kernels.attention_split, batch.host_query_starts, batch.host_context_lens,
