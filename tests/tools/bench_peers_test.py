@@ -2,8 +2,10 @@
 """Host tests of tools/bench_peers.py's timing (no GPU, no torch: a stand-in torch module whose CUDA events read
 a simulated GPU clock that each run advances): the warm-up runs for at least --warmup runs and at least
 WARMUP_MS of work, sizes its batches from the time per run, does nothing when asked for neither,
-time_ms reports the median, min and max of the timed runs only, and a run that the host takes longer to
-enqueue than the GPU takes to run is reported host-bound (a simulated host clock).
+time_ms reports the median, min and max of the timed runs only, a run that the host takes longer to
+enqueue than the GPU takes to run is reported host-bound (a simulated host clock), and time_peer then times
+CUDA graph replays of it instead (a stand-in graph that records the runs made while capturing), keeping the
+host-bound reading where the capture fails.
 
   python3 tests/tools/bench_peers_test.py
 """
@@ -33,9 +35,31 @@ class Event:
         return stop.at - self.at
 
 
+class Graph:
+    """A stand-in CUDA graph: the runs made while it captures are recorded, and replay() replays them."""
+    capturing = None
+
+    def __init__(self):
+        self.runs = []
+
+    def replay(self):
+        for run, s in self.runs:
+            run.replay(s)
+
+
+@contextlib.contextmanager
+def capture(graph, pool=None):
+    Graph.capturing = graph
+    try:
+        yield
+    finally:
+        Graph.capturing = None
+
+
 def install_fake_torch():
     torch = types.ModuleType("torch")
-    torch.cuda = types.SimpleNamespace(Event=Event, synchronize=lambda: None)
+    torch.cuda = types.SimpleNamespace(Event=Event, synchronize=lambda: None, CUDAGraph=Graph, graph=capture,
+                                       graph_pool_handle=lambda: "pool")
     nn = types.ModuleType("torch.nn")
     functional = types.ModuleType("torch.nn.functional")
     attention = types.ModuleType("torch.nn.attention")
@@ -63,18 +87,32 @@ bench_peers.host_clock = lambda: Host.now
 
 class Runs:
     """A peer's run: records which set it got and advances the GPU clock by `ms` (or ms(i) for run i) and the
-    host's by `host_ms`."""
+    host's by `host_ms`. Called while a Graph captures, it is recorded instead (or raises, with
+    `capturable=False`); a replay of it advances the GPU clock by `ms` and the host's by `replay_host_ms`."""
 
-    def __init__(self, ms, host_ms=0.0):
+    def __init__(self, ms, host_ms=0.0, replay_host_ms=0.004, capturable=True):
         self.ms = ms
         self.host_ms = host_ms
+        self.replay_host_ms = replay_host_ms
+        self.capturable = capturable
         self.sets = []
+        self.replayed = []
 
     def __call__(self, s):
+        if Graph.capturing is not None:
+            if not self.capturable:
+                raise RuntimeError("operation not permitted when stream is capturing\nmore detail")
+            Graph.capturing.runs.append((self, s))
+            return
         duration = self.ms(len(self.sets)) if callable(self.ms) else self.ms
         self.sets.append(s)
         Gpu.now += duration
         Host.now += self.host_ms / 1e3
+
+    def replay(self, s):
+        self.replayed.append(s)
+        Gpu.now += self.ms if not callable(self.ms) else self.ms(len(self.sets))
+        Host.now += self.replay_host_ms / 1e3
 
 
 class WarmUpTest(unittest.TestCase):
@@ -147,6 +185,45 @@ class HostBoundTest(unittest.TestCase):
         timing = bench_peers.time_ms(Runs(0.300, host_ms=0.040), [0], iterations=5, warmup=0)
         self.assertNotIn("host_ms", timing)
         self.assertEqual(bench_peers.with_rate(timing, 1e9, "enable_gqa")["note"], "enable_gqa")
+
+
+class GraphReplayTest(unittest.TestCase):
+    def setUp(self):
+        Gpu.now = 0.0
+        Host.now = 0.0
+
+    def test_a_host_bound_run_is_timed_again_as_graph_replays(self):
+        run = Runs(0.025, host_ms=0.040)
+        timing = bench_peers.time_peer(run, ["a", "b"], iterations=5, warmup=0)
+        self.assertTrue(timing["graph"])
+        self.assertAlmostEqual(timing["eager_host_ms"], 0.040)
+        self.assertNotIn("host_ms", timing)  # a replay enqueues in 0.004 ms: the GPU time is the kernels'
+        self.assertAlmostEqual(timing["median_ms"], 0.025)
+        self.assertEqual(run.replayed[:4], ["a", "b", "a", "b"])  # one graph per set, rotating
+        note = bench_peers.with_rate(timing, 1e9, "enable_gqa")["note"]
+        self.assertEqual(note, "enable_gqa; CUDA graph replays: Python took 0.040 ms to enqueue an eager run, "
+                               "longer than its kernels")
+
+    def test_a_run_that_cannot_be_captured_keeps_its_host_bound_reading(self):
+        timing = bench_peers.time_peer(Runs(0.025, host_ms=0.040, capturable=False), [0], iterations=5, warmup=0)
+        self.assertNotIn("graph", timing)
+        self.assertAlmostEqual(timing["host_ms"], 0.040)
+        note = bench_peers.with_rate(timing, 1e9, "torch.matmul")["note"]
+        self.assertTrue(note.startswith("torch.matmul; no graph capture (operation not permitted when stream is "
+                                        "capturing); host-bound: Python took 0.040 ms"), note)
+
+    def test_replays_still_host_bound_say_so(self):
+        timing = bench_peers.time_peer(Runs(0.002, host_ms=0.040, replay_host_ms=0.010), [0], iterations=5,
+                                       warmup=0)
+        self.assertTrue(timing["graph"])
+        self.assertAlmostEqual(timing["host_ms"], 0.010)
+        self.assertIn("host-bound", bench_peers.with_rate(timing, 1e9)["note"])
+
+    def test_a_run_the_gpu_takes_longer_over_is_not_captured(self):
+        run = Runs(0.300, host_ms=0.040, capturable=False)  # a capture would raise
+        timing = bench_peers.time_peer(run, [0], iterations=5, warmup=0)
+        self.assertEqual(set(timing), {"median_ms", "min_ms", "max_ms"})
+        self.assertEqual(run.replayed, [])
 
 
 if __name__ == "__main__":
