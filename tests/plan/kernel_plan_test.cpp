@@ -466,11 +466,12 @@ TEST_CASE("D 64's short-launch attention kernel is planned beside the attention 
   REQUIRE(kernels.attention.tiling.block_m == 192);
   REQUIRE(kernels.attention_short.has_value());
   CHECK(*kernels.attention_short == *plan::short_launch_specialization(kernels.attention));
-  const auto named = [&](std::string_view name) {
-    return std::find_if(kernels.kernels.begin(), kernels.kernels.end(),
+  const auto named = [](const plan::KernelPlan& plan, std::string_view name) {
+    return std::find_if(plan.kernels.begin(), plan.kernels.end(),
                         [&](const plan::PlannedKernel& k) { return k.name == name; });
   };
-  const auto attention = named("attention"), short_launch = named(plan::kAttentionShortKernel);
+  const auto attention = named(kernels, "attention"),
+             short_launch = named(kernels, plan::kAttentionShortKernel);
   REQUIRE(short_launch != kernels.kernels.end());
   CHECK(short_launch == attention + 1);  // no split kernel: causal
   CHECK(short_launch->stage == plan::StageKind::attention);
@@ -481,8 +482,7 @@ TEST_CASE("D 64's short-launch attention kernel is planned beside the attention 
   const plan::KernelPlan spans = plan::plan_kernels(config, sm90a);
   REQUIRE(spans.attention_split.has_value());
   REQUIRE(spans.attention_short.has_value());
-  const auto split_at = std::find_if(spans.kernels.begin(), spans.kernels.end(),
-                                     [](const auto& k) { return k.name == plan::kAttentionSplitKernel; });
+  const auto split_at = named(spans, plan::kAttentionSplitKernel);
   REQUIRE(split_at + 1 < spans.kernels.end());
   CHECK((split_at + 1)->name == plan::kAttentionShortKernel);
   // Not at D 128, on sm_80, with an fp8 cache or with the trace.
