@@ -32,10 +32,12 @@ Choices (docs/performance.md says the same):
 - Host-bound runs: each timed run sits between two events, so where Python takes longer to enqueue a run than
   the GPU takes to run it (SDPA on ~1k tokens: tens of microseconds each), the GPU waits between the first
   event and the kernel, and the time includes that wait. The attention and projection peers are then timed
-  again as CUDA graph replays (one graph per input set, captured once: a replay enqueues the same kernels in a
-  few microseconds, which is how attnplan's own C++ launches reach the GPU), and the note says so. Where the
-  capture fails, or the replays are host-bound too, the result carries "host_ms" (the enqueue time a run) and
-  its note says "host-bound": its median is an upper bound on the kernels' time.
+  again as CUDA graph replays (graphs captured once over the input sets in rotation: a replay enqueues the same
+  kernels without Python, which is how attnplan's own C++ launches reach the GPU), and the note says so. Where
+  one replay a run is still host-bound (a replay and its two events cost Python tens of microseconds too), each
+  graph replays several runs, up to 16, and the times are per run ("of N runs each" in the note). Where the
+  capture fails, or the replays are host-bound even so, the result carries "host_ms" (the enqueue time a run)
+  and its note says "host-bound": its median is an upper bound on the kernels' time.
 """
 
 import argparse
@@ -114,15 +116,22 @@ def time_ms(run, sets, iterations, warmup):
     return timing
 
 
-def capture_graphs(run, sets):
-    """One CUDA graph per set, each replaying `run(set)` (already run once: libraries plan and tune on the first
-    call, which a capture must not see); one memory pool, since the replays run one at a time."""
+# The most runs one graph replays: enough that a replay's few hundred GPU microseconds outlast its enqueue.
+MAX_RUNS_PER_GRAPH = 16
+
+
+def capture_graphs(run, sets, runs_per_graph=1):
+    """CUDA graphs that replay `run` over `sets` in rotation, `runs_per_graph` runs each (graph g: sets g * k,
+    ..., g * k + k - 1, modulo their count), as many graphs as close the rotation, so that replayed in turn
+    no run follows one of its own set (`run` already ran once: libraries plan and tune on the first call,
+    which a capture must not see); one memory pool, since the replays run one at a time."""
     pool = torch.cuda.graph_pool_handle()
     graphs = []
-    for s in sets:
+    for g in range(math.lcm(len(sets), runs_per_graph) // runs_per_graph):
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=pool):
-            run(s)
+            for j in range(runs_per_graph):
+                run(sets[(g * runs_per_graph + j) % len(sets)])
         graphs.append(graph)
     torch.cuda.synchronize()
     return graphs
@@ -130,27 +139,38 @@ def capture_graphs(run, sets):
 
 def time_peer(run, sets, iterations, warmup):
     """time_ms of `run`; where that reads host-bound, time_ms again of CUDA graph replays of it ("graph": True,
-    with the eager run's enqueue time as "eager_host_ms"). A run that cannot be captured keeps its host-bound
-    reading, with the capture's error as "graph_error"."""
+    with the eager run's enqueue time as "eager_host_ms"), each graph replaying as many runs as keep the GPU
+    ahead of Python ("runs_per_graph", up to MAX_RUNS_PER_GRAPH: one replay and its two events took Python
+    0.03-0.05 ms on the H100 of session 56, longer than a 1k-token SDPA), the times then per run. A run that
+    cannot be captured keeps its host-bound reading, with the capture's error as "graph_error"."""
     timing = time_ms(run, sets, iterations, warmup)
     if "host_ms" not in timing:
         return timing
-    try:
-        graphs = capture_graphs(run, sets)
-    except RuntimeError as error:
-        timing["graph_error"] = first_line(error)
-        return timing
-    replayed = time_ms(lambda graph: graph.replay(), graphs, iterations, warmup)
-    replayed["graph"] = True
-    replayed["eager_host_ms"] = timing["host_ms"]
-    return replayed
+    runs_per_graph = 1
+    while True:
+        try:
+            graphs = capture_graphs(run, sets, runs_per_graph)
+        except RuntimeError as error:
+            timing["graph_error"] = first_line(error)
+            return timing
+        replayed = time_ms(lambda graph: graph.replay(), graphs, iterations, warmup)
+        if "host_ms" not in replayed or runs_per_graph == MAX_RUNS_PER_GRAPH:
+            break
+        # Enough runs that the GPU's share of a replay outlasts its enqueue twice over.
+        wanted = math.ceil(2 * replayed["host_ms"] / max(replayed["median_ms"] / runs_per_graph, 1e-6))
+        runs_per_graph = min(MAX_RUNS_PER_GRAPH, max(2 * runs_per_graph, wanted))
+        del graphs
+    per_run = {key: value / runs_per_graph for key, value in replayed.items()}
+    per_run.update(graph=True, runs_per_graph=runs_per_graph, eager_host_ms=timing["host_ms"])
+    return per_run
 
 
 def with_rate(timing, flops, note=""):
     timing["tflops"] = flops / (timing["median_ms"] * 1e-3) / 1e12
     if timing.get("graph"):
-        graph = (f"CUDA graph replays: Python took {timing['eager_host_ms']:.3f} ms to enqueue an eager run, "
-                 "longer than its kernels")
+        runs = timing["runs_per_graph"]
+        graph = (f"CUDA graph replays{f' of {runs} runs each' if runs > 1 else ''}: Python took "
+                 f"{timing['eager_host_ms']:.3f} ms to enqueue an eager run, longer than its kernels")
         note = "; ".join(x for x in (note, graph) if x)
     elif "graph_error" in timing:
         note = "; ".join(x for x in (note, f"no graph capture ({timing['graph_error']})") if x)

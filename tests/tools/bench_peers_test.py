@@ -4,8 +4,8 @@ a simulated GPU clock that each run advances): the warm-up runs for at least --w
 WARMUP_MS of work, sizes its batches from the time per run, does nothing when asked for neither,
 time_ms reports the median, min and max of the timed runs only, a run that the host takes longer to
 enqueue than the GPU takes to run is reported host-bound (a simulated host clock), and time_peer then times
-CUDA graph replays of it instead (a stand-in graph that records the runs made while capturing), keeping the
-host-bound reading where the capture fails.
+CUDA graph replays of it instead (a stand-in graph that records the runs made while capturing), several runs
+a graph where one replay a run is still host-bound, keeping the host-bound reading where the capture fails.
 
   python3 tests/tools/bench_peers_test.py
 """
@@ -43,6 +43,8 @@ class Graph:
         self.runs = []
 
     def replay(self):
+        """One launch's host time, then each captured run's GPU time."""
+        Host.now += self.runs[0][0].replay_host_ms / 1e3
         for run, s in self.runs:
             run.replay(s)
 
@@ -88,7 +90,8 @@ bench_peers.host_clock = lambda: Host.now
 class Runs:
     """A peer's run: records which set it got and advances the GPU clock by `ms` (or ms(i) for run i) and the
     host's by `host_ms`. Called while a Graph captures, it is recorded instead (or raises, with
-    `capturable=False`); a replay of it advances the GPU clock by `ms` and the host's by `replay_host_ms`."""
+    `capturable=False`); a replay of it advances the GPU clock by `ms`, and the replay of a graph holding it
+    the host's by `replay_host_ms` (once a graph, however many runs it holds)."""
 
     def __init__(self, ms, host_ms=0.0, replay_host_ms=0.004, capturable=True):
         self.ms = ms
@@ -112,7 +115,6 @@ class Runs:
     def replay(self, s):
         self.replayed.append(s)
         Gpu.now += self.ms if not callable(self.ms) else self.ms(len(self.sets))
-        Host.now += self.replay_host_ms / 1e3
 
 
 class WarmUpTest(unittest.TestCase):
@@ -212,11 +214,27 @@ class GraphReplayTest(unittest.TestCase):
         self.assertTrue(note.startswith("torch.matmul; no graph capture (operation not permitted when stream is "
                                         "capturing); host-bound: Python took 0.040 ms"), note)
 
-    def test_replays_still_host_bound_say_so(self):
-        timing = bench_peers.time_peer(Runs(0.002, host_ms=0.040, replay_host_ms=0.010), [0], iterations=5,
+    def test_replays_host_bound_at_one_run_each_replay_several(self):
+        run = Runs(0.002, host_ms=0.040, replay_host_ms=0.010)
+        timing = bench_peers.time_peer(run, ["a", "b", "c"], iterations=5, warmup=0)
+        self.assertTrue(timing["graph"])
+        self.assertEqual(timing["runs_per_graph"], 10)  # 2 x 0.010 ms of enqueue over 0.002 ms a run
+        self.assertNotIn("host_ms", timing)
+        self.assertAlmostEqual(timing["median_ms"], 0.002)  # per run
+        # Replayed in turn, the graphs continue the rotation: no run follows one of its own set.
+        replayed = run.replayed[-50:]  # the 5 timed replays
+        self.assertTrue(all(a != b for a, b in zip(replayed, replayed[1:])), replayed)
+        note = bench_peers.with_rate(timing, 1e9, "enable_gqa")["note"]
+        self.assertEqual(note, "enable_gqa; CUDA graph replays of 10 runs each: Python took 0.040 ms to enqueue "
+                               "an eager run, longer than its kernels")
+
+    def test_replays_still_host_bound_at_the_most_runs_a_graph_say_so(self):
+        timing = bench_peers.time_peer(Runs(0.0005, host_ms=0.040, replay_host_ms=0.010), [0], iterations=5,
                                        warmup=0)
         self.assertTrue(timing["graph"])
-        self.assertAlmostEqual(timing["host_ms"], 0.010)
+        self.assertEqual(timing["runs_per_graph"], bench_peers.MAX_RUNS_PER_GRAPH)
+        self.assertAlmostEqual(timing["host_ms"], 0.010 / bench_peers.MAX_RUNS_PER_GRAPH)  # per run
+        self.assertAlmostEqual(timing["median_ms"], 0.0005)
         self.assertIn("host-bound", bench_peers.with_rate(timing, 1e9)["note"])
 
     def test_a_run_the_gpu_takes_longer_over_is_not_captured(self):
