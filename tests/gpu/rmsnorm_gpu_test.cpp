@@ -178,10 +178,11 @@ void check_rmsnorm_fp8_codes(const Case& c, config::Fp8ActivationScales scale_mo
 TEST_CASE("input RMSNorm with fp8 codes writes the quantizer's codes, bit for bit",
           "[gpu][rmsnorm][fp8_activation]") {
   const std::vector<Case> cases = {
-      {4096, 0.0, 1e-5, 37},   // Llama: 512 threads, 32 groups of 16 lanes
-      {5376, 1.0, 1e-6, 129},  // Gemma 3 27B: (1 + w), 42 groups
-      {2880, 0.0, 1e-5, 5},    // gpt-oss: 384 threads for 360 vectors, a last group of 64 channels
-      {16384, 0.0, 1e-5, 70},  // two vectors per thread
+      {4096, 0.0, 1e-5, 37},   // Llama: 128 threads of 4 vectors, 32 groups of 16 lanes
+      {5376, 1.0, 1e-6, 129},  // Gemma 3 27B: (1 + w), 42 groups, 192 threads (the last pass 96 of them)
+      {2880, 0.0, 1e-5, 5},    // gpt-oss: 128 threads for 360 vectors, a last group of 64 channels
+      {16384, 0.0, 1e-5, 70},  // 512 threads of 4 vectors
+      {65536, 0.0, 1e-5, 3},   // 1024 threads of 8 vectors
       {208, 0.0, 1e-1, 513},   // tiny rows: one full group and one of 80 channels
   };
   std::uint64_t seed = 4321;
@@ -195,10 +196,11 @@ TEST_CASE("input RMSNorm with fp8 codes writes the quantizer's codes, bit for bi
 
 TEST_CASE("input RMSNorm matches the reference", "[gpu][rmsnorm]") {
   const std::vector<Case> cases = {
-      {4096, 0.0, 1e-5, 37},   // Llama: 512 threads, one 16-byte vector each
+      {4096, 0.0, 1e-5, 37},   // Llama: 128 threads, four 16-byte vectors each
       {5376, 1.0, 1e-6, 129},  // Gemma 3 27B: (1 + w)
       {2880, 0.0, 1e-5, 1},    // gpt-oss: one token
-      {16384, 0.0, 1e-5, 70},  // two vectors per thread
+      {16384, 0.0, 1e-5, 70},  // 512 threads of 4 vectors
+      {65536, 0.0, 1e-5, 3},   // 1024 threads of 8 vectors
       {200, 0.0, 1e-1, 513},   // tiny rows, a large epsilon that matters
   };
   std::uint64_t seed = 1234;

@@ -24,9 +24,15 @@ TEST_CASE("rmsnorm tiling covers the row with whole warps and bounded registers"
     CHECK((tiling.threads * (tiling.vectors_per_thread - 1)) * tiling.vector < hidden);
     CHECK(tiling.vectors_per_thread <= 16);
   }
-  CHECK(choose_rmsnorm_tiling(4096).threads == 512);
-  CHECK(choose_rmsnorm_tiling(4096).vectors_per_thread == 1);
-  CHECK(choose_rmsnorm_tiling(16384).vectors_per_thread == 2);
+  // Four 16-byte vectors a thread in flight, from at least 4 warps.
+  CHECK(choose_rmsnorm_tiling(4096).threads == 128);
+  CHECK(choose_rmsnorm_tiling(4096).vectors_per_thread == 4);
+  CHECK(choose_rmsnorm_tiling(16384).threads == 512);
+  CHECK(choose_rmsnorm_tiling(2048).threads == 128);  // 2 vectors a thread: not fewer than 4 warps
+  CHECK(choose_rmsnorm_tiling(2048).vectors_per_thread == 2);
+  CHECK(choose_rmsnorm_tiling(896).threads == 128);  // 112 vectors: one pass, 16 threads idle
+  CHECK(choose_rmsnorm_tiling(64).threads == 32);
+  CHECK(choose_rmsnorm_tiling(65536).vectors_per_thread == 8);  // at 1024 threads, more vectors each
 }
 
 TEST_CASE("kv store tiling sizes blocks to the row and batches short rows", "[plan][heuristics]") {
