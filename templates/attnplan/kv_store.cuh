@@ -52,6 +52,26 @@ __device__ __forceinline__ long long kv_slot_of_token(const KvStoreParams& param
   return static_cast<long long>(page) * Traits::block_size + position % Traits::block_size;
 }
 
+// A thread's vectors of one [kv_heads, dim] row (vector v = threadIdx.x + p * kThreads of pass p), loaded
+// from the chunk's row or stored into the cache row.
+template <int kVectors, int kThreads, int N, int kPasses>
+__device__ __forceinline__ void load_row(const bf16_bits* row, BF16Vector<N> (&held)[kPasses]) {
+#pragma unroll
+  for (int p = 0; p < kPasses; ++p) {
+    const int v = threadIdx.x + p * kThreads;
+    if (v < kVectors) held[p] = BF16Vector<N>::load(row, v * N);
+  }
+}
+
+template <int kVectors, int kThreads, int N, int kPasses>
+__device__ __forceinline__ void store_row(const BF16Vector<N> (&held)[kPasses], bf16_bits* row) {
+#pragma unroll
+  for (int p = 0; p < kPasses; ++p) {
+    const int v = threadIdx.x + p * kThreads;
+    if (v < kVectors) held[p].store(row, v * N);
+  }
+}
+
 // The bf16 cache: a thread first loads its vectors of every token of the block, all in flight at once (a
 // source row does not depend on its slot), then looks the slots up (three dependent loads a token), then
 // stores. Copying each token's rows after its own lookup, as before session 56, kept one 16-byte load a
@@ -59,30 +79,16 @@ __device__ __forceinline__ long long kv_slot_of_token(const KvStoreParams& param
 // TB/s of the card's 3.35; docs/kernels-notes.md "Session 56").
 template <class Traits>
 __device__ __forceinline__ void store_bf16_rows(const KvStoreParams& params, int first) {
-  using KeyVector = BF16Vector<Traits::key_vector>;
-  using ValueVector = BF16Vector<Traits::value_vector>;
   constexpr int tokens = Traits::tokens_per_block;
-  constexpr int key_passes = (Traits::key_vectors + Traits::threads - 1) / Traits::threads;
-  constexpr int value_passes = (Traits::value_vectors + Traits::threads - 1) / Traits::threads;
-  KeyVector keys[tokens][key_passes];
-  ValueVector values[tokens][value_passes];
+  constexpr int threads = Traits::threads;
+  BF16Vector<Traits::key_vector> keys[tokens][(Traits::key_vectors + threads - 1) / threads];
+  BF16Vector<Traits::value_vector> values[tokens][(Traits::value_vectors + threads - 1) / threads];
 #pragma unroll
   for (int t = 0; t < tokens; ++t) {
     const int token = first + t;
     if (token >= params.num_tokens) break;
-#pragma unroll
-    for (int p = 0; p < key_passes; ++p) {
-      const int v = threadIdx.x + p * Traits::threads;
-      if (v < Traits::key_vectors)
-        keys[t][p] = KeyVector::load(params.key + token * params.key_row_stride, v * Traits::key_vector);
-    }
-#pragma unroll
-    for (int p = 0; p < value_passes; ++p) {
-      const int v = threadIdx.x + p * Traits::threads;
-      if (v < Traits::value_vectors)
-        values[t][p] =
-            ValueVector::load(params.value + token * params.value_row_stride, v * Traits::value_vector);
-    }
+    load_row<Traits::key_vectors, threads>(params.key + token * params.key_row_stride, keys[t]);
+    load_row<Traits::value_vectors, threads>(params.value + token * params.value_row_stride, values[t]);
   }
   long long slots[tokens];
 #pragma unroll
@@ -92,18 +98,10 @@ __device__ __forceinline__ void store_bf16_rows(const KvStoreParams& params, int
   for (int t = 0; t < tokens; ++t) {
     if (slots[t] < 0) continue;
     // cache rows: [kv_heads, head_dim] (key) and [kv_heads, value_head_dim] (value) elements per slot
-    bf16_bits* const key_row = params.key_cache + slots[t] * (Traits::kv_heads * Traits::head_dim);
-    bf16_bits* const value_row = params.value_cache + slots[t] * (Traits::kv_heads * Traits::value_head_dim);
-#pragma unroll
-    for (int p = 0; p < key_passes; ++p) {
-      const int v = threadIdx.x + p * Traits::threads;
-      if (v < Traits::key_vectors) keys[t][p].store(key_row, v * Traits::key_vector);
-    }
-#pragma unroll
-    for (int p = 0; p < value_passes; ++p) {
-      const int v = threadIdx.x + p * Traits::threads;
-      if (v < Traits::value_vectors) values[t][p].store(value_row, v * Traits::value_vector);
-    }
+    store_row<Traits::key_vectors, threads>(
+        keys[t], params.key_cache + slots[t] * (Traits::kv_heads * Traits::head_dim));
+    store_row<Traits::value_vectors, threads>(
+        values[t], params.value_cache + slots[t] * (Traits::kv_heads * Traits::value_head_dim));
   }
 }
 
