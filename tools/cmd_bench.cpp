@@ -233,6 +233,10 @@ std::vector<Row> measure(const plan::PrefillPlan& plan, const std::vector<Device
     std::string kernels;
     for (const std::string& name : plan.stage_kernels(stages[s], num_tokens))
       kernels += (kernels.empty() ? "" : "+") + name;
+    // The attention stage's kernel depends on the batch, not only on the token count: its short-launch or
+    // split-tail specialization shows.
+    if (stages[s] == plan::StageKind::attention)
+      kernels = std::string(plan::attention_kernel_name(plan.attention_variant(sets.front().args.batch)));
     // A q|k|v launch whose tiles hold whole heads applies the q/k/v norms and RoPE in its epilogue: the
     // stage's time then includes the postprocess, which has no stage of its own (a peer's GEMM does less).
     if (stages[s] == plan::StageKind::qkv_projection && plan.qkv_postprocess_fused(num_tokens))
@@ -343,7 +347,9 @@ constexpr int kTracedLaunches = 8;
 // Runs the plan once on each of the first kTracedLaunches sets, back to back after the timed passes (so at
 // the same clocks), with each set's trace region zeroed first, and returns every launch's trace.
 nlohmann::ordered_json trace_attention(const plan::PrefillPlan& plan, const std::vector<DeviceSet>& sets) {
-  const plan::AttentionSpec& spec = plan.compiled().kernels_planned.attention;
+  // The kernel the launches run (the sets share one batch): the planned one or a specialization.
+  const plan::AttentionSpec& spec = plan::attention_variant_spec(
+      plan.compiled().kernels_planned, plan.attention_variant(sets.front().args.batch));
   const plan::WorkspaceLayout layout = plan.workspace_layout(sets.front().args.batch.num_tokens);
   if (!spec.traces || layout.attention_trace_bytes != static_cast<std::size_t>(kAttentionTraceBytes)) {
     throw Error(Stage::internal, "bench: --trace-attention, but the plan's attention kernel does not trace");
@@ -500,8 +506,10 @@ Command bench_command() {
         return std::vector<std::string_view>(events.begin(), events.end());
       };
       nlohmann::ordered_json trace = shape;
-      trace["kernels"] = plan.stage_kernels(plan::StageKind::attention, request.tokens);
-      trace["attention"] = plan.compiled().kernels_planned.attention.source().spec;
+      const plan::AttentionVariant launched = plan.attention_variant(sets.front().args.batch);
+      trace["kernels"] = std::vector<std::string>{std::string(plan::attention_kernel_name(launched))};
+      trace["attention"] =
+          plan::attention_variant_spec(plan.compiled().kernels_planned, launched).source().spec;
       trace["producer_events"] = names(check::producer_event_names());
       trace["consumer_events"] = names(check::consumer_event_names());
       trace["launches"] = trace_attention(plan, sets);

@@ -521,7 +521,7 @@ std::optional<AttentionSpec> split_tail_specialization(const AttentionSpec& plan
 
 std::optional<AttentionSpec> short_launch_specialization(const AttentionSpec& planned) {
   if (planned.kernel != AttentionKernel::wgmma_sm90 || planned.head_dim != 64 ||
-      planned.tiling.block_m != 192 || planned.kv_fp8 || planned.traces || planned.splits_tail) {
+      planned.tiling.block_m != 192 || planned.kv_fp8 || planned.splits_tail) {
     return std::nullopt;
   }
   AttentionSpec short_launch = planned;

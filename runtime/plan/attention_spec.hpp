@@ -241,7 +241,8 @@ std::optional<AttentionSpec> split_tail_specialization(const AttentionSpec& plan
 
 // Pure. The planned kernel's short-launch specialization: the sm_90a kernel at D 64 on two consumer
 // warpgroups (block_m 128, the overlapped schedule) where the plan has three (block_m 192), with a bf16 KV
-// cache and no trace. Three warpgroups are 7-15% faster on prompts of 4k tokens and more (many rounds of
+// cache (traced when the planned kernel is, so `attnplan bench --trace-attention` traces the kernel a short
+// launch runs). Three warpgroups are 7-15% faster on prompts of 4k tokens and more (many rounds of
 // items), two are 3-32% faster on launches of one or two rounds (attention-notes.md, "Session 50",
 // "Session 54" and "Session 55"). Empty otherwise.
 std::optional<AttentionSpec> short_launch_specialization(const AttentionSpec& planned);

@@ -73,6 +73,51 @@ bool runs_dequantized(const std::optional<KernelPlan::Dequantized>& path, int nu
   return path.has_value() && num_tokens >= path->min_tokens;
 }
 
+std::string_view attention_kernel_name(AttentionVariant variant) {
+  switch (variant) {
+    case AttentionVariant::planned:
+      return "attention";
+    case AttentionVariant::short_launch:
+      return kAttentionShortKernel;
+    case AttentionVariant::split:
+      return kAttentionSplitKernel;
+  }
+  return "attention";
+}
+
+const AttentionSpec& attention_variant_spec(const KernelPlan& kernels, AttentionVariant variant) {
+  const std::optional<AttentionSpec>& specialization =
+      variant == AttentionVariant::short_launch ? kernels.attention_short : kernels.attention_split;
+  if (variant == AttentionVariant::planned) return kernels.attention;
+  if (!specialization) {
+    throw Error(Stage::internal, fmt::format("attention_variant_spec: the plan has no {} kernel",
+                                             attention_kernel_name(variant)));
+  }
+  return *specialization;
+}
+
+AttentionLaunch launched_attention(const KernelPlan& kernels, std::span<const int> query_starts,
+                                   std::span<const int> context_lens, std::span<const int> span_offsets,
+                                   std::span<const int> span_bounds, int query_heads, int multiprocessors,
+                                   int partial_units) {
+  AttentionLaunch launch;
+  if (kernels.attention.kernel != AttentionKernel::wgmma_sm90) return launch;
+  launch.order = longest_first_sequences(query_starts, context_lens, span_offsets, span_bounds);
+  // A short launch on D 64's two consumer warpgroups; otherwise the last round's items split over their
+  // keys where it would leave most CTAs idle.
+  if (kernels.attention_short &&
+      takes_short_launch(kernels.attention, query_starts, query_heads, multiprocessors)) {
+    launch.variant = AttentionVariant::short_launch;
+    return launch;
+  }
+  if (kernels.attention_split) {
+    launch.split = choose_tail_split(*kernels.attention_split, query_starts, context_lens,
+                                     !launch.order.empty(), query_heads, multiprocessors, partial_units);
+    if (launch.split.items > 0) launch.variant = AttentionVariant::split;
+  }
+  return launch;
+}
+
 ProjectionVariant launched_projection_variant(const KernelPlan& kernels, StageKind stage, int num_tokens,
                                               int n, int multiprocessors) {
   const bool qkv = stage == StageKind::qkv_projection;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -151,6 +152,28 @@ const GemmSpec* launched_qkv_gemm(const KernelPlan& kernels, int num_tokens, int
 // Whether a launch of `num_tokens` rows has its q|k|v postprocess done by the GEMM's epilogue (so runs no
 // postprocess kernel, and the GEMM's output is already normed and rotated). Pure.
 bool qkv_postprocess_fused(const KernelPlan& kernels, int num_tokens, int n, int multiprocessors);
+
+// Which of the attention stage's kernels a launch runs: the planned one ("attention"), its short-launch
+// specialization (kAttentionShortKernel) or its split-tail one (kAttentionSplitKernel).
+enum class AttentionVariant { planned, short_launch, split };
+std::string_view attention_kernel_name(AttentionVariant variant);
+// The variant's spec in `kernels` (Error(internal) for a variant the plan has not planned).
+const AttentionSpec& attention_variant_spec(const KernelPlan& kernels, AttentionVariant variant);
+
+// How execute launches the attention of a batch, from its host arrays: on the sm_90a kernel the walk's
+// sequence order (longest_first_sequences; empty: none), then the short-launch specialization where planned
+// and takes_short_launch says so, else the split-tail one where planned and choose_tail_split splits
+// (`partial_units`: the workspace's, WorkspaceLayout::attention_partial_units), else the planned kernel.
+// Pure: execute, the bench's kernel column and its trace read the same choice.
+struct AttentionLaunch {
+  AttentionVariant variant = AttentionVariant::planned;
+  std::vector<int> order;
+  TailSplit split;  // variant split only
+};
+AttentionLaunch launched_attention(const KernelPlan& kernels, std::span<const int> query_starts,
+                                   std::span<const int> context_lens, std::span<const int> span_offsets,
+                                   std::span<const int> span_bounds, int query_heads, int multiprocessors,
+                                   int partial_units);
 
 // What a plan may be asked for beyond its config (RuntimeOptions carries them to Runtime::compile).
 struct PlanOptions {

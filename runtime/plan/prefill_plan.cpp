@@ -381,41 +381,29 @@ void PrefillPlan::execute(const ExecuteArgs& args, CUstream stream, const StageO
   attend.num_blocks = args.cache.num_blocks;
   attend.k_scale = args.cache.k_scale;
   attend.v_scale = args.cache.v_scale;
-  // The planned attention kernel, or its split-tail specialization for a launch that splits.
-  const AttentionSpec* attention_spec = &kernels.attention;
-  const driver::Function* attention_function = &loaded.attention;
+  // The planned attention kernel, its short-launch specialization or its split-tail one
+  // (launched_attention).
+  const AttentionLaunch launch = launched_attention(
+      kernels, batch.host_query_starts, batch.host_context_lens, batch.host_span_offsets,
+      batch.host_span_bounds, config.query_heads, loaded.multiprocessors, layout.attention_partial_units);
+  const AttentionSpec* attention_spec = &attention_variant_spec(kernels, launch.variant);
+  const driver::Function* attention_function =
+      launch.variant == AttentionVariant::short_launch ? &loaded.attention_short
+      : launch.variant == AttentionVariant::split      ? &loaded.attention_split
+                                                       : &loaded.attention;
   if (kernels.attention.kernel == AttentionKernel::wgmma_sm90) {  // the heaviest items first
-    const std::vector<int> order = longest_first_sequences(batch.host_query_starts, batch.host_context_lens,
-                                                           batch.host_span_offsets, batch.host_span_bounds);
-    set_item_order(attend, order);
+    set_item_order(attend, launch.order);
     // Non-causal prompts: no span walk at each item's start. An order means every chunk is one span
     // (longest_first_sequences found it); without one, more sequences than it orders may still be.
     attend.whole_chunk_spans =
         kernels.attention.has_spans &&
-        (!order.empty() || every_chunk_one_span(batch.host_query_starts, batch.host_context_lens,
-                                                batch.host_span_offsets, batch.host_span_bounds));
-    // A short launch on D 64's two consumer warpgroups; otherwise the last round's items split over their
-    // keys where it would leave most CTAs idle.
-    const bool short_launch =
-        kernels.attention_short && takes_short_launch(kernels.attention, batch.host_query_starts,
-                                                      config.query_heads, loaded.multiprocessors);
-    const TailSplit split =
-        kernels.attention_split && !short_launch
-            ? choose_tail_split(*kernels.attention_split, batch.host_query_starts, batch.host_context_lens,
-                                !order.empty(), config.query_heads, loaded.multiprocessors,
-                                layout.attention_partial_units)
-            : TailSplit{};
-    if (split.items > 0) {
-      attend.split_items = split.items;
-      attend.split_parts = split.parts;
+        (!launch.order.empty() || every_chunk_one_span(batch.host_query_starts, batch.host_context_lens,
+                                                       batch.host_span_offsets, batch.host_span_bounds));
+    if (launch.variant == AttentionVariant::split) {
+      attend.split_items = launch.split.items;
+      attend.split_parts = launch.split.parts;
       attend.split_partials = at<float>(args.workspace, layout.attention_partials);
       attend.split_counters = attend.item_counter + 1;  // zeroed with it
-      attention_spec = &*kernels.attention_split;
-      attention_function = &loaded.attention_split;
-    }
-    if (short_launch) {
-      attention_spec = &*kernels.attention_short;
-      attention_function = &loaded.attention_short;
     }
   }
   // A plan built for spans reads span_offsets on the device: a batch without spans passes an all-zero
@@ -523,6 +511,14 @@ std::vector<std::string> PrefillPlan::stage_kernels(StageKind stage, int num_tok
   std::vector<std::string> names;
   for (std::string_view name : projection_variant_kernels(stage, variant)) names.emplace_back(name);
   return names;
+}
+
+AttentionVariant PrefillPlan::attention_variant(const BatchDescription& batch) const {
+  const WorkspaceLayout layout = workspace_layout(batch.num_tokens);
+  return launched_attention(compiled_.kernels_planned, batch.host_query_starts, batch.host_context_lens,
+                            batch.host_span_offsets, batch.host_span_bounds, compiled_.config.query_heads,
+                            loaded_->multiprocessors, layout.attention_partial_units)
+      .variant;
 }
 
 bool PrefillPlan::qkv_postprocess_fused(int num_tokens) const {

@@ -186,6 +186,11 @@ class PrefillPlan {
   // path's two kernels (launched_projection_variant on this device's SMs); the stage's one kernel otherwise.
   std::vector<std::string> stage_kernels(StageKind stage, int num_tokens) const;
 
+  // Which attention kernel execute launches for `batch` (launched_attention on this device's SMs: the
+  // planned one, its short-launch or its split-tail specialization); its name is attention_kernel_name's,
+  // its spec attention_variant_spec's. stage_kernels cannot tell without the batch.
+  AttentionVariant attention_variant(const BatchDescription& batch) const;
+
   // Whether a chunk of `num_tokens` tokens has its q/k/v norms and RoPE done by the q|k|v GEMM's epilogue
   // (qkv_postprocess_fused on this device's SMs): then execute runs no qkv_postprocess stage, and what an
   // observer reads at qkv_projection is already normed and rotated.

@@ -182,6 +182,50 @@ TEST_CASE("attnplan bench --trace-attention records every work item of each laun
   }
 }
 
+TEST_CASE("attnplan bench names and traces the short-launch attention kernel a short launch runs",
+          "[gpu][bench]") {
+  // gpt-oss-20b (D 64, 64 query heads, 8 kv heads): one 256-token chunk is 16 tokens x 8 heads an item on
+  // the short kernel (two consumer warpgroups, 128 rows), 16 x 8 = 128 items, one round on the H100 / H200
+  // as the planned kernel's 88: launched_attention takes the short kernel, which the bench row names and
+  // the trace records (three roles a CTA, each item walked once by each).
+  attnplan::testing::TempDir scratch;
+  const std::filesystem::path file = scratch.path() / "trace.json";
+  const nlohmann::json out =
+      bench_json(scratch, {"--tokens", "256", "--trace-attention", file.string()}, "gpt-oss-20b-full.json");
+  INFO(out.dump(1));
+  bool attention_seen = false;
+  for (const nlohmann::json& row : out["rows"]) {
+    if (row["stage"] != "attention") continue;
+    attention_seen = true;
+    CHECK(row["kernel"] == "attention_short");
+  }
+  CHECK(attention_seen);
+  std::ifstream stream(file);
+  REQUIRE(stream.good());
+  const nlohmann::json trace = nlohmann::json::parse(stream);
+  CHECK(trace["kernels"] == std::vector<std::string>{"attention_short"});
+  CHECK(trace["attention"]["traces"] == true);
+  CHECK(trace["attention"]["block_m"] == 128);
+  constexpr int kItems = 256 / 16 * 8;
+  REQUIRE(!trace["launches"].empty());
+  for (const nlohmann::json& launch : trace["launches"]) {
+    CHECK(launch["dropped_units"] == 0);
+    std::vector<int> walks(static_cast<std::size_t>(kItems) * 3, 0);
+    for (const nlohmann::json& cta : launch["ctas"]) {
+      REQUIRE(cta["roles"].size() == 3);  // the producer and two consumer warpgroups
+      for (const nlohmann::json& role : cta["roles"]) {
+        for (const nlohmann::json& unit : role["units"]) {
+          const int item = unit["unit"];
+          REQUIRE(item >= 0);
+          REQUIRE(item < kItems);
+          ++walks[static_cast<std::size_t>(item) * 3 + role["role"].get<int>()];
+        }
+      }
+    }
+    CHECK(std::count(walks.begin(), walks.end(), 1) == 3 * kItems);
+  }
+}
+
 TEST_CASE("attnplan bench --trace-attention refuses a plan whose attention cannot trace", "[gpu][bench]") {
   attnplan::testing::TempDir scratch;
   const std::filesystem::path file = scratch.path() / "trace.json";

@@ -339,13 +339,20 @@ TEST_CASE("D 64's short launches take two consumer warpgroups", "[plan][attentio
   AttentionSpec same = *two;
   same.tiling = planned.tiling;
   CHECK(same == planned);  // only the tiling differs
-  // Not at D 128 or 256, not for mma.sync, an fp8 cache, a traced or a split-tail kernel.
+  // A traced plan's short kernel is traced too (the bench's trace then shows the kernel a short launch runs).
+  AttentionSpec traced = planned;
+  traced.traces = true;
+  const std::optional<AttentionSpec> traced_two = short_launch_specialization(traced);
+  REQUIRE(traced_two.has_value());
+  CHECK(traced_two->traces);
+  CHECK(traced_two->tiling == two->tiling);
+  // Not at D 128 or 256, not for mma.sync, an fp8 cache or a split-tail kernel.
   nlohmann::json wider = gpt_oss;
   wider["head_dim"] = 128;
   CHECK_FALSE(short_launch_specialization(AttentionSpec::from_config(config::parse(wider), kSm90a)));
   CHECK_FALSE(short_launch_specialization(AttentionSpec::from_config(config, kSm80)));
-  for (auto change : {+[](AttentionSpec& s) { s.kv_fp8 = true; }, +[](AttentionSpec& s) { s.traces = true; },
-                      +[](AttentionSpec& s) { s.splits_tail = true; }}) {
+  for (auto change :
+       {+[](AttentionSpec& s) { s.kv_fp8 = true; }, +[](AttentionSpec& s) { s.splits_tail = true; }}) {
     AttentionSpec other = planned;
     change(other);
     CHECK_FALSE(short_launch_specialization(other));
@@ -869,8 +876,9 @@ TEST_CASE("attention spec on sm_90a: the wgmma kernel's stub, launch shape and c
 
 TEST_CASE("sm_90a attention's traced specialization compiles without spills", "[plan][attention][nvrtc]") {
   // The three schedules (D 64's three consumer warpgroups, D 128's overlapped softmax, D 256's ping-pong),
-  // D 128 with its split tail and an fp8 cache (whose producer records its first tile elsewhere): the
-  // trace's clocks and stores must not push a warpgroup into spills, or it would time another kernel.
+  // D 128 with its split tail and an fp8 cache (whose producer records its first tile elsewhere), and D 64's
+  // short-launch specialization (two warpgroups, overlapped; a traced plan traces it too): the trace's
+  // clocks and stores must not push a warpgroup into spills, or it would time another kernel.
   struct Case {
     int head_dim;
     bool spans;
@@ -896,7 +904,12 @@ TEST_CASE("sm_90a attention's traced specialization compiles without spills", "[
     spec.tiling = choose_sm90_attention_tiling(c.head_dim, 4, c.kv_fp8);
     spec.tiling.kv_tma = !c.kv_fp8;
     specs.push_back(spec);
+    if (const std::optional<AttentionSpec> short_launch = short_launch_specialization(spec)) {
+      REQUIRE(short_launch->traces);
+      specs.push_back(*short_launch);
+    }
   }
+  REQUIRE(specs.size() == std::size(cases) + 1);  // D 64's short launch beside its planned kernel
   std::vector<compiler::CompiledKernel> kernels(specs.size());
   try {
     compiler::for_each_parallel(specs.size(), 0, [&](std::size_t i) {
@@ -910,9 +923,10 @@ TEST_CASE("sm_90a attention's traced specialization compiles without spills", "[
     const compiler::ResourceUsage& r = kernels[i].resources;
     INFO(specs[i].source().spec.dump());
     INFO(kernels[i].log);
-    std::printf("traced attention sm_90a D %3d spans %d fp8 %d split %d: %3d registers, %d spill bytes\n",
-                specs[i].head_dim, int(specs[i].has_spans), int(specs[i].kv_fp8), int(specs[i].splits_tail),
-                r.registers, r.spill_bytes());
+    std::printf(
+        "traced attention sm_90a D %3d bm %3d spans %d fp8 %d split %d: %3d registers, %d spill bytes\n",
+        specs[i].head_dim, specs[i].tiling.block_m, int(specs[i].has_spans), int(specs[i].kv_fp8),
+        int(specs[i].splits_tail), r.registers, r.spill_bytes());
     // Each warpgroup's start and end read the global timer; the events read the SM clock.
     CHECK(kernels[i].ptx.find("%globaltimer") != std::string::npos);
     CHECK(kernels[i].ptx.find("%clock64") != std::string::npos);

@@ -485,7 +485,7 @@ TEST_CASE("D 64's short-launch attention kernel is planned beside the attention 
   const auto split_at = named(spans, plan::kAttentionSplitKernel);
   REQUIRE(split_at + 1 < spans.kernels.end());
   CHECK((split_at + 1)->name == plan::kAttentionShortKernel);
-  // Not at D 128, on sm_80, with an fp8 cache or with the trace.
+  // Not at D 128, on sm_80 or with an fp8 cache; traced with the trace (the kernel a short launch runs).
   CHECK_FALSE(plan::plan_kernels(llama(), sm90a).attention_short.has_value());
   CHECK_FALSE(plan::plan_kernels(config, config::Arch{8, 0, false}).attention_short.has_value());
   config::AttentionConfig fp8 = config;
@@ -493,7 +493,62 @@ TEST_CASE("D 64's short-launch attention kernel is planned beside the attention 
   CHECK_FALSE(plan::plan_kernels(fp8, sm90a).attention_short.has_value());
   plan::PlanOptions traced;
   traced.trace_attention = true;
-  CHECK_FALSE(plan::plan_kernels(config, sm90a, traced).attention_short.has_value());
+  const plan::KernelPlan traced_kernels = plan::plan_kernels(config, sm90a, traced);
+  REQUIRE(traced_kernels.attention_short.has_value());
+  CHECK(traced_kernels.attention_short->traces);
+  CHECK(named(traced_kernels, plan::kAttentionShortKernel) != traced_kernels.kernels.end());
+}
+
+TEST_CASE("a launch's attention kernel: short, split or planned, as execute chooses", "[plan]") {
+  // Llama's heads at D 64 with bidirectional spans on sm_90a: the planned kernel (192 rows: 48 tokens of 4
+  // heads an item), its split-tail and its short-launch specializations (128 rows: 32 tokens).
+  config::AttentionConfig config = llama();
+  config.head_dim = config.value_head_dim = 64;
+  config.bidirectional_spans = true;
+  const config::Arch sm90a{9, 0, true};
+  const plan::KernelPlan kernels = plan::plan_kernels(config, sm90a);
+  REQUIRE(kernels.attention_short.has_value());
+  REQUIRE(kernels.attention_split.has_value());
+  const int heads = config.query_heads;
+  const auto launch = [&](const std::vector<int>& starts, const std::vector<int>& contexts,
+                          const std::vector<int>& offsets, const std::vector<int>& bounds) {
+    return plan::launched_attention(kernels, starts, contexts, offsets, bounds, heads, 132,
+                                    plan::kMaxTailSplitUnits);
+  };
+  // One 1024-token prompt, one span: 32 x 8 = 256 short items, two rounds of 132 as the planned kernel's
+  // 22 x 8 = 176, so the short kernel (the bench's D 64 bidirectional 1k row); walked sequence-major.
+  const std::vector<int> no_context = {0}, one_offsets = {0, 1};
+  const plan::AttentionLaunch one_k = launch({0, 1024}, no_context, one_offsets, {0, 1024});
+  CHECK(one_k.variant == plan::AttentionVariant::short_launch);
+  CHECK(one_k.order == std::vector<int>{0});
+  CHECK(one_k.split == plan::TailSplit{});
+  // 4096 tokens: 1024 short items (eight rounds) against 86 x 8 = 688 planned ones (five rounds and 28
+  // items), whose last round splits in four.
+  const plan::AttentionLaunch four_k = launch({0, 4096}, no_context, one_offsets, {0, 4096});
+  CHECK(four_k.variant == plan::AttentionVariant::split);
+  CHECK(four_k.split == plan::TailSplit{28, 4});
+  // Causal (no span arrays): the tile-major walk, which never splits; the planned kernel.
+  const plan::AttentionLaunch causal = launch({0, 4096}, no_context, {}, {});
+  CHECK(causal.variant == plan::AttentionVariant::planned);
+  CHECK(causal.order.empty());
+  // Each variant's name and spec; a variant the plan lacks is an internal error.
+  CHECK(plan::attention_kernel_name(plan::AttentionVariant::planned) == "attention");
+  CHECK(plan::attention_kernel_name(plan::AttentionVariant::short_launch) == plan::kAttentionShortKernel);
+  CHECK(plan::attention_kernel_name(plan::AttentionVariant::split) == plan::kAttentionSplitKernel);
+  CHECK(&plan::attention_variant_spec(kernels, plan::AttentionVariant::short_launch) ==
+        &*kernels.attention_short);
+  CHECK(&plan::attention_variant_spec(kernels, plan::AttentionVariant::split) == &*kernels.attention_split);
+  CHECK(&plan::attention_variant_spec(kernels, plan::AttentionVariant::planned) == &kernels.attention);
+  const plan::KernelPlan causal_kernels = plan::plan_kernels(llama(), sm90a);  // D 128, causal: neither
+  CHECK_THROWS_AS(plan::attention_variant_spec(causal_kernels, plan::AttentionVariant::short_launch), Error);
+  CHECK_THROWS_AS(plan::attention_variant_spec(causal_kernels, plan::AttentionVariant::split), Error);
+  // mma.sync (sm_80): always the planned kernel, no order.
+  const plan::KernelPlan sm80 = plan::plan_kernels(config, config::Arch{8, 0, false});
+  const plan::AttentionLaunch on_sm80 =
+      plan::launched_attention(sm80, std::vector<int>{0, 1024}, no_context, one_offsets,
+                               std::vector<int>{0, 1024}, heads, 132, plan::kMaxTailSplitUnits);
+  CHECK(on_sm80.variant == plan::AttentionVariant::planned);
+  CHECK(on_sm80.order.empty());
 }
 
 TEST_CASE("the split tail's kernel and partials are planned where the attention kernel can split", "[plan]") {
