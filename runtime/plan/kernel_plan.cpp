@@ -76,19 +76,19 @@ bool runs_dequantized(const std::optional<KernelPlan::Dequantized>& path, int nu
 std::string_view attention_kernel_name(AttentionVariant variant) {
   switch (variant) {
     case AttentionVariant::planned:
-      return "attention";
+      return kAttentionKernel;
     case AttentionVariant::short_launch:
       return kAttentionShortKernel;
     case AttentionVariant::split:
       return kAttentionSplitKernel;
   }
-  return "attention";
+  return kAttentionKernel;
 }
 
 const AttentionSpec& attention_variant_spec(const KernelPlan& kernels, AttentionVariant variant) {
+  if (variant == AttentionVariant::planned) return kernels.attention;
   const std::optional<AttentionSpec>& specialization =
       variant == AttentionVariant::short_launch ? kernels.attention_short : kernels.attention_split;
-  if (variant == AttentionVariant::planned) return kernels.attention;
   if (!specialization) {
     throw Error(Stage::internal, fmt::format("attention_variant_spec: the plan has no {} kernel",
                                              attention_kernel_name(variant)));
@@ -518,7 +518,7 @@ KernelPlan plan_kernels(const config::AttentionConfig& config, const config::Arc
     plan.kernels.push_back({StageKind::qkv_postprocess, "qkv_postprocess", plan.qkv_postprocess.source(), 0});
   }
   plan.kernels.push_back({StageKind::kv_store, "kv_store", plan.kv_store.source(), 0});
-  add(StageKind::attention, "attention", plan.attention);
+  add(StageKind::attention, kAttentionKernel, plan.attention);
   if (plan.attention_split) add(StageKind::attention, kAttentionSplitKernel, *plan.attention_split);
   if (plan.attention_short) add(StageKind::attention, kAttentionShortKernel, *plan.attention_short);
   add_projection(StageKind::output_quantize, StageKind::output_projection, plan.output_projection,

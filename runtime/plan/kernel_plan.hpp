@@ -33,8 +33,9 @@ enum class StageKind {
 
 std::string_view to_string(StageKind stage);
 
-// The name of the attention stage's split-tail kernel (KernelPlan::attention_split) in
-// KernelPlan::kernels, after the planned one ("attention").
+// The name of the attention stage's planned kernel (KernelPlan::attention) in KernelPlan::kernels.
+inline constexpr std::string_view kAttentionKernel = "attention";
+// The name of the attention stage's split-tail kernel (KernelPlan::attention_split), after the planned one.
 inline constexpr std::string_view kAttentionSplitKernel = "attention_split";
 // The name of the attention stage's short-launch kernel (KernelPlan::attention_short).
 inline constexpr std::string_view kAttentionShortKernel = "attention_short";
