@@ -345,11 +345,10 @@ std::string describe(const check::SpotCheck& spot) {
 constexpr int kTracedLaunches = 8;
 
 // Runs the plan once on each of the first kTracedLaunches sets, back to back after the timed passes (so at
-// the same clocks), with each set's trace region zeroed first, and returns every launch's trace.
-nlohmann::ordered_json trace_attention(const plan::PrefillPlan& plan, const std::vector<DeviceSet>& sets) {
-  // The kernel the launches run (the sets share one batch): the planned one or a specialization.
-  const plan::AttentionSpec& spec = plan::attention_variant_spec(
-      plan.compiled().kernels_planned, plan.attention_variant(sets.front().args.batch));
+// the same clocks), with each set's trace region zeroed first, and returns every launch's trace. `spec`: the
+// attention kernel the launches run (the sets share one batch; PrefillPlan::attention_variant's).
+nlohmann::ordered_json trace_attention(const plan::PrefillPlan& plan, const plan::AttentionSpec& spec,
+                                       const std::vector<DeviceSet>& sets) {
   const plan::WorkspaceLayout layout = plan.workspace_layout(sets.front().args.batch.num_tokens);
   if (!spec.traces || layout.attention_trace_bytes != static_cast<std::size_t>(kAttentionTraceBytes)) {
     throw Error(Stage::internal, "bench: --trace-attention, but the plan's attention kernel does not trace");
@@ -507,12 +506,13 @@ Command bench_command() {
       };
       nlohmann::ordered_json trace = shape;
       const plan::AttentionVariant launched = plan.attention_variant(sets.front().args.batch);
+      const plan::AttentionSpec& launched_spec =
+          plan::attention_variant_spec(plan.compiled().kernels_planned, launched);
       trace["kernels"] = std::vector<std::string>{std::string(plan::attention_kernel_name(launched))};
-      trace["attention"] =
-          plan::attention_variant_spec(plan.compiled().kernels_planned, launched).source().spec;
+      trace["attention"] = launched_spec.source().spec;
       trace["producer_events"] = names(check::producer_event_names());
       trace["consumer_events"] = names(check::consumer_event_names());
-      trace["launches"] = trace_attention(plan, sets);
+      trace["launches"] = trace_attention(plan, launched_spec, sets);
       core::write_file_atomic(*trace_file, trace.dump() + "\n");
     }
     if (args.flag("--json")) {
