@@ -21,6 +21,11 @@
 #               32/8, 4096 tokens, one span over the chunk, pages of 64 (session 49, at base clocks: D 128
 #               level in cycles, D 64 and D 256 9-10% behind, D 256 with 48% more instructions): read each
 #               pair with tools/ncu_top.py sdpa-dD-ours-sass.csv sdpa-dD-cudnn-sass.csv
+#   short       D 64's short launch (two consumer warpgroups, attention-notes.md "The short kernel's loop")
+#               beside cuDNN's kernel on the same shape: GQA 32/8, 1024 tokens, one span over the chunk,
+#               contiguous cache (ours 0.82-0.84x cuDNN on the H100; cuDNN's D 64 kernel has the same two
+#               warpgroups of 64 rows and 128-key tiles); read with tools/ncu_top.py short-d64-ours-sass.csv
+#               short-d64-cudnn-sass.csv
 #   split       the sm_90a attention, D 64 GQA 32/8, one span over 1024 and 4096 tokens: the rows whose
 #               last round is split (44 items in 3 parts, 28 in 4), where a part costs ~20k SM cycles
 #               more than its tiles (attention-notes.md "Session 45"): the stall samples of the partial's
@@ -48,11 +53,11 @@ export ATTNPLAN_CACHE_DIR="${ATTNPLAN_CACHE_DIR:-$BUILD/cache}"
 DIR="$OUT/profile"
 mkdir -p "$DIR"
 parts=("$@")
-[[ ${#parts[@]} -gt 0 ]] || parts=(gemm attention dequantize fp8 fp8-peer bidirectional long sdpa split)
+[[ ${#parts[@]} -gt 0 ]] || parts=(gemm attention dequantize fp8 fp8-peer bidirectional long sdpa short split)
 for part in "${parts[@]}"; do
   case "$part" in
-    gemm | attention | dequantize | fp8 | fp8-peer | bidirectional | long | sdpa | split) ;;
-    *) echo "unknown part '$part' (gemm attention dequantize fp8 fp8-peer bidirectional long sdpa split)" >&2; exit 2 ;;
+    gemm | attention | dequantize | fp8 | fp8-peer | bidirectional | long | sdpa | short | split) ;;
+    *) echo "unknown part '$part' (gemm attention dequantize fp8 fp8-peer bidirectional long sdpa short split)" >&2; exit 2 ;;
   esac
 done
 
@@ -76,8 +81,8 @@ EOF
 # bidirectional, long and sdpa profiles run the kernels of the bench table's rows.
 python3 -c "import sys; sys.path.insert(0, sys.argv[1]); import bench_matrix; [bench_matrix.attention_config(sys.argv[2], d) for d in (64, 128, 256)]" \
   "$ROOT/tools" "$DIR"
-# The peer of the sdpa part: cuDNN's SDPA (BHSD tensors, enable_gqa, not causal) at head dim argv[1], GQA
-# 32/8, 4096 tokens, called twice (the first call of a shape picks and loads its kernel), as
+# The peer of the sdpa and short parts: cuDNN's SDPA (BHSD tensors, enable_gqa, not causal) at head dim
+# argv[1], GQA 32/8, argv[2] tokens (default 4096), called twice (the first call of a shape picks and loads its kernel), as
 # tools/bench_peers.py calls it.
 cat >"$DIR/sdpa.py" <<'EOF'
 import sys
@@ -85,9 +90,10 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 d = int(sys.argv[1])
-q = torch.randn(1, 32, 4096, d, device="cuda", dtype=torch.bfloat16)
-k = torch.randn(1, 8, 4096, d, device="cuda", dtype=torch.bfloat16)
-v = torch.randn(1, 8, 4096, d, device="cuda", dtype=torch.bfloat16)
+s = int(sys.argv[2]) if len(sys.argv) > 2 else 4096
+q = torch.randn(1, 32, s, d, device="cuda", dtype=torch.bfloat16)
+k = torch.randn(1, 8, s, d, device="cuda", dtype=torch.bfloat16)
+v = torch.randn(1, 8, s, d, device="cuda", dtype=torch.bfloat16)
 with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
     for _ in range(2):
         F.scaled_dot_product_attention(q, k, v, is_causal=False, enable_gqa=True)
@@ -177,6 +183,11 @@ for part in "${parts[@]}"; do
           --tokens 4096 --block-size 64 --mask bidirectional
         profile "sdpa-d$dim-cudnn" "cudnn" 1 1 -- python3 "$DIR/sdpa.py" "$dim"
       done
+      ;;
+    short)
+      profile short-d64-ours "attention_sm90_kernel" 2 1 -- "$DIR/attention-d64.json" \
+        --tokens 1024 --block-size 1024 --mask bidirectional
+      profile short-d64-cudnn "cudnn" 1 1 -- python3 "$DIR/sdpa.py" 64 1024
       ;;
     split)
       for tokens in 1024 4096; do
