@@ -213,14 +213,14 @@ struct AttentionSm90Traits {
   // Of every 8 n8 column tiles of S, how many take their exponentials from polynomial_exp2 on the FMA
   // pipe rather than the MUFU unit: at D 64 the MUFU's 16 ex2 per SM and clock match the tensor cores'
   // rate exactly (one per 4 D FLOPs), so the softmax waits on it (Nsight Compute: MIO throttle). Measured
-  // (attention-notes.md, sessions 11, 12 and 50): with two consumer warpgroups (the short-launch
-  // specialization, short_launch_specialization) 1, 2-4% faster than 2 in session 50; with three, whose
-  // softmaxes overlap each other and whose issue slots are as scarce as tensor cycles, none (session 50,
-  // against session 12's 1: the causal rows 3-6% faster, the bidirectional ones level to 2% faster), but
-  // in the split tail's specialization, whose two one-sequence bidirectional rows ran 2.6% slower without
-  // it, 1.
-  static constexpr int polynomial_exp_eighths =
-      kHeadDim == 64 ? (kConsumers == 3 ? (kSplitsTail ? 1 : 0) : 1) : 0;
+  // (attention-notes.md, sessions 11, 12, 50 and 58): with two consumer warpgroups (the short-launch
+  // specialization, short_launch_specialization) none: session 58 measured 0 level to 5% faster than 1,
+  // and 1 2-6% faster than 2 (the kernel waits on its instructions' latency, two warps a scheduler, more
+  // than on the MUFU: Nsight Compute); with three, whose softmaxes overlap each other and whose issue
+  // slots are as scarce as tensor cycles, none (session 50, against session 12's 1: the causal rows 3-6%
+  // faster, the bidirectional ones level to 2% faster), but in the split tail's specialization, whose
+  // two one-sequence bidirectional rows ran 2.6% slower without it, 1.
+  static constexpr int polynomial_exp_eighths = kHeadDim == 64 && kConsumers == 3 && kSplitsTail ? 1 : 0;
   static_assert(polynomial_exp_eighths >= 0 && polynomial_exp_eighths <= 8, "eighths: 0 to 8");
   // Lazy rescale: a row keeps its running max, and O and the row sum skip their rescale, until a tile's
   // max exceeds it by more than rescale_threshold in exp2 units; the probabilities then reach at most
