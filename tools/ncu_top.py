@@ -9,6 +9,7 @@ the barrier test above it).
     tools/ncu_top.py A-sass.csv B-sass.csv         # two profiles side by side
     tools/ncu_top.py fp8-llama-8k-sass.csv --kernel 1   # the second profiled launch of an export
     tools/ncu_top.py A-sass.csv [B-sass.csv] --reasons  # also the stall reasons, overall and per line
+    tools/ncu_top.py A-sass.csv B-sass.csv --regions --opcodes [--reasons]   # where each runs, by what
 
 An export of several launches (profile.sh's gemm and fp8 parts take two: q|k|v, then o) holds one section
 per launch, each opened by its kernel name row; --kernel picks one (default the first).
@@ -17,6 +18,14 @@ per launch, each opened by its kernel name row; --kernel picks one (default the 
 `stall_dispatch`, ...; the "(Not Issued)" ones left out): first each file's reasons as shares of all its
 samples ("unnamed": samples no column holds, as on some wgmma issues), then, with one file, each listed
 instruction's three largest. Session 33 found the fp8 GEMM's top reason, "dispatch", this way.
+
+--regions groups the instructions by how often they ran: code that runs equally often is one region (a
+loop body, a unit's prologue, a retry loop), so each execution count is listed with its static lines, the
+warp instructions they executed, their samples and (with --reasons) their three largest reasons, largest
+first; above them the static and the never-executed lines. --opcodes sums executed instructions and samples
+per opcode (its first dotted part, predicates dropped). Session 58 compared D 64's short kernel with
+cuDNN's this way (docs/attention-notes.md "The short kernel beside cuDNN's"). With two files each is listed
+in turn.
 
 With two files the listings are aligned as a diff aligns lines (SASS text, branch targets blanked) and each
 pair shows both sample counts: how pages of 16 and of 64 differed in session 7 (docs/attention-notes.md).
@@ -112,6 +121,56 @@ def top_one(instructions, top, context, stalls=None):
         print(line)
 
 
+def opcode(sass):
+    """The opcode of a SASS line without its predicate and modifiers: `@!P0 BRA 0x...` -> BRA."""
+    words = sass.split()
+    if words and words[0].startswith("@"):
+        words = words[1:]
+    return words[0].split(".")[0] if words else ""
+
+
+def regions(instructions, stalls=None, top=12):
+    """Lines: the instructions grouped by execution count, the `top` groups with the most executed
+    instructions, each with its static lines, executed instructions, samples and largest reasons."""
+    total_executed = sum(each[3] for each in instructions) or 1
+    total_samples = sum(each[2] for each in instructions) or 1
+    groups = {}
+    for address, _, samples, executed in instructions:
+        group = groups.setdefault(executed, {"lines": 0, "samples": 0, "reasons": {}})
+        group["lines"] += 1
+        group["samples"] += samples
+        for name, count in (stalls or {}).get(address, {}).items():
+            group["reasons"][name] = group["reasons"].get(name, 0) + count
+    never = groups.get(0, {"lines": 0})["lines"]
+    lines = [f"{len(instructions)} static lines ({never} never executed), {total_executed} warp instructions, "
+             f"{total_samples} samples",
+             f"{'executed':>10} {'lines':>6} {'instructions':>13} {'share':>6} {'samples':>8} {'share':>6}"]
+    ranked = sorted((count for count in groups if count > 0), key=lambda count: -count * groups[count]["lines"])
+    for count in ranked[:top]:
+        group = groups[count]
+        instructions_run = count * group["lines"]
+        line = (f"{count:>10} {group['lines']:>6} {instructions_run:>13} {100 * instructions_run / total_executed:5.1f}% "
+                f"{group['samples']:>8} {100 * group['samples'] / total_samples:5.1f}%")
+        if stalls is not None:
+            line += "  [" + ", ".join(f"{name} {n}" for n, name in largest(group["reasons"], 3)) + "]"
+        lines.append(line)
+    return lines
+
+
+def opcodes(instructions, top=24):
+    """Lines: executed instructions and samples per opcode, the `top` most executed."""
+    executed, samples = {}, {}
+    for _, sass, sampled, count in instructions:
+        name = opcode(sass)
+        executed[name] = executed.get(name, 0) + count
+        samples[name] = samples.get(name, 0) + sampled
+    total = sum(executed.values()) or 1
+    lines = [f"{'opcode':<12} {'executed':>12} {'share':>6} {'samples':>8}"]
+    for count, name in largest(executed, top):
+        lines.append(f"{name:<12} {count:>12} {100 * count / total:5.1f}% {samples[name]:>8}")
+    return lines
+
+
 def aligned(first, second):
     """[(instruction of first or None, instruction of second or None)]: the two listings aligned as a diff
     aligns lines, on the SASS text with absolute addresses (branch targets) blanked, so the same code in
@@ -151,6 +210,9 @@ def main(argv=None):
                         help="which launch of each export (0: the first; exports of several launches)")
     parser.add_argument("--reasons", action="store_true",
                         help="the stall reasons: each file's shares, and (one file) each line's largest")
+    parser.add_argument("--regions", action="store_true",
+                        help="the instructions grouped by execution count (loop bodies, per-unit code, retries)")
+    parser.add_argument("--opcodes", action="store_true", help="executed instructions and samples per opcode")
     args = parser.parse_args(argv)
     if len(args.csv) > 2:
         parser.error("one or two CSV files")
@@ -158,6 +220,14 @@ def main(argv=None):
     stalls = [reasons(path, args.kernel) for path in args.csv] if args.reasons else []
     for path, listing, (totals, _) in zip(args.csv, listings, stalls):
         print(f"{os.path.basename(path)}: {reason_line(totals, sum(each[2] for each in listing) or 1)}")
+    if args.regions or args.opcodes:
+        for i, (path, listing) in enumerate(zip(args.csv, listings)):
+            print(f"== {os.path.basename(path)}")
+            if args.regions:
+                print("\n".join(regions(listing, stalls[i][1] if stalls else None, args.top)))
+            if args.opcodes:
+                print("\n".join(opcodes(listing, args.top)))
+        return 0
     if len(args.csv) == 1:
         top_one(listings[0], args.top, args.context, stalls[0][1] if stalls else None)
     else:

@@ -25,7 +25,7 @@
 #               beside cuDNN's kernel on the same shape: GQA 32/8, 1024 tokens, one span over the chunk,
 #               contiguous cache (ours 0.82-0.84x cuDNN on the H100; cuDNN's D 64 kernel has the same two
 #               warpgroups of 64 rows and 128-key tiles); read with tools/ncu_top.py short-d64-ours-sass.csv
-#               short-d64-cudnn-sass.csv
+#               short-d64-cudnn-sass.csv [--regions --opcodes --reasons]
 #   split       the sm_90a attention, D 64 GQA 32/8, one span over 1024 and 4096 tokens: the rows whose
 #               last round is split (44 items in 3 parts, 28 in 4), where a part costs ~20k SM cycles
 #               more than its tiles (attention-notes.md "Session 45"): the stall samples of the partial's

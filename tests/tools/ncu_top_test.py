@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Host tests of tools/ncu_top.py (no GPU, no Nsight Compute): it reads the source-page CSV export (kernel
-name row, header, one row per SASS instruction), ranks instructions by stall samples, and aligns two
-listings whose branch targets and lengths differ.
+name row, header, one row per SASS instruction), ranks instructions by stall samples, aligns two
+listings whose branch targets and lengths differ, and groups them by execution count and opcode.
 
   python3 tests/tools/ncu_top_test.py
 """
@@ -110,6 +110,24 @@ class NcuTopTest(unittest.TestCase):
         self.assertEqual(lines[0], "reasons.csv: dispatch 60.5%, wait 14.1%, unnamed 25.4%")
         self.assertTrue(lines[2].endswith("[dispatch 585, wait 61]"))
         self.assertTrue(lines[3].endswith("[wait 80, dispatch 20]"))
+
+    def test_regions_group_the_lines_run_equally_often(self):
+        lines = ncu_top.regions(ncu_top.load(self.write("a.csv", FIRST)))
+        self.assertEqual(lines[0], "5 static lines (0 never executed), 35100 warp instructions, 3231 samples")
+        rows = [line.split() for line in lines[2:]]
+        # By executed instructions: the TMA issue (32000 once), the three lines run 1000 times, the LDC.
+        self.assertEqual([row[:3] for row in rows], [["32000", "1", "32000"], ["1000", "3", "3000"],
+                                                     ["100", "1", "100"]])
+        self.assertEqual(rows[1][4], str(29 + 1674 + 1228))
+
+    def test_opcodes_sum_without_predicates_or_modifiers(self):
+        self.assertEqual(ncu_top.opcode("@!P0  BRA 0x7fca00000400"), "BRA")
+        self.assertEqual(ncu_top.opcode("HGMMA.64x128x16.F32.BF16 R88, gdesc[UR20], RZ, !UPT"), "HGMMA")
+        lines = self.run_tool(self.write("a.csv", FIRST), "--opcodes", "--top", "2")
+        self.assertEqual(lines[0], "== a.csv")
+        self.assertEqual(lines[2].split(), ["UTMALDG", "32000", "91.2%", "297"])
+        self.assertEqual(lines[3].split()[0:2], ["SYNCS", "1000"])  # ties (BRA, HGMMA, SYNCS): the last name first
+        self.assertEqual(len(lines), 4)
 
     def test_an_export_without_stall_samples_is_refused(self):
         path = os.path.join(self.work.name, "plain.csv")
