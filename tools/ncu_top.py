@@ -33,6 +33,7 @@ pair shows both sample counts: how pages of 16 and of 64 differed in session 7 (
 import argparse
 import csv
 import difflib
+import functools
 import os
 import re
 import sys
@@ -42,11 +43,18 @@ EXECUTED = "Instructions Executed"
 ADDRESS = re.compile(r"0x[0-9a-f]{9,}")  # absolute code addresses: branch targets
 
 
+@functools.lru_cache(maxsize=None)
+def read_rows(path):
+    """The CSV rows of `path`, read once: the listing and the reasons both come from them, and a path that
+    can be read only once (`<(zcat A-sass.csv.gz)`) still serves both."""
+    with open(path, newline="") as handle:
+        return tuple(tuple(row) for row in csv.reader(handle))
+
+
 def section(path, kernel=0):
     """(header, rows) of launch `kernel` of an ncu source-page CSV export (its sections each open with a
     kernel name row, then the header)."""
-    with open(path, newline="") as handle:
-        rows = list(csv.reader(handle))
+    rows = [list(row) for row in read_rows(path)]
     headers = [i for i, row in enumerate(rows) if SAMPLES in row]
     if not headers:
         sys.exit(f"ncu_top: {path} has no '{SAMPLES}' column (profile with --section SourceCounters and "

@@ -129,6 +129,14 @@ class NcuTopTest(unittest.TestCase):
         self.assertEqual(lines[3].split()[0:2], ["SYNCS", "1000"])  # ties (BRA, HGMMA, SYNCS): the last name first
         self.assertEqual(len(lines), 4)
 
+    def test_an_export_is_read_once(self):
+        # A path that can be read only once (a pipe from zcat) serves the listing and the reasons.
+        path = self.write("once.csv", FIRST)
+        listing = ncu_top.load(path)
+        os.remove(path)
+        self.assertEqual(ncu_top.reasons(path)[0], {})  # this export has no per-reason columns
+        self.assertEqual(ncu_top.load(path), listing)
+
     def test_an_export_without_stall_samples_is_refused(self):
         path = os.path.join(self.work.name, "plain.csv")
         with open(path, "w") as handle:
