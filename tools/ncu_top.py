@@ -150,15 +150,18 @@ def regions(instructions, stalls=None, top=12):
         for name, count in (stalls or {}).get(address, {}).items():
             group["reasons"][name] = group["reasons"].get(name, 0) + count
     never = groups.get(0, {"lines": 0})["lines"]
-    lines = [f"{len(instructions)} static lines ({never} never executed), {total_executed} warp instructions, "
-             f"{total_samples} samples",
+    lines = [f"{len(instructions)} static lines ({never} never executed), {total_executed} warp "
+             f"instructions, {total_samples} samples",
              f"{'executed':>10} {'lines':>6} {'instructions':>13} {'share':>6} {'samples':>8} {'share':>6}"]
-    ranked = sorted((count for count in groups if count > 0), key=lambda count: -count * groups[count]["lines"])
+    ranked = sorted((count for count in groups if count > 0),
+                    key=lambda count: -count * groups[count]["lines"])
     for count in ranked[:top]:
         group = groups[count]
         instructions_run = count * group["lines"]
-        line = (f"{count:>10} {group['lines']:>6} {instructions_run:>13} {100 * instructions_run / total_executed:5.1f}% "
-                f"{group['samples']:>8} {100 * group['samples'] / total_samples:5.1f}%")
+        run_share = 100 * instructions_run / total_executed
+        sample_share = 100 * group["samples"] / total_samples
+        line = (f"{count:>10} {group['lines']:>6} {instructions_run:>13} {run_share:5.1f}% "
+                f"{group['samples']:>8} {sample_share:5.1f}%")
         if stalls is not None:
             line += "  [" + ", ".join(f"{name} {n}" for n, name in largest(group["reasons"], 3)) + "]"
         lines.append(line)
@@ -219,7 +222,7 @@ def main(argv=None):
     parser.add_argument("--reasons", action="store_true",
                         help="the stall reasons: each file's shares, and (one file) each line's largest")
     parser.add_argument("--regions", action="store_true",
-                        help="the instructions grouped by execution count (loop bodies, per-unit code, retries)")
+                        help="the instructions grouped by execution count (loop bodies, per-unit code)")
     parser.add_argument("--opcodes", action="store_true", help="executed instructions and samples per opcode")
     args = parser.parse_args(argv)
     if len(args.csv) > 2:

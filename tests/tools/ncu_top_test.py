@@ -126,7 +126,8 @@ class NcuTopTest(unittest.TestCase):
         lines = self.run_tool(self.write("a.csv", FIRST), "--opcodes", "--top", "2")
         self.assertEqual(lines[0], "== a.csv")
         self.assertEqual(lines[2].split(), ["UTMALDG", "32000", "91.2%", "297"])
-        self.assertEqual(lines[3].split()[0:2], ["SYNCS", "1000"])  # ties (BRA, HGMMA, SYNCS): the last name first
+        # Ties (BRA, HGMMA, SYNCS at 1000 each): the last name first.
+        self.assertEqual(lines[3].split()[0:2], ["SYNCS", "1000"])
         self.assertEqual(len(lines), 4)
 
     def test_an_export_is_read_once(self):
