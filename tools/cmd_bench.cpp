@@ -228,15 +228,16 @@ std::vector<Row> measure(const plan::PrefillPlan& plan, const std::vector<Device
       }
     }
     // The kernels this chunk ran for the stage: a projection's small specialization or dequantized path
-    // shows.
+    // shows. The attention stage's kernel depends on the batch, not only on the token count: its
+    // short-launch or split-tail specialization shows.
     const int num_tokens = sets.front().args.batch.num_tokens;
     std::string kernels;
-    for (const std::string& name : plan.stage_kernels(stages[s], num_tokens))
-      kernels += (kernels.empty() ? "" : "+") + name;
-    // The attention stage's kernel depends on the batch, not only on the token count: its short-launch or
-    // split-tail specialization shows.
-    if (stages[s] == plan::StageKind::attention)
-      kernels = std::string(plan::attention_kernel_name(plan.attention_variant(sets.front().args.batch)));
+    if (stages[s] == plan::StageKind::attention) {
+      kernels = plan::attention_kernel_name(plan.attention_variant(sets.front().args.batch));
+    } else {
+      for (const std::string& name : plan.stage_kernels(stages[s], num_tokens))
+        kernels += (kernels.empty() ? "" : "+") + name;
+    }
     // A q|k|v launch whose tiles hold whole heads applies the q/k/v norms and RoPE in its epilogue: the
     // stage's time then includes the postprocess, which has no stage of its own (a peer's GEMM does less).
     if (stages[s] == plan::StageKind::qkv_projection && plan.qkv_postprocess_fused(num_tokens))
