@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "core/error.hpp"
 
 namespace attnplan::plan {
@@ -73,16 +75,12 @@ bool runs_dequantized(const std::optional<KernelPlan::Dequantized>& path, int nu
   return path.has_value() && num_tokens >= path->min_tokens;
 }
 
-std::string_view attention_kernel_name(AttentionVariant variant) {
-  switch (variant) {
-    case AttentionVariant::planned:
-      return kAttentionKernel;
-    case AttentionVariant::short_launch:
-      return kAttentionShortKernel;
-    case AttentionVariant::split:
-      return kAttentionSplitKernel;
-  }
-  return kAttentionKernel;
+AttentionVariant attention_variant_named(std::string_view name) {
+  const auto found = std::find(kAttentionKernelNames.begin(), kAttentionKernelNames.end(), name);
+  if (found == kAttentionKernelNames.end())
+    throw Error(Stage::internal,
+                fmt::format("attention_variant_named: '{}' names no attention kernel", name));
+  return static_cast<AttentionVariant>(found - kAttentionKernelNames.begin());
 }
 
 const AttentionSpec& attention_variant_spec(const KernelPlan& kernels, AttentionVariant variant) {

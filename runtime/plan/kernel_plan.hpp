@@ -2,6 +2,8 @@
 // compiler. Each planned kernel carries its typed spec rendered to a KernelSource.
 #pragma once
 
+#include <array>
+#include <cstddef>
 #include <optional>
 #include <span>
 #include <string>
@@ -157,7 +159,15 @@ bool qkv_postprocess_fused(const KernelPlan& kernels, int num_tokens, int n, int
 // Which of the attention stage's kernels a launch runs: the planned one ("attention"), its short-launch
 // specialization (kAttentionShortKernel) or its split-tail one (kAttentionSplitKernel).
 enum class AttentionVariant { planned, short_launch, split };
-std::string_view attention_kernel_name(AttentionVariant variant);
+inline constexpr std::size_t kAttentionVariants = 3;
+// Each variant's kernel name in KernelPlan::kernels, indexed by the variant.
+inline constexpr std::array<std::string_view, kAttentionVariants> kAttentionKernelNames = {
+    kAttentionKernel, kAttentionShortKernel, kAttentionSplitKernel};
+inline constexpr std::string_view attention_kernel_name(AttentionVariant variant) {
+  return kAttentionKernelNames[static_cast<std::size_t>(variant)];
+}
+// The variant an attention-stage kernel name stands for (Error(internal) for any other name).
+AttentionVariant attention_variant_named(std::string_view name);
 // The variant's spec in `kernels` (Error(internal) for a variant the plan has not planned).
 const AttentionSpec& attention_variant_spec(const KernelPlan& kernels, AttentionVariant variant);
 

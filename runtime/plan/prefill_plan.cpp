@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <utility>
@@ -27,9 +28,16 @@ struct PrefillPlan::Loaded {
 
   driver::Context context;
   std::vector<driver::Module> modules;  // own the functions below
-  driver::Function input_norm, qkv_projection, qkv_postprocess, kv_store, attention, output_projection;
-  driver::Function attention_split;  // where planned (KernelPlan::attention_split)
-  driver::Function attention_short;  // where planned (KernelPlan::attention_short)
+  driver::Function input_norm, qkv_projection, qkv_postprocess, kv_store, output_projection;
+  // The attention stage's kernels, indexed by AttentionVariant: the planned one, and its short-launch and
+  // split-tail specializations where planned (KernelPlan::attention_short, attention_split).
+  std::array<driver::Function, kAttentionVariants> attention;
+  driver::Function& attention_kernel(AttentionVariant variant) {
+    return attention[static_cast<std::size_t>(variant)];
+  }
+  const driver::Function& attention_kernel(AttentionVariant variant) const {
+    return attention[static_cast<std::size_t>(variant)];
+  }
   // The short-launch specializations, where planned (KernelPlan::qkv_projection_small, ..._tiny).
   driver::Function qkv_projection_small, output_projection_small, qkv_projection_tiny, output_projection_tiny;
   // The dequantized paths, where planned (KernelPlan::qkv_projection_dequantized, ...).
@@ -386,11 +394,8 @@ void PrefillPlan::execute(const ExecuteArgs& args, CUstream stream, const StageO
   const AttentionLaunch launch = launched_attention(
       kernels, batch.host_query_starts, batch.host_context_lens, batch.host_span_offsets,
       batch.host_span_bounds, config.query_heads, loaded.multiprocessors, layout.attention_partial_units);
-  const AttentionSpec* attention_spec = &attention_variant_spec(kernels, launch.variant);
-  const driver::Function* attention_function =
-      launch.variant == AttentionVariant::short_launch ? &loaded.attention_short
-      : launch.variant == AttentionVariant::split      ? &loaded.attention_split
-                                                       : &loaded.attention;
+  const AttentionSpec& attention_spec = attention_variant_spec(kernels, launch.variant);
+  const driver::Function& attention_function = loaded.attention_kernel(launch.variant);
   if (kernels.attention.kernel == AttentionKernel::wgmma_sm90) {  // the heaviest items first
     set_item_order(attend, launch.order);
     // Non-causal prompts: no span walk at each item's start. An order means every chunk is one span
@@ -411,7 +416,7 @@ void PrefillPlan::execute(const ExecuteArgs& args, CUstream stream, const StageO
   require(!kernels.attention.has_spans || batch.span_offsets != nullptr,
           "span_offsets: this plan has bidirectional_spans; pass span_offsets (all zeros for a batch without "
           "spans)");
-  attention_spec->check(attend, config.query_heads);
+  attention_spec.check(attend, config.query_heads);
 
   GemmParams output{};
   output.a = attention_out;
@@ -494,7 +499,7 @@ void PrefillPlan::execute(const ExecuteArgs& args, CUstream stream, const StageO
   // which zeroes the item counter and the part counters for the attention launch
   enqueue_kv_store(store, stream, attend.item_counter, 1 + attend.split_items);
   notify(StageKind::kv_store);
-  launch_attention(*attention_function, *attention_spec, attend, config.query_heads, stream,
+  launch_attention(attention_function, attention_spec, attend, config.query_heads, stream,
                    loaded.multiprocessors);
   notify(StageKind::attention);
   project(&loaded.output_quantize, StageKind::output_projection, *output_function, *output_spec,
@@ -710,9 +715,7 @@ plan::PrefillPlan Runtime::load(const plan::CompiledPlan& compiled) {
         loaded->kv_store = function;
         break;
       case plan::StageKind::attention:
-        (planned.name == plan::kAttentionSplitKernel   ? loaded->attention_split
-         : planned.name == plan::kAttentionShortKernel ? loaded->attention_short
-                                                       : loaded->attention) = function;
+        loaded->attention_kernel(plan::attention_variant_named(planned.name)) = function;
         break;
       case plan::StageKind::output_projection:
         projection_slot(loaded->output_projection, loaded->output_projection_small,

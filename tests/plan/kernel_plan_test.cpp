@@ -535,6 +535,15 @@ TEST_CASE("a launch's attention kernel: short, split or planned, as execute choo
   CHECK(plan::attention_kernel_name(plan::AttentionVariant::planned) == "attention");
   CHECK(plan::attention_kernel_name(plan::AttentionVariant::short_launch) == plan::kAttentionShortKernel);
   CHECK(plan::attention_kernel_name(plan::AttentionVariant::split) == plan::kAttentionSplitKernel);
+  // The name -> variant lookup the plan's loader keys its kernels by, and every kernel the plan lists for
+  // the attention stage has one.
+  for (const plan::AttentionVariant variant :
+       {plan::AttentionVariant::planned, plan::AttentionVariant::short_launch, plan::AttentionVariant::split})
+    CHECK(plan::attention_variant_named(plan::attention_kernel_name(variant)) == variant);
+  CHECK_THROWS_AS(plan::attention_variant_named("qkv_projection"), Error);
+  for (const plan::PlannedKernel& planned : kernels.kernels)
+    if (planned.stage == plan::StageKind::attention)
+      CHECK_NOTHROW(plan::attention_variant_named(planned.name));
   CHECK(&plan::attention_variant_spec(kernels, plan::AttentionVariant::short_launch) ==
         &*kernels.attention_short);
   CHECK(&plan::attention_variant_spec(kernels, plan::AttentionVariant::split) == &*kernels.attention_split);
