@@ -54,7 +54,7 @@ def read_rows(path):
 def section(path, kernel=0):
     """(header, rows) of launch `kernel` of an ncu source-page CSV export (its sections each open with a
     kernel name row, then the header)."""
-    rows = [list(row) for row in read_rows(path)]
+    rows = read_rows(path)
     headers = [i for i, row in enumerate(rows) if SAMPLES in row]
     if not headers:
         sys.exit(f"ncu_top: {path} has no '{SAMPLES}' column (profile with --section SourceCounters and "
