@@ -25,7 +25,9 @@ warp instructions they executed, their samples and (with --reasons) their three 
 first; above them the static and the never-executed lines. --opcodes sums executed instructions and samples
 per opcode (its first dotted part, predicates dropped). Session 58 compared D 64's short kernel with
 cuDNN's this way (docs/attention-notes.md "The short kernel beside cuDNN's"). With two files each is listed
-in turn.
+in turn. --reason NAME (e.g. no_inst) adds one reason's samples to every region, whether or not it is among
+the three largest: session 60 found the short kernel's instruction-fetch stalls in its per-unit code so
+(docs/attention-notes.md "Session 60").
 
 With two files the listings are aligned as a diff aligns lines (SASS text, branch targets blanked) and each
 pair shows both sample counts: how pages of 16 and of 64 differed in session 7 (docs/attention-notes.md).
@@ -137,9 +139,10 @@ def opcode(sass):
     return words[0].split(".")[0] if words else ""
 
 
-def regions(instructions, stalls=None, top=12):
+def regions(instructions, stalls=None, top=12, reason=None):
     """Lines: the instructions grouped by execution count, the `top` groups with the most executed
-    instructions, each with its static lines, executed instructions, samples and largest reasons."""
+    instructions, each with its static lines, executed instructions, samples and largest reasons (and,
+    given `reason`, that reason's samples)."""
     total_executed = sum(each[3] for each in instructions) or 1
     total_samples = sum(each[2] for each in instructions) or 1
     groups = {}
@@ -152,7 +155,8 @@ def regions(instructions, stalls=None, top=12):
     never = groups.get(0, {"lines": 0})["lines"]
     lines = [f"{len(instructions)} static lines ({never} never executed), {total_executed} warp "
              f"instructions, {total_samples} samples",
-             f"{'executed':>10} {'lines':>6} {'instructions':>13} {'share':>6} {'samples':>8} {'share':>6}"]
+             f"{'executed':>10} {'lines':>6} {'instructions':>13} {'share':>6} {'samples':>8} {'share':>6}"
+             + (f" {reason:>8}" if reason else "")]
     ranked = sorted((count for count in groups if count > 0),
                     key=lambda count: -count * groups[count]["lines"])
     for count in ranked[:top]:
@@ -162,6 +166,8 @@ def regions(instructions, stalls=None, top=12):
         sample_share = 100 * group["samples"] / total_samples
         line = (f"{count:>10} {group['lines']:>6} {instructions_run:>13} {run_share:5.1f}% "
                 f"{group['samples']:>8} {sample_share:5.1f}%")
+        if reason:
+            line += f" {group['reasons'].get(reason, 0):>8}"
         if stalls is not None:
             line += "  [" + ", ".join(f"{name} {n}" for n, name in largest(group["reasons"], 3)) + "]"
         lines.append(line)
@@ -224,18 +230,27 @@ def main(argv=None):
     parser.add_argument("--regions", action="store_true",
                         help="the instructions grouped by execution count (loop bodies, per-unit code)")
     parser.add_argument("--opcodes", action="store_true", help="executed instructions and samples per opcode")
+    parser.add_argument("--reason", metavar="NAME",
+                        help="with --regions: this stall reason's samples in each region (implies --reasons)")
     args = parser.parse_args(argv)
     if len(args.csv) > 2:
         parser.error("one or two CSV files")
+    if args.reason and not args.regions:
+        parser.error("--reason goes with --regions")
+    args.reasons = args.reasons or bool(args.reason)
     listings = [load(path, args.kernel) for path in args.csv]
     stalls = [reasons(path, args.kernel) for path in args.csv] if args.reasons else []
+    for path, (totals, _) in zip(args.csv, stalls):
+        if args.reason and args.reason not in totals:
+            parser.error(f"{os.path.basename(path)} has no stall_{args.reason} column (its reasons: "
+                         f"{', '.join(sorted(totals)) or 'none'})")
     for path, listing, (totals, _) in zip(args.csv, listings, stalls):
         print(f"{os.path.basename(path)}: {reason_line(totals, sum(each[2] for each in listing) or 1)}")
     if args.regions or args.opcodes:
         for i, (path, listing) in enumerate(zip(args.csv, listings)):
             print(f"== {os.path.basename(path)}")
             if args.regions:
-                print("\n".join(regions(listing, stalls[i][1] if stalls else None, args.top)))
+                print("\n".join(regions(listing, stalls[i][1] if stalls else None, args.top, args.reason)))
             if args.opcodes:
                 print("\n".join(opcodes(listing, args.top)))
         return 0

@@ -120,6 +120,30 @@ class NcuTopTest(unittest.TestCase):
                                                      ["100", "1", "100"]])
         self.assertEqual(rows[1][4], str(29 + 1674 + 1228))
 
+    def test_one_reason_per_region(self):
+        # --reason adds one column: that reason's samples per region, even where it is not among the three
+        # largest; a reason the export has no column for is refused, as is --reason without --regions.
+        header = ('"Address","Source","Warp Stall Sampling (All Samples)","Instructions Executed",'
+                  '"stall_wait","stall_no_inst","stall_barrier","stall_math"\n')
+        rows = [("0x10", "FFMA R1, R2, R3, R4", 50, 1000, 30, 1, 10, 9),
+                ("0x20", "MUFU.EX2 R5, R6", 40, 1000, 20, 2, 10, 8),
+                ("0x30", "STG.E.128 desc[UR4][R8.64], R12", 10, 10, 1, 7, 1, 1)]
+        path = os.path.join(self.work.name, "reason.csv")
+        with open(path, "w") as handle:
+            handle.write('"Kernel Name","void attention_sm90_kernel<Traits>(Params)",\n' + header)
+            handle.writelines(f'"{a}","  {s}","{n}","{e}","{w}","{i}","{b}","{m}"\n'
+                              for a, s, n, e, w, i, b, m in rows)
+        lines = self.run_tool(path, "--regions", "--reason", "no_inst")
+        self.assertTrue(lines[3].split()[-1] == "no_inst")
+        loop = lines[4].split()
+        self.assertEqual(loop[:2], ["1000", "2"])
+        self.assertEqual(loop[6], "3")  # not among the loop's three largest (wait, barrier, math)
+        self.assertNotIn("no_inst", lines[4].split("[")[1])
+        self.assertEqual(lines[5].split()[6], "7")
+        for args in (["--regions", "--reason", "imc"], ["--reason", "no_inst"]):
+            with self.assertRaises(SystemExit), contextlib.redirect_stderr(io.StringIO()):
+                ncu_top.main([path] + args)
+
     def test_opcodes_sum_without_predicates_or_modifiers(self):
         self.assertEqual(ncu_top.opcode("@!P0  BRA 0x7fca00000400"), "BRA")
         self.assertEqual(ncu_top.opcode("HGMMA.64x128x16.F32.BF16 R88, gdesc[UR20], RZ, !UPT"), "HGMMA")
