@@ -147,8 +147,8 @@ def opcode(text):
 
 def loops(listing):
     """[Loop] of a listing: every backward branch's span, in program order (an outer loop before the loops
-    it holds), with the counts of COUNTED
-    (an opcode counts for every entry it starts with: BAR for BAR.SYNC and BAR.ARV)."""
+    it holds), with the counts of COUNTED (an opcode counts for every entry it starts with: BAR for
+    BAR.SYNC and BAR.ARV)."""
     at = {instruction.offset: i for i, instruction in enumerate(listing)}
     # ptxas puts a barrier wait's retry out of line, after the kernel's last EXIT: the wait again, and a
     # branch back into the code it came from. That branch returns; it closes no loop.
