@@ -20,6 +20,7 @@
 #include "compiler/cache_key.hpp"
 #include "config/parse.hpp"
 #include "core/error.hpp"
+#include "core/files.hpp"
 #include "plan/runtime.hpp"
 #include "plan/runtime_options.hpp"
 #include "runtime_setup.hpp"
@@ -106,7 +107,16 @@ int show(const Arguments& args, const RuntimeOptions& options) {
   std::shared_ptr<const cache::Entry> entry = cache.find(key);
   if (!entry) throw Error(Stage::cache, fmt::format("entry {} is damaged and was moved to quarantine", key));
 
-  if (args.flag("--manifest")) {
+  if (std::optional<std::string> file = args.value("--cubin")) {
+    // The entry's bytes, hash-checked by find(), for tools that take a cubin file (nvdisasm, ncu's
+    // --import-source, tools/sass.py); written whole or not at all.
+    try {
+      core::write_file_atomic(*file, entry->cubin.data(), entry->cubin.size());
+    } catch (const Error& error) {  // the user's path, not the cache: bad input
+      throw Error(Stage::input, fmt::format("--cubin {}: {}", *file, error.message()));
+    }
+    fmt::print("{}\n", *file);
+  } else if (args.flag("--manifest")) {
     fmt::print("{}\n", entry->manifest.dump(2));
   } else if (args.flag("--ptx")) {
     std::optional<std::string> ptx = cache.ptx(key);
@@ -326,13 +336,14 @@ Command cache_command() {
   Command command;
   command.name = "cache";
   command.synopsis =
-      "cache path|list|show KEY [--ptx|--sass|--manifest]|verify|prune [--max-bytes N]|clear|explain CONFIG "
+      "cache path|list|show KEY [--ptx|--sass|--manifest|--cubin FILE]|verify|prune [--max-bytes "
+      "N]|clear|explain CONFIG "
       "[--arch A] [--json]";
   command.description =
       "Inspects and maintains the cubin cache.\n"
       "  path     print the cache directory\n"
       "  list     one line per entry: key, kernel, arch, size, spec\n"
-      "  show     one entry (KEY may be a unique prefix): summary, or its manifest, PTX or SASS\n"
+      "  show     one entry (KEY may be a unique prefix): summary, or its manifest, PTX, SASS or cubin\n"
       "  verify   check every entry's hash and manifest; exit 1 if any is bad\n"
       "  prune    remove least-recently-used entries until the cache fits --max-bytes\n"
       "  clear    remove every entry\n"
@@ -343,6 +354,7 @@ Command cache_command() {
       {"--ptx", "", "show: the PTX (stored when compiled with --keep-ptx)"},
       {"--sass", "", "show: the SASS, through cuobjdump or nvdisasm"},
       {"--manifest", "", "show: the manifest JSON"},
+      {"--cubin", "FILE", "show: write the entry's cubin to FILE (for nvdisasm, ncu, tools/sass.py)"},
       {"--max-bytes", "N", "prune: the size to fit (default $ATTNPLAN_CACHE_MAX_BYTES or 2 GiB)"},
       {"--arch", "A", "explain: the arch to plan for (default: the config's target.arch, else auto)"},
       {"--json", "", "explain: print {\"arch\", \"kernels\": [...], ...} on stdout instead of the table"},

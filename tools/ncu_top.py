@@ -40,6 +40,8 @@ import os
 import re
 import sys
 
+import sass as sass_listing  # tools/sass.py: one reading of a SASS line's opcode
+
 SAMPLES = "Warp Stall Sampling (All Samples)"
 EXECUTED = "Instructions Executed"
 ADDRESS = re.compile(r"0x[0-9a-f]{9,}")  # absolute code addresses: branch targets
@@ -132,11 +134,8 @@ def top_one(instructions, top, context, stalls=None):
 
 
 def opcode(sass):
-    """The opcode of a SASS line without its predicate and modifiers: `@!P0 BRA 0x...` -> BRA."""
-    words = sass.split()
-    if words and words[0].startswith("@"):
-        words = words[1:]
-    return words[0].split(".")[0] if words else ""
+    """The opcode of a SASS line without its predicate and modifiers: `@!P0 BAR.ARV 0x6` -> BAR."""
+    return sass_listing.opcode(sass).split(".")[0]
 
 
 def regions(instructions, stalls=None, top=12, reason=None):

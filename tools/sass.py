@@ -10,7 +10,7 @@ it is (`nvdisasm -c`). Branch targets are then offsets into the kernel's own tex
 
     tools/sass.py K.cubin                       # every kernel's SASS
     tools/sass.py K.cubin --loops               # each loop (a backward branch): instructions, HGMMAs, ...
-    tools/sass.py --key 5d0c2a81 [--cache-dir D] --loops   # a kernel of the cubin cache, by key prefix
+    tools/sass.py --key 5d0c2a81 [--cache-dir D] --loops   # a cache entry, by key prefix (via attnplan)
     tools/sass.py A.cubin B.cubin --loops       # two builds of a kernel, loop by loop
 
 --loops lists, for every backward branch, the span from its target to it (a loop body with every path of
@@ -23,7 +23,6 @@ $CUDA_HOME/bin or /usr/local/cuda/bin, else where scripts/get_nvdisasm.sh puts i
 Exit status: 0, 1 when a cubin cannot be read or disassembled, 2 on a usage error.
 """
 import argparse
-import glob
 import os
 import re
 import shutil
@@ -177,23 +176,49 @@ def loop_lines(listing, top, min_lines=0):
     return lines
 
 
-def cubin_for_key(prefix, cache_dir):
-    """The one cubin of the cache whose key starts with `prefix` (`<dir>/v1/<shard>/<key>.cubin`)."""
-    matches = sorted(glob.glob(os.path.join(cache_dir, "v1", "*", f"{prefix}*.cubin")))
-    matches = [path for path in matches if re.fullmatch(r"[0-9a-f]+\.cubin", os.path.basename(path))]
-    if len(matches) != 1:
-        raise SassError(f"key prefix {prefix!r} matches {len(matches)} cubins in {cache_dir}"
-                        + (": " + ", ".join(os.path.basename(path) for path in matches[:4]) if matches else ""))
-    return matches[0]
+def find_attnplan():
+    """The attnplan CLI that --key asks for a cache entry: $ATTNPLAN, else `attnplan` on PATH, else this
+    checkout's build-gpu/ or build/."""
+    candidates = [os.environ.get("ATTNPLAN"), shutil.which("attnplan"),
+                  os.path.join(ROOT, "build-gpu", "attnplan"), os.path.join(ROOT, "build", "attnplan")]
+    return next((path for path in candidates if path and os.access(path, os.X_OK)), None)
+
+
+def cubin_for_key(prefix, cache_dir, attnplan, work):
+    """The cubin of the cache entry whose key starts with `prefix`, written under `work` by `attnplan cache
+    show KEY --cubin` (the cache's layout, prefix rules and hash check stay the runtime's own)."""
+    if attnplan is None:
+        raise SassError("--key needs the attnplan CLI ($ATTNPLAN, PATH, build-gpu/ or build/)")
+    if not re.fullmatch(r"[0-9a-f]+", prefix):
+        raise SassError(f"--key {prefix!r}: a cache key is lowercase hex digits")
+    path = os.path.join(work, f"{prefix}.cubin")
+    command = [attnplan, "cache", "show", prefix, "--cubin", path]
+    if cache_dir:
+        command += ["--cache-dir", cache_dir]
+    shown = subprocess.run(command, capture_output=True, text=True)
+    if shown.returncode != 0:
+        raise SassError(f"{' '.join(command[1:4])}: {shown.stderr.strip() or f'exit {shown.returncode}'}")
+    return path
+
+
+def print_kernels(paths, nvdisasm, args):
+    """Each cubin's kernels: the listing, or with --loops a line per loop."""
+    for path in paths:
+        for name, sass in disassemble(path, nvdisasm):
+            if args.loops:
+                print(f"== {os.path.basename(path)}: {name}")
+                print("\n".join(loop_lines(instructions(sass), args.top, args.min_lines)))
+            else:
+                print(f"// {os.path.basename(path)}: {name}")
+                print(sass, end="" if sass.endswith("\n") else "\n")
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("cubin", nargs="*", help="cubin files")
     parser.add_argument("--key", help="a cache key (or a prefix of one) instead of a file")
-    parser.add_argument("--cache-dir", default=os.environ.get("ATTNPLAN_CACHE_DIR")
-                        or os.path.join(os.path.expanduser("~"), ".cache", "attnplan"),
-                        help="the cache for --key (default: $ATTNPLAN_CACHE_DIR, else ~/.cache/attnplan)")
+    parser.add_argument("--cache-dir",
+                        help="the cache for --key (default: attnplan's, $ATTNPLAN_CACHE_DIR else ~/.cache/attnplan)")
     parser.add_argument("--loops", action="store_true", help="a line per loop instead of the listing")
     parser.add_argument("--top", type=int, default=40, help="loops shown per kernel (default 40)")
     parser.add_argument("--min-lines", type=int, default=16,
@@ -207,15 +232,9 @@ def main(argv=None):
               "scripts/get_nvdisasm.sh's .tools/)", file=sys.stderr)
         return 1
     try:
-        paths = [cubin_for_key(args.key, args.cache_dir)] if args.key else args.cubin
-        for path in paths:
-            for name, sass in disassemble(path, nvdisasm):
-                if args.loops:
-                    print(f"== {os.path.basename(path)}: {name}")
-                    print("\n".join(loop_lines(instructions(sass), args.top, args.min_lines)))
-                else:
-                    print(f"// {os.path.basename(path)}: {name}")
-                    print(sass, end="" if sass.endswith("\n") else "\n")
+        with tempfile.TemporaryDirectory() as work:
+            paths = [cubin_for_key(args.key, args.cache_dir, find_attnplan(), work)] if args.key else args.cubin
+            print_kernels(paths, nvdisasm, args)
     except (OSError, SassError, struct.error, ValueError) as error:
         print(f"sass.py: {error}", file=sys.stderr)
         return 1

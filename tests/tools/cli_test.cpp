@@ -186,6 +186,17 @@ TEST_CASE("cache tools: path, list, show, verify, a corrupted entry rebuilt, pru
     if (file.path().filename() == key + ".cubin") cubin = file.path();
   }
   REQUIRE_FALSE(cubin.empty());
+  // --cubin writes the entry's bytes as stored; a path it cannot write is an error, not a crash.
+  const fs::path exported = scratch / "exported.cubin";
+  const Result exported_run =
+      run(scratch.path(), cache, {"cache", "show", key.substr(0, 12), "--cubin", exported.string()});
+  CHECK(exported_run.exit_code == 0);
+  CHECK(exported_run.out == exported.string() + "\n");
+  CHECK(read_all(exported) == read_all(cubin));
+  CHECK(
+      run(scratch.path(), cache, {"cache", "show", key, "--cubin", (scratch / "absent" / "x.cubin").string()})
+          .exit_code == 1);
+  CHECK_FALSE(fs::exists(scratch / "absent"));  // nor made
   {
     std::fstream stream(cubin, std::ios::in | std::ios::out | std::ios::binary);
     stream.seekg(100);

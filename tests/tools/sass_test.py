@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Host tests of tools/sass.py (no GPU): the cubin's ELF read for its arch and kernel text sections (a
 hand-built ELF), the loops of a listing (nested, a retry stub after the last EXIT, predicated barriers),
-the cache-key lookup; and, where an nvdisasm and ptxas are present, a real kernel with one loop through
-the raw-text path.
+the cache-key lookup (through a stand-in attnplan CLI); and, where an nvdisasm and ptxas are present, a
+real kernel with one loop through the raw-text path.
 
   python3 tests/tools/sass_test.py
 """
@@ -91,18 +91,28 @@ class SassTest(unittest.TestCase):
         self.assertEqual(len(lines), 3)  # the header and the two loops of 3 lines or more
         self.assertEqual(lines[1].split()[:3], ["0x10", "0x80", "8"])
 
-    def test_a_cache_key_prefix_names_one_cubin(self):
-        with tempfile.TemporaryDirectory() as cache:
-            shard = os.path.join(cache, "v1", "5d")
-            os.makedirs(shard)
-            for name in ("5d0c2a81ab.cubin", "5d0c2a81ab.json", "5d0c99ffee.cubin",
-                         "5d0c2a81ab.20250131T123456Z.cubin"):  # the last: a quarantined entry
-                open(os.path.join(shard, name), "w").close()
-            self.assertEqual(sass.cubin_for_key("5d0c2a", cache), os.path.join(shard, "5d0c2a81ab.cubin"))
-            with self.assertRaises(sass.SassError):
-                sass.cubin_for_key("5d0c", cache)  # two
-            with self.assertRaises(sass.SassError):
-                sass.cubin_for_key("77", cache)  # none
+    def test_a_cache_key_is_asked_of_the_attnplan_cli(self):
+        with tempfile.TemporaryDirectory() as work:
+            # A stand-in CLI: records its arguments, writes the --cubin file for key 5d0c2a..., else fails
+            # as attnplan does for a prefix that names no entry.
+            fake = os.path.join(work, "attnplan")
+            with open(fake, "w") as handle:
+                handle.write('#!/bin/sh\necho "$@" > "$(dirname "$0")/args"\n'
+                             'case "$3" in 5d0c2a*) printf cubin > "$5";; '
+                             '*) echo "input error: no cache entry starts with $3" >&2; exit 1;; esac\n')
+            os.chmod(fake, 0o755)
+            path = sass.cubin_for_key("5d0c2a", "/tmp/c", fake, work)
+            with open(path) as handle:
+                self.assertEqual(handle.read(), "cubin")
+            with open(os.path.join(work, "args")) as handle:
+                self.assertEqual(handle.read().split(),
+                                 ["cache", "show", "5d0c2a", "--cubin", path, "--cache-dir", "/tmp/c"])
+            with self.assertRaisesRegex(sass.SassError, "no cache entry starts with 77"):
+                sass.cubin_for_key("77", None, fake, work)
+            with self.assertRaisesRegex(sass.SassError, "hex digits"):
+                sass.cubin_for_key("../x", None, fake, work)
+            with self.assertRaisesRegex(sass.SassError, "needs the attnplan CLI"):
+                sass.cubin_for_key("5d0c2a", None, None, work)
 
     def test_split_functions(self):
         text = ".section .text.a\n  /*0000*/ NOP ;\n.section .text.b\n  /*0000*/ EXIT ;\n"
