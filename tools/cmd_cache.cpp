@@ -336,9 +336,8 @@ Command cache_command() {
   Command command;
   command.name = "cache";
   command.synopsis =
-      "cache path|list|show KEY [--ptx|--sass|--manifest|--cubin FILE]|verify|prune [--max-bytes "
-      "N]|clear|explain CONFIG "
-      "[--arch A] [--json]";
+      "cache path|list|show KEY [--ptx|--sass|--manifest|--cubin FILE]|verify|"
+      "prune [--max-bytes N]|clear|explain CONFIG [--arch A] [--json]";
   command.description =
       "Inspects and maintains the cubin cache.\n"
       "  path     print the cache directory\n"

@@ -86,6 +86,11 @@ def find_disassembler():
         if root:
             candidates.append(os.path.join(root, "bin", "nvdisasm"))
     candidates.append(FETCHED)
+    return first_executable(candidates)
+
+
+def first_executable(candidates):
+    """The first of `candidates` (None entries skipped) that is an executable file, or None."""
     return next((path for path in candidates if path and os.access(path, os.X_OK)), None)
 
 
@@ -181,7 +186,7 @@ def find_attnplan():
     checkout's build-gpu/ or build/."""
     candidates = [os.environ.get("ATTNPLAN"), shutil.which("attnplan"),
                   os.path.join(ROOT, "build-gpu", "attnplan"), os.path.join(ROOT, "build", "attnplan")]
-    return next((path for path in candidates if path and os.access(path, os.X_OK)), None)
+    return first_executable(candidates)
 
 
 def cubin_for_key(prefix, cache_dir, attnplan, work):
